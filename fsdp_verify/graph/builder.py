@@ -1,0 +1,97 @@
+"""Materialise a GraphSpec as a real ``torch.fx.GraphModule``.
+
+Targets come from the allow-list in :mod:`fsdp_verify.graph.ops`; the description's header
+(groups, params, inputs, attrs) rides along in ``graph_module.meta["fsdp_verify"]`` so the
+importer can restore it exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+
+import torch
+from torch import fx
+
+from .ops import resolve_target
+from .spec import GraphSpec, InputSpec, ParamSpec, validate
+from .values import NodeRef, SpecError, dtype_from_name, map_refs
+
+HEADER_KEY = "fsdp_verify"
+_DEVICE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")
+
+
+def build_module(spec: GraphSpec) -> fx.GraphModule:
+    """Build, lint and compile the graph the description names."""
+    validate(spec)
+    graph = fx.Graph()
+    env: dict[str, fx.Node] = {}
+
+    def lookup(ref: NodeRef) -> fx.Node:
+        return env[ref.name]
+
+    for index, node_spec in enumerate(spec.nodes):
+        path = f"nodes[{index}]"
+        args = map_refs(tuple(node_spec.args), lookup)
+        kwargs = map_refs(dict(node_spec.kwargs), lookup)
+        if node_spec.op == "placeholder":
+            node = graph.placeholder(node_spec.name)
+        elif node_spec.op == "output":
+            if len(args) != 1 or kwargs:
+                raise SpecError(f"{path}.args", "the output node takes exactly one argument")
+            node = graph.output(args[0])
+        else:
+            target = resolve_target(node_spec.target, f"{path}.target")
+            node = graph.create_node("call_function", target, args, kwargs, name=node_spec.name)
+        if node_spec.op != "output" and node.name != node_spec.name:
+            raise SpecError(f"{path}.name", f"FX renamed {node_spec.name!r} to {node.name!r}; pick another name")
+        node.meta.update(copy.deepcopy(dict(node_spec.meta)))
+        env[node_spec.name] = node
+    try:
+        graph.lint()
+    except Exception as exc:  # noqa: BLE001 - FX raises plain RuntimeErrors
+        raise SpecError("nodes", f"the graph does not lint: {exc}") from None
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    for key, value in spec.attrs.items():
+        if key.isidentifier():
+            setattr(module, key, copy.deepcopy(value))
+    module.meta[HEADER_KEY] = {"groups": dict(spec.groups), "params": list(spec.params),
+                               "inputs": list(spec.inputs), "attrs": copy.deepcopy(dict(spec.attrs)),
+                               "version": spec.version}
+    return module
+
+
+def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
+    """The same graph as seen by a rank whose device index is ``local_index``.
+
+    Only device indices change (``cuda:0`` -> ``cuda:3``): the planner must give the same
+    group digests on every rank although graph signatures differ.
+    """
+
+    def relabel(device: object) -> object:
+        match = _DEVICE_INDEX.match(device) if isinstance(device, str) else None
+        return f"{match.group(1)}:{local_index}" if match else device
+
+    nodes = []
+    for node in spec.nodes:
+        bucket_spec = node.meta.get("fsdp_bucket_spec")
+        if isinstance(bucket_spec, dict) and "device" in bucket_spec:
+            meta = dict(node.meta)
+            meta["fsdp_bucket_spec"] = {**bucket_spec, "device": relabel(bucket_spec["device"])}
+            node = type(node)(node.name, node.op, node.target, node.args, node.kwargs, meta)
+        nodes.append(node)
+    params = tuple(ParamSpec(p.fqn, p.placeholder, p.shard_shape, p.dtype, relabel(p.device), p.state_idx, p.group)
+                   for p in spec.params)
+    return GraphSpec(spec.groups, params, spec.inputs, tuple(nodes), spec.attrs, spec.version)
+
+
+def placeholder_tensors(spec: GraphSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Shape and dtype of every placeholder, parameters (shards) and inputs alike."""
+    out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+    for item in (*spec.params, *spec.inputs):
+        shape = item.shard_shape if isinstance(item, ParamSpec) else item.shape
+        out[item.placeholder] = (tuple(shape), dtype_from_name(item.dtype))
+    return out
+
+
+__all__ = ["HEADER_KEY", "InputSpec", "build_module", "localize", "placeholder_tensors"]

@@ -1,0 +1,77 @@
+"""The call targets a graph description may name, and the project's own effectful functions.
+
+Targets are resolved from a fixed allow-list (operator namespaces and a few named Python
+functions); nothing in a description is imported or evaluated.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable
+
+import torch
+from torch.fx.node import has_side_effect
+
+from .values import SpecError
+
+OP_NAMESPACES = ("aten", "_c10d_functional", "c10d_functional", "prims")
+
+
+def _free_tensor_storage(tensor: Any) -> None:
+    """Release a tensor's storage (FSDP reshard free); idempotent and safe on non-tensors."""
+    if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().size() != 0:
+        tensor.untyped_storage().resize_(0)
+
+
+def effect_barrier(*args: Any) -> None:
+    """An opaque side-effecting call (logging, an RNG step, a host sync) the planner must not cross."""
+    del args
+
+
+has_side_effect(_free_tensor_storage)
+has_side_effect(effect_barrier)
+
+FUNCTIONS: dict[str, Callable] = {
+    "fsdp_verify.free_tensor_storage": _free_tensor_storage,
+    "fsdp_verify.effect_barrier": effect_barrier,
+    "operator.getitem": operator.getitem,
+}
+FUNCTION_NAMES = {fn: name for name, fn in FUNCTIONS.items()}
+
+
+def is_free_target(target: Any) -> bool:
+    """The project's free, or any function named ``_free_tensor_storage`` (the original's)."""
+    return target is _free_tensor_storage or getattr(target, "__name__", None) == "_free_tensor_storage"
+
+
+def resolve_target(name: str, path: str = "target") -> Callable:
+    """Turn a target name (``aten.view.default``, ``_c10d_functional.wait_tensor``) into a callable."""
+    if not isinstance(name, str) or not name:
+        raise SpecError(path, "target must be a non-empty string")
+    if name in FUNCTIONS:
+        return FUNCTIONS[name]
+    parts = name.split(".")
+    if parts[0] not in OP_NAMESPACES or len(parts) not in (2, 3):
+        raise SpecError(path, f"unknown target {name!r}: expected <namespace>.<op>[.<overload>] "
+                              f"with namespace in {OP_NAMESPACES}, or one of {sorted(FUNCTIONS)}")
+    try:
+        packet = getattr(getattr(torch.ops, parts[0]), parts[1])
+        return packet if len(parts) == 2 else getattr(packet, parts[2])
+    except (AttributeError, RuntimeError):
+        raise SpecError(path, f"unknown operator {name!r}") from None
+
+
+def target_name(target: Any) -> str:
+    """The description name of an FX call target; raises SpecError for targets outside the allow-list."""
+    if target in FUNCTION_NAMES:
+        return FUNCTION_NAMES[target]
+    if is_free_target(target):
+        return "fsdp_verify.free_tensor_storage"
+    if isinstance(target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        name = str(target)
+        if name.split(".")[0] in OP_NAMESPACES:
+            return name
+    raise SpecError("target", f"target {target!r} is not representable in a graph description")
+
+
+C10D = torch.ops._c10d_functional

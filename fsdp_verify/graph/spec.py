@@ -1,0 +1,257 @@
+"""The declarative, versioned description of an FSDP-tagged joint graph (``GraphSpec``).
+
+A description is plain data: process groups, parameters, other inputs and an ordered node
+list whose args and meta may hold any value, including wrong or missing FSDP tags (the
+generator breaks tags on purpose). It round-trips through JSON exactly and is the unit that
+strategies generate, the corpus stores and the builder materialises.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from .values import DTYPES, NodeRef, SpecError, decode, encode, node_refs
+
+SCHEMA_VERSION = 1
+NODE_OPS = ("placeholder", "call_function", "output")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One FSDP-sharded parameter: its placeholder holds this rank's shard."""
+
+    fqn: str
+    placeholder: str
+    shard_shape: tuple[int, ...]
+    dtype: str
+    device: str
+    state_idx: int
+    group: str
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """A non-parameter placeholder (activations, tangents): a per-rank tensor input."""
+
+    placeholder: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One FX node. ``args``/``kwargs``/``meta`` hold decoded values (NodeRef, dtype, tuples)."""
+
+    name: str
+    op: str
+    target: str = ""
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def inputs(self) -> list[str]:
+        """Names of the nodes this node reads, in argument order."""
+        return [ref.name for ref in node_refs(self.args) + node_refs(dict(self.kwargs))]
+
+
+@dataclass(frozen=True)
+class GraphSpec:
+    """A whole graph: groups (name -> ordered global ranks), parameters, inputs and nodes."""
+
+    groups: Mapping[str, tuple[int, ...]]
+    params: tuple[ParamSpec, ...]
+    inputs: tuple[InputSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    version: int = SCHEMA_VERSION
+
+    def node(self, name: str) -> NodeSpec:
+        """The node called ``name``."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def param(self, fqn: str) -> ParamSpec:
+        """The parameter called ``fqn``."""
+        for param in self.params:
+            if param.fqn == fqn:
+                return param
+        raise KeyError(fqn)
+
+    def with_nodes(self, nodes: list[NodeSpec]) -> "GraphSpec":
+        """The same graph with another node list."""
+        return replace(self, nodes=tuple(nodes))
+
+    def to_json(self) -> dict:
+        """The typed-JSON document of this graph."""
+        return {
+            "schema": "fsdp-verify/graph",
+            "version": self.version,
+            "groups": {name: list(ranks) for name, ranks in self.groups.items()},
+            "params": [{"fqn": p.fqn, "placeholder": p.placeholder, "shard_shape": list(p.shard_shape),
+                        "dtype": p.dtype, "device": p.device, "state_idx": p.state_idx, "group": p.group}
+                       for p in self.params],
+            "inputs": [{"placeholder": i.placeholder, "shape": list(i.shape), "dtype": i.dtype}
+                       for i in self.inputs],
+            "nodes": [_encode_node(node, f"nodes[{i}]") for i, node in enumerate(self.nodes)],
+            "attrs": encode(dict(self.attrs), "attrs"),
+        }
+
+    def dumps(self) -> str:
+        """Canonical JSON text (sorted keys), suitable for hashing and diffing."""
+        return json.dumps(self.to_json(), sort_keys=True, allow_nan=False)
+
+
+def _encode_node(node: NodeSpec, path: str) -> dict:
+    out: dict[str, Any] = {"name": node.name, "op": node.op}
+    if node.target:
+        out["target"] = node.target
+    if node.args:
+        out["args"] = encode(list(node.args), f"{path}.args")
+    if node.kwargs:
+        out["kwargs"] = encode(dict(node.kwargs), f"{path}.kwargs")
+    if node.meta:
+        out["meta"] = encode(dict(node.meta), f"{path}.meta")
+    return out
+
+
+def graph_from_json(doc: Any) -> GraphSpec:
+    """Decode and validate a graph document; raises one SpecError naming the field and reason."""
+    if not isinstance(doc, dict):
+        raise SpecError("", "a graph document must be a JSON object")
+    version = doc.get("version")
+    if version != SCHEMA_VERSION:
+        raise SpecError("version", f"unsupported graph schema version {version!r}; this build reads {SCHEMA_VERSION}")
+    groups = _groups(_field(doc, "groups", dict, ""))
+    params = tuple(_param(item, f"params[{i}]") for i, item in enumerate(_field(doc, "params", list, "")))
+    inputs = tuple(_input(item, f"inputs[{i}]") for i, item in enumerate(_field(doc, "inputs", list, "")))
+    nodes = tuple(_node(item, f"nodes[{i}]") for i, item in enumerate(_field(doc, "nodes", list, "")))
+    attrs = decode(doc.get("attrs", {}), "attrs")
+    if not isinstance(attrs, dict):
+        raise SpecError("attrs", "must be an object")
+    spec = GraphSpec(groups, params, inputs, nodes, attrs, version)
+    validate(spec)
+    return spec
+
+
+def validate(spec: GraphSpec) -> None:
+    """Check structure: unique identifier names, refs to earlier nodes, one trailing output."""
+    seen: dict[str, int] = {}
+    for index, node in enumerate(spec.nodes):
+        path = f"nodes[{index}]"
+        if node.op not in NODE_OPS:
+            raise SpecError(f"{path}.op", f"must be one of {NODE_OPS}, got {node.op!r}")
+        if not _NAME.match(node.name) or keyword.iskeyword(node.name):
+            raise SpecError(f"{path}.name", f"{node.name!r} is not a valid node name (a Python identifier)")
+        if node.name in seen:
+            raise SpecError(f"{path}.name", f"duplicate node name {node.name!r} (first at nodes[{seen[node.name]}])")
+        for ref in node.inputs():
+            if ref not in seen:
+                raise SpecError(f"{path}.args", f"refers to {ref!r}, which is not an earlier node")
+        if node.op == "call_function" and not node.target:
+            raise SpecError(f"{path}.target", "a call_function node needs a target")
+        seen[node.name] = index
+    outputs = [i for i, node in enumerate(spec.nodes) if node.op == "output"]
+    if outputs != [len(spec.nodes) - 1]:
+        raise SpecError("nodes", "exactly one output node, as the last node, is required")
+    placeholders = {node.name for node in spec.nodes if node.op == "placeholder"}
+    described = [p.placeholder for p in spec.params] + [i.placeholder for i in spec.inputs]
+    for index, name in enumerate(described):
+        if name not in placeholders:
+            raise SpecError(f"params/inputs[{index}]", f"placeholder {name!r} is not a placeholder node")
+    if len(set(described)) != len(described):
+        raise SpecError("params/inputs", "a placeholder is described twice")
+    missing = placeholders - set(described)
+    if missing:
+        raise SpecError("inputs", f"placeholders without a description: {sorted(missing)}")
+
+
+def _field(doc: dict, key: str, kind: type, path: str) -> Any:
+    where = f"{path}.{key}" if path else key
+    if key not in doc:
+        raise SpecError(where, "missing")
+    if not isinstance(doc[key], kind) or (kind is int and isinstance(doc[key], bool)):
+        raise SpecError(where, f"must be a {kind.__name__}, got {type(doc[key]).__name__}")
+    return doc[key]
+
+
+def _shape(value: Any, path: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in value):
+        raise SpecError(path, "must be a list of non-negative integers")
+    return tuple(value)
+
+
+def _dtype_name(value: Any, path: str) -> str:
+    if value not in DTYPES:
+        raise SpecError(path, f"unknown dtype {value!r}")
+    return value
+
+
+def _groups(doc: dict) -> dict[str, tuple[int, ...]]:
+    groups = {}
+    for name, ranks in doc.items():
+        if not isinstance(ranks, list) or any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in ranks):
+            raise SpecError(f"groups.{name}", "must be a list of non-negative integer ranks")
+        groups[name] = tuple(ranks)
+    return groups
+
+
+def _param(doc: Any, path: str) -> ParamSpec:
+    if not isinstance(doc, dict):
+        raise SpecError(path, "must be an object")
+    return ParamSpec(
+        fqn=_field(doc, "fqn", str, path), placeholder=_field(doc, "placeholder", str, path),
+        shard_shape=_shape(_field(doc, "shard_shape", list, path), f"{path}.shard_shape"),
+        dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"),
+        device=_field(doc, "device", str, path), state_idx=_field(doc, "state_idx", int, path),
+        group=_field(doc, "group", str, path))
+
+
+def _input(doc: Any, path: str) -> InputSpec:
+    if not isinstance(doc, dict):
+        raise SpecError(path, "must be an object")
+    return InputSpec(placeholder=_field(doc, "placeholder", str, path),
+                     shape=_shape(_field(doc, "shape", list, path), f"{path}.shape"),
+                     dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"))
+
+
+def _node(doc: Any, path: str) -> NodeSpec:
+    if not isinstance(doc, dict):
+        raise SpecError(path, "must be an object")
+    unknown = set(doc) - {"name", "op", "target", "args", "kwargs", "meta"}
+    if unknown:
+        raise SpecError(path, f"unknown keys {sorted(unknown)}")
+    args = decode(doc.get("args", []), f"{path}.args")
+    kwargs = decode(doc.get("kwargs", {}), f"{path}.kwargs")
+    meta = decode(doc.get("meta", {}), f"{path}.meta")
+    if not isinstance(args, list):
+        raise SpecError(f"{path}.args", "must be a list")
+    if not isinstance(kwargs, dict) or not isinstance(meta, dict):
+        raise SpecError(path, "kwargs and meta must be objects")
+    target = doc.get("target", "")
+    if not isinstance(target, str):
+        raise SpecError(f"{path}.target", "must be a string")
+    return NodeSpec(_field(doc, "name", str, path), _field(doc, "op", str, path), target,
+                    tuple(args), kwargs, meta)
+
+
+def graph_from_text(text: str, file: str | None = None) -> GraphSpec:
+    """Parse a JSON text into a GraphSpec; errors name the file when given."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError("", f"not valid JSON: {exc}", file) from None
+    try:
+        return graph_from_json(doc)
+    except SpecError as exc:
+        raise exc.in_file(file) if file else exc
+
+
+__all__ = ["SCHEMA_VERSION", "GraphSpec", "InputSpec", "NodeRef", "NodeSpec", "ParamSpec",
+           "graph_from_json", "graph_from_text", "validate"]
