@@ -11,6 +11,7 @@ from typing import Any, Iterable
 
 import torch
 
+from .edit import DROP
 from .ops import resolve_target
 from .spec import GraphSpec, InputSpec, NodeSpec, ParamSpec
 from .values import NodeRef, dtype_from_name, map_refs
@@ -21,8 +22,14 @@ WAIT = "_c10d_functional.wait_tensor"
 ALL_REDUCE = "_c10d_functional.all_reduce"
 FREE = "fsdp_verify.free_tensor_storage"
 BARRIER = "fsdp_verify.effect_barrier"
-DROP = object()  # a meta override value that removes the key
 _RESERVED = frozenset({"sum", "avg", "min", "max", "product", "output"})
+
+
+def _subgroups(ranks: Iterable) -> tuple[tuple[int, ...], ...]:
+    ranks = tuple(ranks)
+    if ranks and isinstance(ranks[0], (list, tuple)):
+        return tuple(tuple(part) for part in ranks)
+    return (ranks,)
 
 
 def _slug(text: str) -> str:
@@ -32,8 +39,8 @@ def _slug(text: str) -> str:
 class Composer:
     """Append nodes in order; ``finish(outputs)`` returns the GraphSpec."""
 
-    def __init__(self, groups: dict[str, Iterable[int]], *, overload: str = "") -> None:
-        self.groups = {name: tuple(ranks) for name, ranks in groups.items()}
+    def __init__(self, groups: dict[str, Iterable], *, overload: str = "") -> None:
+        self.groups = {name: _subgroups(ranks) for name, ranks in groups.items()}
         self.overload = overload  # "" uses op packets as the FSDP pass does, "default" the overloads
         self.nodes: list[NodeSpec] = []
         self.params: list[ParamSpec] = []
@@ -88,7 +95,7 @@ class Composer:
         """A sharded parameter placeholder, tagged as FSDP step 1 tags it."""
         name = self.fresh(f"p_{fqn}")
         self.params.append(ParamSpec(fqn, name, tuple(shard_shape), dtype, device, state_idx, group))
-        meta = {"param_name": fqn, "state_idx": state_idx, "fsdp_degree": len(self.groups[group]),
+        meta = {"param_name": fqn, "state_idx": state_idx, "fsdp_degree": len(self.groups[group][0]),
                 "is_param": True, "fsdp_sharded": True}
         return self._append(name, "placeholder", "", (), {}, meta,
                             torch.empty(shard_shape, dtype=dtype_from_name(dtype), device="meta"))
@@ -116,7 +123,7 @@ class Composer:
                    launch_meta: dict | None = None, wait_meta: dict | None = None) -> tuple[str, str]:
         """The forward (or backward re-) gather of ``fqn``'s shard, tagged with its spec."""
         param = self.param_spec(fqn)
-        degree = len(self.groups[param.group])
+        degree = len(self.groups[param.group][0])
         src = source or param.placeholder
         shard = self.vals[src]
         kind = "fsdp_all_gather_backward" if backward else "fsdp_all_gather"
@@ -137,7 +144,7 @@ class Composer:
                        wait_meta: dict | None = None) -> tuple[str, str]:
         """The gradient reduce-scatter of ``fqn``, tagged backward with identity and spec."""
         param = self.param_spec(fqn)
-        degree = len(self.groups[param.group])
+        degree = len(self.groups[param.group][0])
         gval = self.vals[grad]
         full = tuple(gval.shape)
         meta = {"comm_type": "fsdp_reduce_scatter", "comm_group": param.group, "param_name": fqn,

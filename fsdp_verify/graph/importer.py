@@ -76,7 +76,7 @@ def _tensor_facts(node: fx.Node) -> tuple[tuple[int, ...], str] | None:
 
 def _derive(graph_module: fx.GraphModule, nodes: list[NodeSpec],
             group_ranks: Mapping[str, tuple[int, ...]]) -> GraphSpec:
-    groups = {name: tuple(ranks) for name, ranks in group_ranks.items()}
+    groups = {name: (tuple(ranks),) for name, ranks in group_ranks.items()}
     gathers: dict[str, fx.Node] = {}
     for node in graph_module.graph.nodes:
         if node.op == "call_function" and str(node.meta.get("comm_type", "")).startswith("fsdp_all_gather"):

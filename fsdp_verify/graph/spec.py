@@ -61,14 +61,31 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class GraphSpec:
-    """A whole graph: groups (name -> ordered global ranks), parameters, inputs and nodes."""
+    """A whole graph: groups, parameters, inputs and nodes.
 
-    groups: Mapping[str, tuple[int, ...]]
+    ``groups`` maps a process-group name to its subgroups (each an ordered tuple of global
+    ranks) which partition the world: ``fsdp`` usually has one subgroup holding every rank,
+    an expert group several (every rank belongs to one of them, as in expert parallelism).
+    """
+
+    groups: Mapping[str, tuple[tuple[int, ...], ...]]
     params: tuple[ParamSpec, ...]
     inputs: tuple[InputSpec, ...]
     nodes: tuple[NodeSpec, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     version: int = SCHEMA_VERSION
+
+    def world(self) -> tuple[int, ...]:
+        """Every global rank, sorted."""
+        return tuple(sorted({r for parts in self.groups.values() for part in parts for r in part}))
+
+    def group_ranks(self, rank: int) -> dict[str, tuple[int, ...]]:
+        """The ``group_ranks`` argument a planner sees on ``rank``: each group's subgroup of it."""
+        return {name: next(part for part in parts if rank in part) for name, parts in self.groups.items()}
+
+    def degree(self, group: str) -> int:
+        """The size of every subgroup of ``group``."""
+        return len(self.groups[group][0])
 
     def node(self, name: str) -> NodeSpec:
         """The node called ``name``."""
@@ -93,7 +110,8 @@ class GraphSpec:
         return {
             "schema": "fsdp-verify/graph",
             "version": self.version,
-            "groups": {name: list(ranks) for name, ranks in self.groups.items()},
+            "groups": {name: list(parts[0]) if len(parts) == 1 else [list(part) for part in parts]
+                       for name, parts in self.groups.items()},
             "params": [{"fqn": p.fqn, "placeholder": p.placeholder, "shard_shape": list(p.shard_shape),
                         "dtype": p.dtype, "device": p.device, "state_idx": p.state_idx, "group": p.group}
                        for p in self.params],
@@ -142,6 +160,7 @@ def graph_from_json(doc: Any) -> GraphSpec:
 
 def validate(spec: GraphSpec) -> None:
     """Check structure: unique identifier names, refs to earlier nodes, one trailing output."""
+    _validate_groups(spec)
     seen: dict[str, int] = {}
     for index, node in enumerate(spec.nodes):
         path = f"nodes[{index}]"
@@ -172,6 +191,21 @@ def validate(spec: GraphSpec) -> None:
         raise SpecError("inputs", f"placeholders without a description: {sorted(missing)}")
 
 
+def _validate_groups(spec: GraphSpec) -> None:
+    world = spec.world()
+    for name, parts in spec.groups.items():
+        ranks = [r for part in parts for r in part]
+        if len(set(ranks)) != len(ranks):
+            raise SpecError(f"groups.{name}", "a rank appears twice")
+        if tuple(sorted(ranks)) != world:
+            raise SpecError(f"groups.{name}", f"subgroups must cover every rank of the world {list(world)}")
+        if len({len(part) for part in parts}) != 1:
+            raise SpecError(f"groups.{name}", "subgroups must all have the same size")
+    for index, param in enumerate(spec.params):
+        if param.group not in spec.groups:
+            raise SpecError(f"params[{index}].group", f"unknown group {param.group!r}")
+
+
 def _field(doc: dict, key: str, kind: type, path: str) -> Any:
     where = f"{path}.{key}" if path else key
     if key not in doc:
@@ -193,12 +227,19 @@ def _dtype_name(value: Any, path: str) -> str:
     return value
 
 
-def _groups(doc: dict) -> dict[str, tuple[int, ...]]:
+def _groups(doc: dict) -> dict[str, tuple[tuple[int, ...], ...]]:
     groups = {}
     for name, ranks in doc.items():
-        if not isinstance(ranks, list) or any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in ranks):
-            raise SpecError(f"groups.{name}", "must be a list of non-negative integer ranks")
-        groups[name] = tuple(ranks)
+        path = f"groups.{name}"
+        parts = ranks if isinstance(ranks, list) and ranks and all(isinstance(r, list) for r in ranks) else [ranks]
+        subgroups = []
+        for part in parts:
+            if (not isinstance(part, list) or not part
+                    or any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in part)):
+                raise SpecError(path, "must be a non-empty list of non-negative integer ranks, "
+                                      "or a list of such lists (one per subgroup)")
+            subgroups.append(tuple(part))
+        groups[name] = tuple(subgroups)
     return groups
 
 

@@ -1,0 +1,28 @@
+"""Hypothesis settings profiles, registered in one place: ``dev``, ``ci`` and ``nightly``.
+
+``ci`` bounds examples and drops deadlines so the suite fits 2 cores; ``nightly`` is the long
+campaign. ``load_default()`` picks ``ci`` when the ``CI`` environment variable is set.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
+
+settings.register_profile("dev", max_examples=50, deadline=None, suppress_health_check=_SLOW_OK)
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=_SLOW_OK)
+settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
+                          suppress_health_check=_SLOW_OK)
+
+PROFILES = ("dev", "ci", "nightly")
+
+
+def load_default() -> str:
+    """Load the profile named by FSDP_VERIFY_PROFILE, else ``ci`` under CI, else ``dev``."""
+    name = os.environ.get("FSDP_VERIFY_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+    settings.load_profile(name)
+    return name

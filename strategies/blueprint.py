@@ -1,0 +1,136 @@
+"""Blueprints: the few structural choices a generated graph is made of, rendered deterministically.
+
+Hypothesis draws a Blueprint (counts, shapes, dtypes, view kinds, flags), never individual
+nodes, so generation is fast and shrinking acts on meaningful structure: fewer blocks, fewer
+parameters, smaller shapes, one group, two ranks. ``render`` turns it into a GraphSpec shaped
+like the output of the FSDP pass (spec section 1.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fsdp_verify.graph.compose import Composer
+from fsdp_verify.graph.spec import GraphSpec
+
+VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain")
+DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class ParamDraw:
+    """One parameter: shard shape, dtype, how consumers view it and how its gradient travels."""
+
+    shard_shape: tuple[int, ...] = (2, 4)
+    dtype: str = "float32"
+    view: str = "flat"
+    regather: bool = True
+    reduce_op: str = "avg"
+    expert: bool = False
+
+
+@dataclass(frozen=True)
+class Blueprint:
+    """A whole graph's structure; every field shrinks toward the simplest graph."""
+
+    blocks: tuple[tuple[ParamDraw, ...], ...] = ((ParamDraw(), ParamDraw()),)
+    degree: int = 2
+    expert_degree: int = 0
+    reshard_after_forward: bool = True
+    overload: str = ""
+    device: str = "cuda:0"
+    prep_chains: bool = False
+    batch: int = 4
+
+    def params(self) -> list[tuple[str, ParamDraw]]:
+        """(fqn, draw) for every parameter, in state order."""
+        out = []
+        for b, block in enumerate(self.blocks):
+            for j, draw in enumerate(block):
+                scope = f"blocks.{b}.experts" if draw.expert else f"blocks.{b}"
+                out.append((f"{scope}.w{j}", draw))
+        return out
+
+
+def _groups(bp: Blueprint) -> dict:
+    groups = {"fsdp": tuple(range(bp.degree))}
+    if bp.expert_degree:
+        e = bp.expert_degree
+        groups["fsdp_expert"] = tuple(tuple(range(s, s + e)) for s in range(0, bp.degree, e))
+    return groups
+
+
+def _view_chain(c: Composer, tensor: str, kind: str, backward: bool) -> str:
+    """The consumer's view of a gathered parameter (spec section 1.4: view chains, getitem)."""
+    shape = c.shape(tensor)
+    half = max(1, shape[0] // 2)
+    if kind == "none":
+        return tensor
+    if kind == "flat":
+        return c.call("aten.view.default", tensor, [-1], backward=backward)
+    if kind == "t":
+        if len(shape) <= 2:
+            return c.call("aten.t.default", tensor, backward=backward)
+        return c.call("aten.transpose.int", tensor, 0, 1, backward=backward)
+    if kind == "slice":
+        return c.call("aten.slice.Tensor", tensor, 0, 0, half, backward=backward)
+    if kind == "split":
+        parts = c.call("aten.split.Tensor", tensor, half, 0, backward=backward)
+        return c.call("operator.getitem", parts, 0, backward=backward)
+    if kind == "expand":
+        unsq = c.call("aten.unsqueeze.default", tensor, 0, backward=backward)
+        return c.call("aten.expand.default", unsq, [2, *shape], backward=backward)
+    if kind == "chain":
+        flat = c.call("aten.view.default", tensor, [-1], backward=backward)
+        return c.call("aten.reshape.default", flat, [shape[0], -1], backward=backward)
+    raise ValueError(f"unknown view kind {kind!r}")
+
+
+def render(bp: Blueprint) -> GraphSpec:
+    """The FSDP-tagged joint graph the blueprint describes."""
+    c = Composer(_groups(bp), overload=bp.overload)
+    x = c.input("x", (bp.batch,), "float32")
+    params = bp.params()
+    for index, (fqn, draw) in enumerate(params):
+        c.param(fqn, draw.shard_shape, state_idx=index, dtype=draw.dtype, device=bp.device,
+                group="fsdp_expert" if draw.expert else "fsdp")
+    waits: dict[str, str] = {}
+    if not bp.reshard_after_forward:
+        for fqn, _ in params:
+            waits[fqn] = c.all_gather(fqn)[1]
+    h = c.call("aten.sum.default", x)
+    for fqn, draw in params:
+        if bp.reshard_after_forward:
+            waits[fqn] = c.all_gather(fqn)[1]
+        view = _view_chain(c, waits[fqn], draw.view, backward=False)
+        scaled = c.call("aten.mul.Tensor", view, h)
+        if bp.reshard_after_forward and draw.regather:
+            c.free(waits[fqn], fqn=fqn)
+        h = c.call("aten.add.Tensor", h, c.call("aten.sum.default", scaled))
+    loss = h
+    g = c.call("aten.add.Tensor", loss, loss, backward=True)
+    grads: dict[str, str] = {}
+    for fqn, draw in reversed(params):
+        regather = bp.reshard_after_forward and draw.regather
+        full = c.all_gather(fqn, backward=True)[1] if regather else waits[fqn]
+        view = _view_chain(c, full, draw.view, backward=True)
+        contribution = c.call("aten.sum.default", c.call("aten.mul.Tensor", view, g, backward=True), backward=True)
+        grads[fqn] = c.call("aten.mul.Tensor", full, g, backward=True)
+        if regather:
+            c.free(full, backward=True, fqn=fqn)
+        g = c.call("aten.add.Tensor", g, contribution, backward=True)
+    outputs = [loss]
+    for fqn, draw in params:
+        source, launch_meta = grads[fqn], {}
+        if bp.prep_chains:
+            owner = f"prep:{fqn}"
+            source = c.call("aten.contiguous.default", source, backward=False,
+                            meta={"fsdp_bucket_prepare": owner, "fsdp_reduce_scatter_prepare": owner})
+            launch_meta = {"fsdp_bucket_id": owner}
+        outputs.append(c.reduce_scatter(source, fqn, reduce_op=draw.reduce_op, launch_meta=launch_meta)[1])
+    fqns = [fqn for fqn, _ in params]
+    return c.finish(outputs, attrs={"state_fqns": fqns, "num_state_inputs": len(fqns),
+                                    "state_is_param": [True] * len(fqns)})
+
+
+__all__ = ["DTYPES", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]

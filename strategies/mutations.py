@@ -1,0 +1,318 @@
+"""One targeted defect at a time: each mutation plants exactly what one planner rule rejects.
+
+A skip mutation breaks one tagged launch so that its first failing rule (spec section 2.5) is
+the named reason; a split mutation acts on two consecutive compatible launches A < B so that
+the named split check (section 2.7) fires between them; the rest break planner arguments.
+Every mutated graph still builds and runs, so the target under test is still exercised.
+Mutations return None where a site does not fit (the strategy then picks another).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Callable, Optional
+
+import torch
+
+from fsdp_verify.case import Case
+from fsdp_verify.graph import edit
+from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
+from fsdp_verify.graph.spec import GraphSpec, NodeSpec
+from fsdp_verify.graph.values import NodeRef
+
+RS_KIND = "fsdp_reduce_scatter"
+
+
+def _wait_of(spec: GraphSpec, launch: str) -> Optional[str]:
+    users = edit.users_of(spec, launch)
+    return users[0] if users else None
+
+
+def _set(case: Case, node: str, **meta) -> Case:
+    return replace(case, graph=edit.update_node(case.graph, node, meta=meta))
+
+
+def _spec_meta(case: Case, node: str, **changes) -> Case:
+    bucket_spec = dict(case.graph.node(node).meta.get("fsdp_bucket_spec", {}))
+    bucket_spec.update(changes)
+    return _set(case, node, fsdp_bucket_spec=bucket_spec)
+
+
+def _kind(case: Case, node: str) -> str:
+    return case.graph.node(node).meta.get("comm_type", "")
+
+
+# -- skip mutations: (case, launch) -> case ------------------------------------------------
+
+def already_bucketed(case: Case, launch: str) -> Case:
+    return _set(case, launch, fsdp_bucket_members=[case.graph.node(launch).meta.get("param_name")])
+
+
+def wrong_op_for_kind(case: Case, launch: str) -> Case:
+    other = "fsdp_all_gather" if _kind(case, launch) == RS_KIND else RS_KIND
+    return _set(case, launch, comm_type=other)
+
+
+def phase_mismatch(case: Case, launch: str) -> Case:
+    return _set(case, launch, autograd_backward=_kind(case, launch) == "fsdp_all_gather" or edit.DROP)
+
+
+def kwargs_signature(case: Case, launch: str) -> Case:
+    node = case.graph.node(launch)
+    graph = edit.update_node(case.graph, launch, args=node.args[:-1], kwargs={"group_name": node.args[-1]})
+    return replace(case, graph=graph)
+
+
+def unknown_group(case: Case, launch: str) -> Case:
+    """The planner is not told about the launch's group (the graph still runs on it)."""
+    group = case.graph.node(launch).args[-1]
+    return case.with_args(omit_groups=(*case.plan_args.omit_groups, group))
+
+
+def group_size_mismatch(case: Case, launch: str) -> Case:
+    """The degree argument disagrees with the group (executors resolve groups by name)."""
+    node = case.graph.node(launch)
+    args = (*node.args[:-2], node.args[-2] * 2, node.args[-1])
+    return replace(case, graph=edit.update_node(case.graph, launch, args=args))
+
+
+def group_meta_mismatch(case: Case, launch: str) -> Case:
+    return _set(case, launch, comm_group=f"not_{case.graph.node(launch).args[-1]}")
+
+
+def missing_identity(case: Case, launch: str) -> Case:
+    return _set(case, launch, state_idx=True)
+
+
+def dynamic_shape(case: Case, launch: str) -> Case:
+    return _spec_meta(case, launch, input_shape=("s0", 4))
+
+
+def missing_spec(case: Case, launch: str) -> Case:
+    return _set(case, launch, fsdp_bucket_spec=edit.DROP)
+
+
+def unsupported_dtype(case: Case, launch: str) -> Case:
+    return _spec_meta(case, launch, dtype=torch.int32)
+
+
+def unknown_device(case: Case, launch: str) -> Case:
+    return _spec_meta(case, launch, device="npu:0")
+
+
+def bad_dim0(case: Case, launch: str) -> Case:
+    bucket_spec = case.graph.node(launch).meta.get("fsdp_bucket_spec", {})
+    return _spec_meta(case, launch, output_shape=bucket_spec.get("input_shape"))
+
+
+def double_wait(case: Case, launch: str) -> Case:
+    wait = _wait_of(case.graph, launch)
+    name = edit.fresh_name(case.graph, f"{wait}_again")
+    node = case.graph.node(wait)
+    extra = NodeSpec(name, "call_function", node.target, (NodeRef(launch),), {}, dict(node.meta))
+    return replace(case, graph=edit.insert_after(case.graph, wait, [extra]))
+
+
+def unused_gather(case: Case, launch: str) -> Optional[Case]:
+    """A duplicate gather whose result nobody reads: the new launch has no consumer."""
+    if _kind(case, launch) == RS_KIND:
+        return None
+    node = case.graph.node(launch)
+    wait = _wait_of(case.graph, launch)
+    new_launch = edit.fresh_name(case.graph, f"{launch}_unused")
+    new_wait = f"{new_launch}_wait"
+    nodes = [NodeSpec(new_launch, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta)),
+             NodeSpec(new_wait, "call_function", case.graph.node(wait).target, (NodeRef(new_launch),), {},
+                      dict(case.graph.node(wait).meta))]
+    return replace(case, graph=edit.insert_after(case.graph, wait, nodes), label=new_launch)
+
+
+def bad_reduce_op(case: Case, launch: str) -> Optional[Case]:
+    if _kind(case, launch) != RS_KIND:
+        return None
+    node = case.graph.node(launch)
+    return replace(case, graph=edit.update_node(case.graph, launch, args=(node.args[0], "max", *node.args[2:])))
+
+
+def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
+    if _kind(case, launch) != RS_KIND:
+        return None
+    wait = _wait_of(case.graph, launch)
+    graph = case.graph
+    output = graph.nodes[-1]
+    neg = edit.fresh_name(graph, f"{wait}_neg")
+    graph = edit.insert_before(graph, output.name, [edit.call(neg, "aten.neg.default", NodeRef(wait),
+                                                              meta={"autograd_backward": True})])
+    outs = list(output.args[0]) + [NodeRef(neg)]
+    return replace(case, graph=edit.update_node(graph, output.name, args=(outs,)))
+
+
+def parallel_mode(case: Case, launch: str) -> Case:
+    return case.with_args(dp_mode="hsdp")
+
+
+def outside_plan(case: Case, launch: str) -> Case:
+    return case.with_args(module_bucket_plans=[["unplanned_module"]])
+
+
+SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
+    "unsupported_parallel_mode": (parallel_mode,),
+    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind),
+    "phase_mismatch": (phase_mismatch,),
+    "unsupported_signature": (kwargs_signature,),
+    "unknown_process_group": (unknown_group,),
+    "group_size_mismatch": (group_size_mismatch,),
+    "group_metadata_mismatch": (group_meta_mismatch,),
+    "missing_parameter_identity": (missing_identity,),
+    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec),
+    "unsupported_dtype": (unsupported_dtype,),
+    "unknown_device": (unknown_device,),
+    "invalid_dim0_layout": (bad_dim0,),
+    "unsupported_wait_users": (double_wait,),
+    "no_consumer": (unused_gather,),
+    "unsupported_reduce_op": (bad_reduce_op,),
+    "non_output_rs_consumer": (rs_extra_consumer,),
+    "outside_module_plan": (outside_plan,),
+}
+
+
+# -- split mutations: (case, a, b) -> case -------------------------------------------------
+
+def _size_bytes(node: NodeSpec) -> int:
+    spec = node.meta["fsdp_bucket_spec"]
+    return max(math.prod(spec["input_shape"]), math.prod(spec["output_shape"])) * spec["dtype"].itemsize
+
+
+def repeated_state_idx(case: Case, a: str, b: str) -> Case:
+    return _set(case, b, state_idx=case.graph.node(a).meta["state_idx"])
+
+
+def capacity(case: Case, a: str, b: str) -> Case:
+    sizes = (_size_bytes(case.graph.node(a)), _size_bytes(case.graph.node(b)))
+    return case.with_args(policy={"cap_bytes": max(sizes)})
+
+
+def oversized(case: Case, a: str, b: str) -> Case:
+    return case.with_args(policy={"cap_bytes": max(1, _size_bytes(case.graph.node(b)) - 1)})
+
+
+def input_distance(case: Case, a: str, b: str) -> Case:
+    return case.with_args(policy={"max_input_distance": 0})
+
+
+def consumer_distance(case: Case, a: str, b: str) -> Case:
+    return case.with_args(policy={"max_consumer_distance": 0})
+
+
+def late_source(case: Case, a: str, b: str) -> Optional[Case]:
+    """B gathers a copy made after A's first consumer (a non-placeholder source, spec 5.5)."""
+    if _kind(case, b) == RS_KIND:
+        return None
+    graph = case.graph
+    node_b = graph.node(b)
+    clone = edit.fresh_name(graph, f"{b}_src")
+    meta = {"autograd_backward": True} if node_b.meta.get("autograd_backward") else {}
+    graph = edit.insert_before(graph, b, [edit.call(clone, "aten.clone.default", node_b.args[0], meta=meta)])
+    return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
+
+
+def _phase(case: Case, node: str) -> dict:
+    return {"autograd_backward": True} if case.graph.node(node).meta.get("autograd_backward") else {}
+
+
+def barrier_between(case: Case, a: str, b: str) -> Case:
+    name = edit.fresh_name(case.graph, "barrier")
+    node = edit.call(name, BARRIER, meta=_phase(case, b))
+    return replace(case, graph=edit.insert_before(case.graph, b, [node]))
+
+
+def foreign_free_between(case: Case, a: str, b: str) -> Case:
+    """A tagged free of a tensor that no member gathered."""
+    graph = case.graph
+    clone = edit.fresh_name(graph, "scratch")
+    free = edit.fresh_name(graph, "free_scratch")
+    phase = _phase(case, b)
+    source = graph.node(a).args[0]
+    kind = "fsdp_reshard_free_backward" if phase else "fsdp_reshard_free"
+    nodes = [edit.call(clone, "aten.clone.default", source, meta=phase),
+             edit.call(free, FREE, NodeRef(clone), meta={**phase, "comm_type": kind})]
+    return replace(case, graph=edit.insert_before(graph, b, nodes))
+
+
+def collective_between(case: Case, a: str, b: str) -> Case:
+    graph = case.graph
+    phase = _phase(case, b)
+    launch = edit.fresh_name(graph, "foreign_all_reduce")
+    wait = f"{launch}_wait"
+    group = graph.node(a).args[-1]
+    nodes = [edit.call(launch, ALL_REDUCE, graph.node(a).args[0], "sum", group, meta=phase),
+             edit.call(wait, WAIT, NodeRef(launch), meta=phase)]
+    return replace(case, graph=edit.insert_before(graph, b, nodes))
+
+
+def phase_flip_between(case: Case, a: str, b: str) -> Case:
+    graph = case.graph
+    name = edit.fresh_name(graph, "other_phase")
+    meta = {} if case.graph.node(b).meta.get("autograd_backward") else {"autograd_backward": True}
+    node = edit.call(name, "aten.clone.default", graph.node(a).args[0], meta=meta)
+    return replace(case, graph=edit.insert_before(graph, b, [node]))
+
+
+SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
+    "repeated_parameter_instance": (repeated_state_idx,),
+    "capacity": (capacity,),
+    "input_distance": (input_distance,),
+    "consumer_distance": (consumer_distance,),
+    "dependency_conflict": (late_source,),
+    "effect_or_storage_release": (barrier_between, foreign_free_between),
+    "intervening_collective": (collective_between,),
+    "phase_boundary": (phase_flip_between,),
+}
+SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,)}
+
+
+# -- sites ---------------------------------------------------------------------------------
+
+def _site_key(node: NodeSpec) -> tuple:
+    name = node.meta.get("param_name") or ""
+    spec = node.meta.get("fsdp_bucket_spec") or {}
+    reduce_op = node.args[1] if node.meta.get("comm_type") == RS_KIND and len(node.args) > 1 else None
+    return (node.meta.get("comm_type"), bool(node.meta.get("autograd_backward")), name.rpartition(".")[0],
+            node.args[-1] if node.args else None, str(spec.get("dtype")), reduce_op)
+
+
+def launches(spec: GraphSpec) -> list[str]:
+    """Every tagged launch: the sites of skip mutations."""
+    return [node.name for node in edit.tagged_launches(spec)]
+
+
+def sibling_pairs(spec: GraphSpec) -> list[tuple[str, str]]:
+    """Consecutive launches that look compatible (same kind, phase, scope, group, dtype, op)."""
+    last: dict[tuple, str] = {}
+    pairs = []
+    for node in edit.tagged_launches(spec):
+        key = _site_key(node)
+        if key in last:
+            pairs.append((last[key], node.name))
+        last[key] = node.name
+    return pairs
+
+
+# -- broken planner arguments (input-validation paths, spec 2.1-2.3) ------------------------
+
+ARG_MUTATIONS: dict[str, dict] = {
+    "group_ranks_duplicate": {"group_ranks": {"fsdp": (0, 0)}},
+    "group_ranks_negative": {"group_ranks": {"fsdp": (-1, 0)}},
+    "group_ranks_bool": {"group_ranks": {"fsdp": (True, 1)}},
+    "group_ranks_empty": {"group_ranks": {"fsdp": ()}},
+    "module_plans_str": {"module_bucket_plans": "blocks.0"},
+    "module_plans_empty_group": {"module_bucket_plans": [[]]},
+    "module_plans_wildcard": {"module_bucket_plans": ["blocks.*"]},
+    "module_plans_empty_part": {"module_bucket_plans": ["blocks..0"]},
+    "module_plans_whitespace": {"module_bucket_plans": ["blocks. 0"]},
+    "module_plans_overlap": {"module_bucket_plans": ["blocks", "blocks.0"]},
+    "policy_cap_zero": {"policy": {"cap_bytes": 0}},
+    "policy_bool": {"policy": {"max_input_distance": True}},
+    "policy_negative": {"policy": {"max_consumer_distance": -1}},
+}
