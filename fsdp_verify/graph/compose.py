@@ -6,6 +6,7 @@ tracked with meta tensors, so every node it writes has a known shape and the res
 
 from __future__ import annotations
 
+import builtins
 import re
 from typing import Any, Iterable
 
@@ -22,7 +23,8 @@ WAIT = "_c10d_functional.wait_tensor"
 ALL_REDUCE = "_c10d_functional.all_reduce"
 FREE = "fsdp_verify.free_tensor_storage"
 BARRIER = "fsdp_verify.effect_barrier"
-_RESERVED = frozenset({"sum", "avg", "min", "max", "product", "output"})
+# Reduce-op strings would read as node refs; FX renames nodes that shadow builtins.
+_RESERVED = frozenset({"avg", "product", "output", *dir(builtins)})
 
 
 def _subgroups(ranks: Iterable) -> tuple[tuple[int, ...], ...]:

@@ -1,0 +1,270 @@
+"""A simulated N-rank world: one ``torch.fx.Interpreter`` per rank, stepped in lockstep.
+
+Collectives are emulated exactly (spec section 5.1): all-gather concatenates the subgroup's
+inputs in group-rank order; reduce-scatter and all-reduce reduce element-wise in a fixed
+rank order. A launch returns a handle; a rank blocks at the wait until every member of its
+subgroup has issued the matching launch. Frees release storage for real, so a read of freed
+storage raises ``ReadAfterFree`` naming the reader; ranks whose collective streams differ
+raise ``Desync`` with the first diverging position per group, never hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import torch
+from torch import fx
+from torch.utils._pytree import tree_flatten
+
+from ..graph.ops import C10D, is_free_target
+
+GroupResolver = Callable[[int, str], tuple[int, ...]]
+
+
+class SimulationError(RuntimeError):
+    """A failure the simulated world detected (not a crash of the harness)."""
+
+
+class ReadAfterFree(SimulationError):
+    """A node read a tensor whose storage an earlier free released."""
+
+    def __init__(self, rank: int, reader: str, freed: str):
+        self.rank, self.reader, self.freed = rank, reader, freed
+        super().__init__(f"rank {rank}: node {reader!r} reads {freed!r}, whose storage was already freed")
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """What one rank launched: enough to compare streams across ranks."""
+
+    op: str
+    group: str
+    shape: tuple[int, ...]
+    dtype: str
+    reduce_op: Optional[str]
+    node: str
+
+    def signature(self) -> tuple:
+        """The fields every member of a subgroup must agree on."""
+        return (self.op, self.shape, self.dtype, self.reduce_op)
+
+    def describe(self) -> str:
+        """``op(group, shape, dtype[, reduce op])`` at node."""
+        extra = f", {self.reduce_op}" if self.reduce_op else ""
+        return f"{self.op}({self.group}, {list(self.shape)}, {self.dtype}{extra}) at {self.node}"
+
+
+class Desync(SimulationError):
+    """Ranks issued different collective streams on a group (a real run would hang or corrupt)."""
+
+    def __init__(self, group: str, position: int, per_rank: Mapping[int, Optional[CollectiveRecord]]):
+        self.group, self.position, self.per_rank = group, position, dict(per_rank)
+        lines = ", ".join(f"rank {r}: {rec.describe() if rec else 'nothing'}" for r, rec in sorted(per_rank.items()))
+        super().__init__(f"desync on group {group!r} at collective #{position}: {lines}")
+
+
+@dataclass
+class _Slot:
+    ranks: tuple[int, ...]
+    requests: dict[int, tuple[CollectiveRecord, torch.Tensor]] = field(default_factory=dict)
+    results: Optional[dict[int, torch.Tensor]] = None
+
+
+@dataclass(frozen=True)
+class _Handle:
+    key: tuple
+
+
+def _reduce(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    acc = tensors[0].clone()
+    for tensor in tensors[1:]:
+        if op in ("sum", "avg"):
+            acc = acc + tensor
+        elif op == "max":
+            acc = torch.maximum(acc, tensor)
+        elif op == "min":
+            acc = torch.minimum(acc, tensor)
+        elif op == "product":
+            acc = acc * tensor
+        else:
+            raise SimulationError(f"unsupported reduce op {op!r}")
+    return acc / len(tensors) if op == "avg" else acc
+
+
+def _bind(target: Any, args: tuple, kwargs: dict) -> list:
+    """Positional arguments of a c10d call, with keyword arguments folded in by schema name."""
+    overload = target if isinstance(target, torch._ops.OpOverload) else target.default
+    names = [arg.name for arg in overload._schema.arguments]
+    values = list(args)
+    for name in names[len(values):]:
+        if name not in kwargs:
+            break
+        values.append(kwargs[name])
+    return values
+
+
+class World:
+    """The collective state shared by the ranks of one simulated run."""
+
+    def __init__(self, resolve: GroupResolver):
+        self.resolve = resolve
+        self.slots: dict[tuple, _Slot] = {}
+        self.counters: dict[tuple[int, str, tuple], int] = {}
+        self.streams: dict[int, list[CollectiveRecord]] = {}
+
+    def launch(self, rank: int, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> _Handle:
+        values = _bind(target, args, kwargs)
+        op = str(target).split(".")[1]
+        tensor, group = values[0], values[-1]
+        if not isinstance(group, str):
+            raise SimulationError(f"node {node.name!r}: group {group!r} is not a group name")
+        try:
+            ranks = self.resolve(rank, group)
+        except KeyError:
+            raise SimulationError(f"node {node.name!r}: unknown process group {group!r}") from None
+        reduce_op = values[1] if op in ("reduce_scatter_tensor", "all_reduce") else None
+        record = CollectiveRecord(op, group, tuple(tensor.shape), str(tensor.dtype), reduce_op, node.name)
+        self.streams.setdefault(rank, []).append(record)
+        position = self.counters.get((rank, group, ranks), 0)
+        self.counters[(rank, group, ranks)] = position + 1
+        key = (group, ranks, position)
+        slot = self.slots.setdefault(key, _Slot(ranks))
+        slot.requests[rank] = (record, tensor)
+        if len(slot.requests) == len(ranks):
+            self._complete(key, slot)
+        return _Handle(key)
+
+    def _complete(self, key: tuple, slot: _Slot) -> None:
+        records = {r: slot.requests[r][0] for r in slot.ranks}
+        if len({rec.signature() for rec in records.values()}) != 1:
+            raise Desync(key[0], key[2], records)
+        first = records[slot.ranks[0]]
+        inputs = [slot.requests[r][1] for r in slot.ranks]
+        if first.op == "all_gather_into_tensor":
+            gathered = torch.cat(inputs, dim=0)
+            slot.results = {r: gathered.clone() for r in slot.ranks}
+        elif first.op == "reduce_scatter_tensor":
+            chunks = _reduce(inputs, first.reduce_op).chunk(len(slot.ranks), dim=0)
+            slot.results = {r: chunks[i].clone() for i, r in enumerate(slot.ranks)}
+        elif first.op == "all_reduce":
+            reduced = _reduce(inputs, first.reduce_op)
+            slot.results = {r: reduced.clone() for r in slot.ranks}
+        else:
+            raise SimulationError(f"the simulated world does not emulate {first.op}")
+
+    def ready(self, handle: _Handle) -> bool:
+        return self.slots[handle.key].results is not None
+
+    def result(self, rank: int, handle: _Handle) -> torch.Tensor:
+        return self.slots[handle.key].results[rank]
+
+    def desync(self) -> Desync:
+        """The first diverging position of the first group whose streams disagree."""
+        for key, slot in sorted(self.slots.items(), key=lambda item: (item[0][0], item[0][2])):
+            if slot.results is None:
+                per_rank = {r: slot.requests[r][0] if r in slot.requests else None for r in slot.ranks}
+                return Desync(key[0], key[2], per_rank)
+        return Desync("?", -1, {})
+
+
+_COLLECTIVES = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"}
+
+
+def _c10d_op(target: Any) -> Optional[str]:
+    name = str(target)
+    if name.startswith("_c10d_functional.") or name.startswith("c10d_functional."):
+        return name.split(".")[1]
+    return None
+
+
+class RankInterpreter(fx.Interpreter):
+    """Runs one rank's graph; collectives go through the shared World."""
+
+    def __init__(self, module: fx.GraphModule, rank: int, world: World,
+                 observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None):
+        super().__init__(module, garbage_collect_values=True)
+        self.rank, self.world, self.observe = rank, world, observe
+        self.executed = 0
+
+    def run_node(self, n: fx.Node) -> Any:
+        self.node = n
+        return super().run_node(n)
+
+    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        node = self.node
+        op = _c10d_op(target)
+        if op == "wait_tensor":
+            value = args[0] if args else kwargs.get("tensor")
+            return self.world.result(self.rank, value) if isinstance(value, _Handle) else value
+        if op in _COLLECTIVES:
+            self._check_reads(node, args, kwargs)
+            return self.world.launch(self.rank, node, target, args, kwargs)
+        if is_free_target(target):  # idempotent: freeing freed storage is no read
+            return target(*args, **kwargs)
+        self._check_reads(node, args, kwargs)
+        return super().call_function(target, args, kwargs)
+
+    def output(self, target: Any, args: tuple, kwargs: dict) -> Any:
+        self._check_reads(self.node, args, kwargs)
+        return super().output(target, args, kwargs)
+
+    def _check_reads(self, node: fx.Node, args: tuple, kwargs: dict) -> None:
+        values, _ = tree_flatten((args, kwargs))
+        sources, _ = tree_flatten((node.args, node.kwargs))
+        for value, source in zip(values, sources):
+            if isinstance(value, torch.Tensor) and value.numel() and value.untyped_storage().size() == 0:
+                freed = source.name if isinstance(source, fx.Node) else "?"
+                raise ReadAfterFree(self.rank, node.name, freed)
+
+    def steps(self, inputs: list[Any]) -> Iterator[Optional[Any]]:
+        """Run node by node; yields None while blocked at a wait, then the outputs."""
+        self.args_iter = iter(inputs)
+        for node in self.graph.nodes:
+            if (_c10d_op(node.target) == "wait_tensor" and node.args and isinstance(node.args[0], fx.Node)):
+                handle = self.env.get(node.args[0])
+                while isinstance(handle, _Handle) and not self.world.ready(handle):
+                    yield None
+            self.env[node] = self.run_node(node)
+            self.executed += 1
+            if self.observe is not None:
+                self.observe(self.rank, node, tuple(self.env[a] for a in node.all_input_nodes
+                                                    if a in self.env), self.env[node])
+            for dead in self.user_to_last_uses.get(node, []):
+                del self.env[dead]
+            if node.op == "output":
+                yield self.env[node]
+                return
+
+
+@dataclass
+class WorldRun:
+    """Outputs per rank (flattened) and each rank's collective stream."""
+
+    outputs: dict[int, list[Any]]
+    streams: dict[int, list[CollectiveRecord]]
+
+
+def run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
+              observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None) -> WorldRun:
+    """Run every rank's module to completion in lockstep; raises Desync or ReadAfterFree."""
+    world = World(resolve)
+    interpreters = {rank: RankInterpreter(module, rank, world, observe) for rank, module in modules.items()}
+    runners = {rank: interp.steps(list(inputs[rank])) for rank, interp in interpreters.items()}
+    outputs: dict[int, list[Any]] = {}
+    while runners:
+        before = sum(interp.executed for interp in interpreters.values())
+        for rank in list(runners):
+            value = next(runners[rank])
+            if value is not None:  # finished: the generator yielded the outputs
+                outputs[rank] = tree_flatten(value)[0]
+                del runners[rank]
+        if runners and sum(interp.executed for interp in interpreters.values()) == before:
+            raise world.desync()
+    if any(slot.results is None for slot in world.slots.values()):
+        raise world.desync()
+    return WorldRun(outputs, world.streams)
+
+
+__all__ = ["CollectiveRecord", "Desync", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
+           "WorldRun", "run_world"]

@@ -1,0 +1,169 @@
+"""Reference bucket rewriters (spec section 4): fuse each multi-member bucket into one collective.
+
+AG buckets: copy-in (flatten + concatenate the member shards in bucket order), one gather,
+then an independent copy-out per member so member frees keep their exact positions. RS
+buckets: a private, tagged layout-preparation chain (reshape to (degree, -1), cat on dim 1,
+flatten), one reduce-scatter, then a slice per member in place of its wait. A plan whose
+signature does not match the graph is rejected before anything changes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+
+from . import predicates as helpers
+from .planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature
+
+aten = torch.ops.aten
+
+
+class StalePlanError(ValueError):
+    """The plan was made for another graph snapshot."""
+
+
+def check_fresh(graph_module: fx.GraphModule, plan: BucketPlan) -> None:
+    """Refuse a plan whose signature is not this graph's (spec section 4.1, stale plans)."""
+    signature = graph_signature(graph_module.graph)
+    if plan.signature != signature:
+        raise StalePlanError(f"Stale bucket plan: plan signature {plan.signature[:12]} does not match "
+                             f"graph signature {signature[:12]}; re-plan the current graph")
+
+
+def _phase(backward: bool) -> dict:
+    return {"autograd_backward": True} if backward else {}
+
+
+def _launch_meta(bucket: Bucket, total: int) -> dict:
+    first = bucket.members[0]
+    degree = len(first.ranks)
+    if first.kind == RS_KIND:
+        input_shape, output_shape = (degree * total,), (total,)
+    else:
+        input_shape, output_shape = (total,), (degree * total,)
+    return {"comm_type": first.kind, "comm_group": first.group, "autograd_backward": first.backward,
+            "fsdp_bucket_id": bucket.bucket_id, "fsdp_bucket_members": [m.param_name for m in bucket.members],
+            "fsdp_degree": degree,
+            "fsdp_bucket_spec": {"input_shape": input_shape, "output_shape": output_shape,
+                                 "dtype": first.dtype, "device": first.device}}
+
+
+class _Member:
+    """A bucket member's nodes in *this* graph (a plan names nodes; equal signatures make names safe)."""
+
+    def __init__(self, candidate, by_name: dict[str, fx.Node]):
+        self.launch = by_name[candidate.launch.name]
+        self.wait = by_name[candidate.wait.name]
+        self.source = by_name[candidate.source.name]
+        self.local_numel = candidate.local_numel
+        self.output_shape = candidate.output_shape
+
+
+def _anchor(bucket: Bucket, members: list[_Member], nodes: list[fx.Node], order: dict[fx.Node, int]) -> fx.Node:
+    """The node the fused launch goes before: P = max(earliest member launch, latest input + 1)."""
+    first_launch = min(order[m.launch] for m in members)
+    latest_input = max(m.ready for m in bucket.members)
+    return nodes[max(first_launch, latest_input + 1)]
+
+
+def _views_before(wait: fx.Node, anchor_index: int, order: dict[fx.Node, int]) -> list[fx.Node]:
+    """Views of a member result that sit before the insertion point (they must move after it)."""
+    found, stack = [], [wait]
+    while stack:
+        for user in stack.pop().users:
+            if helpers.is_view(user) and user not in found:
+                found.append(user)
+                stack.append(user)
+    return sorted((v for v in found if order.get(v, anchor_index) < anchor_index), key=order.__getitem__)
+
+
+def _new(graph: fx.Graph, target, args: tuple, meta: dict, kwargs: dict | None = None) -> fx.Node:
+    node = graph.call_function(target, args, kwargs or {})
+    node.meta.update(meta)
+    return node
+
+
+def _fuse_ag(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx.Node,
+             order: dict[fx.Node, int]) -> None:
+    first = bucket.members[0]
+    degree = len(first.ranks)
+    phase = _phase(first.backward)
+    total = sum(m.local_numel for m in members)
+    moved = [v for m in members for v in _views_before(m.wait, order[anchor], order)]
+    with graph.inserting_before(anchor):
+        flats = [_new(graph, aten.reshape.default, (m.source, [-1]), phase) for m in members]
+        packed = _new(graph, aten.cat.default, (flats,), phase)
+        launch = _new(graph, members[0].launch.target, (packed, degree, first.group), _launch_meta(bucket, total))
+        wait = _new(graph, members[0].wait.target, (launch,), {**phase, "wait_for": launch.name})
+        rows = _new(graph, aten.view.default, (wait, [degree, total]), phase)
+        offset = 0
+        for member in members:
+            columns = _new(graph, aten.slice.Tensor, (rows, 1, offset, offset + member.local_numel), phase)
+            copy = _new(graph, aten.clone.default, (columns,), phase, {"memory_format": torch.contiguous_format})
+            result = _new(graph, aten.view.default, (copy, list(member.output_shape)), phase)
+            member.wait.replace_all_uses_with(result)
+            offset += member.local_numel
+    for view in sorted(set(moved), key=order.__getitem__):
+        anchor.prepend(view)
+    for member in members:
+        graph.erase_node(member.wait)
+        graph.erase_node(member.launch)
+
+
+def _fuse_rs(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx.Node) -> None:
+    first = bucket.members[0]
+    degree = len(first.ranks)
+    total = sum(m.local_numel for m in members)
+    prepare = {"autograd_backward": True, "fsdp_bucket_prepare": bucket.bucket_id}
+    with graph.inserting_before(anchor):
+        rows = [_new(graph, aten.reshape.default, (m.source, [degree, -1]), prepare) for m in members]
+        packed = _new(graph, aten.cat.default, (rows, 1), prepare)
+        flat = _new(graph, aten.reshape.default, (packed, [-1]),
+                    {**prepare, "fsdp_reduce_scatter_prepare": bucket.bucket_id})
+        launch = _new(graph, members[0].launch.target, (flat, first.reduce_op, degree, first.group),
+                      _launch_meta(bucket, total))
+        wait = _new(graph, members[0].wait.target, (launch,), {"autograd_backward": True, "wait_for": launch.name})
+        offset = 0
+        for member in members:
+            piece = _new(graph, aten.slice.Tensor, (wait, 0, offset, offset + member.local_numel),
+                         {"autograd_backward": True})
+            result = _new(graph, aten.view.default, (piece, list(member.output_shape)), {"autograd_backward": True})
+            member.wait.replace_all_uses_with(result)
+            offset += member.local_numel
+    for member in members:
+        graph.erase_node(member.wait)
+        graph.erase_node(member.launch)
+
+
+def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...]) -> fx.GraphModule:
+    check_fresh(graph_module, plan)
+    buckets = [b for b in plan.buckets if len(b.members) > 1 and b.members[0].kind in kinds]
+    if not buckets:
+        return graph_module
+    graph = graph_module.graph
+    nodes = list(graph.nodes)
+    order = {node: index for index, node in enumerate(nodes)}
+    by_name = {node.name: node for node in nodes}
+    jobs = []
+    for bucket in buckets:
+        members = [_Member(candidate, by_name) for candidate in bucket.members]
+        jobs.append((bucket, members, _anchor(bucket, members, nodes, order)))
+    # Latest first: an earlier bucket's fusion may erase the node a later bucket inserts before.
+    for bucket, members, anchor in sorted(jobs, key=lambda job: order[job[2]], reverse=True):
+        if bucket.members[0].kind == RS_KIND:
+            _fuse_rs(graph, bucket, members, anchor)
+        else:
+            _fuse_ag(graph, bucket, members, anchor, order)
+    graph.lint()
+    graph_module.recompile()
+    return graph_module
+
+
+def apply_ag_buckets(graph_module: fx.GraphModule, plan: BucketPlan) -> fx.GraphModule:
+    """Fuse every multi-member all-gather bucket of ``plan`` (forward and backward)."""
+    return _apply(graph_module, plan, AG_KINDS)
+
+
+def apply_rs_buckets(graph_module: fx.GraphModule, plan: BucketPlan) -> fx.GraphModule:
+    """Fuse every multi-member reduce-scatter bucket of ``plan``."""
+    return _apply(graph_module, plan, (RS_KIND,))

@@ -1,0 +1,34 @@
+"""The target interface: what the harness asks of a planner + rewriter under test."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from torch import fx
+
+from ..case import Case
+
+
+class Target(ABC):
+    """A planner + rewriter. ``rewrite`` is required; ``plan`` enables plan-specific oracles."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    @abstractmethod
+    def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
+        """Plan and rewrite every rank's module in place (or replace entries of ``modules``).
+
+        Returns each rank's plans, one per round, in a format with ``to_dict()`` when the target
+        produces reference-format plans, else an empty dict.
+        """
+
+    def plan(self, case: Case, module: fx.GraphModule, rank: int) -> Any:
+        """A reference-format plan of ``module`` as ``rank`` sees it, without rewriting."""
+        raise NotImplementedError(f"target {self.name!r} exposes no planner")
+
+    @property
+    def has_planner(self) -> bool:
+        """Whether ``plan`` is implemented (plan-specific oracles apply)."""
+        return type(self).plan is not Target.plan

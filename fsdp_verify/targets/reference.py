@@ -1,0 +1,33 @@
+"""The ``reference`` target: this project's planner, rewriters and driver."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import fx
+
+from ..case import Case
+from ..reference.driver import bucket_world
+from ..reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
+from .base import Target
+
+
+def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> dict[str, Any]:
+    """``plan_fsdp_buckets`` keyword arguments for ``case`` on ``rank``; may raise ValueError."""
+    args = case.plan_args
+    policy = policy_type(**args.policy) if isinstance(args.policy, dict) else args.policy
+    return {"group_ranks": case.group_ranks(rank), "module_bucket_plans": args.module_bucket_plans,
+            "policy": policy, "pp_degree": args.pp_degree, "dp_mode": args.dp_mode}
+
+
+class ReferenceTarget(Target):
+    """The reference planner and rewriter written from the spec."""
+
+    name = "reference"
+    summary = "fsdp-verify's own planner + AG/RS rewriters + two-round driver (spec sections 2-4)"
+
+    def plan(self, case: Case, module: fx.GraphModule, rank: int) -> BucketPlan:
+        return plan_fsdp_buckets(module, **planner_kwargs(case, rank))
+
+    def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
+        return bucket_world(modules, lambda rank, module: self.plan(case, module, rank))

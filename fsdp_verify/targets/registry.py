@@ -1,0 +1,50 @@
+"""Find targets by built-in name, by ``module:callable``, or by the ``fsdp_verify.targets`` entry points."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Callable
+
+from .base import Target
+from .reference import ReferenceTarget
+
+ENTRY_POINT_GROUP = "fsdp_verify.targets"
+BUILTIN: dict[str, Callable[[], Target]] = {"reference": ReferenceTarget}
+
+
+class TargetNotFound(LookupError):
+    """No target of that name; the message lists what is available."""
+
+
+def available() -> dict[str, str]:
+    """Every target name that resolves without a module path, with a one-line summary."""
+    names = {name: factory.summary for name, factory in BUILTIN.items()}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        names.setdefault(point.name, f"entry point {point.value}")
+    return names
+
+
+def _instantiate(obj: object, name: str) -> Target:
+    target = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Target)) else obj
+    if not isinstance(target, Target):
+        raise TargetNotFound(f"{name!r} did not produce a Target (got {type(target).__name__})")
+    return target
+
+
+def get_target(name: str) -> Target:
+    """Resolve a target name; raises TargetNotFound with the list of known targets."""
+    if name in BUILTIN:
+        return BUILTIN[name]()
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        if point.name == name:
+            return _instantiate(point.load(), name)
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise TargetNotFound(f"cannot load target {name!r}: {exc}") from None
+        return _instantiate(obj, name)
+    known = ", ".join(sorted(available()))
+    raise TargetNotFound(f"unknown target {name!r}; available: {known} (or module:callable)")
