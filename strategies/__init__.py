@@ -1,0 +1,13 @@
+"""Hypothesis strategies for FSDP-tagged graphs (the generate stage of the pipeline).
+
+- ``fsdp_graphs``: valid graphs shaped like the FSDP pass's output, with plan arguments;
+- ``mutated_graphs``: a valid graph with one targeted defect (each skip/split reason, bad args);
+- ``graphs_from_modules``: real small ``nn.Module``s traced to joint graphs, then FSDP-tagged;
+- ``cases``: what a fuzz campaign draws from.
+"""
+
+from .blueprint import Blueprint, ParamDraw, render
+from .graphs import SIZES, Size, blueprints, cases, fsdp_graphs, mutated_graphs, plan_args
+
+__all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fsdp_graphs",
+           "mutated_graphs", "plan_args", "render"]

@@ -114,18 +114,25 @@ def double_wait(case: Case, launch: str) -> Case:
     return replace(case, graph=edit.insert_after(case.graph, wait, [extra]))
 
 
+def unused_name(launch: str) -> str:
+    """The launch ``unused_gather`` inserts next to ``launch``."""
+    return f"{launch}_unused"
+
+
 def unused_gather(case: Case, launch: str) -> Optional[Case]:
     """A duplicate gather whose result nobody reads: the new launch has no consumer."""
     if _kind(case, launch) == RS_KIND:
         return None
     node = case.graph.node(launch)
     wait = _wait_of(case.graph, launch)
-    new_launch = edit.fresh_name(case.graph, f"{launch}_unused")
+    new_launch = unused_name(launch)
+    if new_launch in {n.name for n in case.graph.nodes}:
+        return None
     new_wait = f"{new_launch}_wait"
     nodes = [NodeSpec(new_launch, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta)),
              NodeSpec(new_wait, "call_function", case.graph.node(wait).target, (NodeRef(new_launch),), {},
                       dict(case.graph.node(wait).meta))]
-    return replace(case, graph=edit.insert_after(case.graph, wait, nodes), label=new_launch)
+    return replace(case, graph=edit.insert_after(case.graph, wait, nodes))
 
 
 def bad_reduce_op(case: Case, launch: str) -> Optional[Case]:
@@ -273,6 +280,17 @@ SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,
 
 
 # -- sites ---------------------------------------------------------------------------------
+
+RS_ONLY = frozenset({bad_reduce_op, rs_extra_consumer})
+AG_ONLY = frozenset({unused_gather, late_source})
+
+
+def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
+    """Whether ``variant`` can act on ``site`` (some defects only exist for AG or for RS)."""
+    launch = site[-1] if isinstance(site, tuple) else site
+    is_rs = _kind(case, launch) == RS_KIND
+    return not ((variant in RS_ONLY and not is_rs) or (variant in AG_ONLY and is_rs))
+
 
 def _site_key(node: NodeSpec) -> tuple:
     name = node.meta.get("param_name") or ""

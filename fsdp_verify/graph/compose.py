@@ -38,6 +38,27 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
 
+_INFERRED: dict[str, Any] = {}
+
+
+def _describe(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("T", tuple(value.shape), value.dtype, value.stride())
+    if isinstance(value, (list, tuple)):
+        return tuple(_describe(v) for v in value)
+    return repr(value)
+
+
+def _infer(target: str, fn: Any, args: tuple, kwargs: dict) -> Any:
+    """The op's meta-tensor result, memoised on argument shapes (generation calls it per node)."""
+    key = repr((target, _describe(args), _describe(sorted(kwargs.items()))))
+    if key not in _INFERRED:
+        if len(_INFERRED) > 50_000:
+            _INFERRED.clear()
+        _INFERRED[key] = fn(*args, **kwargs)
+    return _INFERRED[key]
+
+
 class Composer:
     """Append nodes in order; ``finish(outputs)`` returns the GraphSpec."""
 
@@ -115,7 +136,7 @@ class Composer:
         refs = tuple([NodeRef(x) if isinstance(x, str) and x in self.vals else x for x in a]
                      if isinstance(a, list) else a for a in refs)
         val_args = map_refs(refs, lambda r: self.vals[r.name])
-        val = fn(*val_args, **kwargs)
+        val = _infer(target, fn, val_args, kwargs)
         op_name = target.split(".")[-2] if target.count(".") >= 2 else target.split(".")[-1]
         return self._append(name or self.fresh(op_name), "call_function", target, refs, dict(kwargs),
                             self._meta(backward, meta), val)

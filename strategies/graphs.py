@@ -1,0 +1,145 @@
+"""Hypothesis strategies: valid FSDP graphs, graphs with one targeted defect, and their plan args.
+
+Draw structure, not nodes: a Blueprint is a handful of choices (counts, shapes, dtypes, view
+kinds, flags) that ``render`` turns into a graph deterministically. Every choice shrinks toward
+the simplest graph: one block, one parameter, small shapes, float32, one group, two ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hypothesis import strategies as st
+
+from fsdp_verify.case import Case, PlanArgs
+
+from . import mutations
+from .blueprint import DTYPES, VIEW_KINDS, Blueprint, ParamDraw, render
+
+
+@dataclass(frozen=True)
+class Size:
+    """Bounds on a generated graph. ``tiny`` for CI, ``default`` ~200 nodes, ``scale`` 10k+."""
+
+    max_blocks: int = 3
+    max_params: int = 4
+    max_dims: int = 3
+    max_dim: int = 4
+    min_blocks: int = 1
+    min_params: int = 1
+
+
+SIZES = {
+    "tiny": Size(max_blocks=2, max_params=3, max_dims=2, max_dim=3),
+    "default": Size(),
+    "large": Size(max_blocks=12, max_params=8, min_blocks=6, min_params=4),
+    "scale": Size(max_blocks=80, max_params=8, min_blocks=70, min_params=6, max_dims=2, max_dim=3),
+}
+
+
+def _size(size: Size | str) -> Size:
+    return SIZES[size] if isinstance(size, str) else size
+
+
+@st.composite
+def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None = None) -> ParamDraw:
+    """One parameter of a block (its dtype usually the block's)."""
+    dims = draw(st.integers(1, size.max_dims))
+    shape = tuple(draw(st.lists(st.integers(1, size.max_dim), min_size=dims, max_size=dims)))
+    if draw(st.integers(0, 9)) == 0:
+        dtype = draw(st.sampled_from(DTYPES))
+    return ParamDraw(
+        shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
+        regather=draw(st.booleans()) if forced_regather is None else forced_regather,
+        reduce_op=draw(st.sampled_from(("avg", "sum"))),
+        expert=expert_ok and draw(st.booleans()))
+
+
+@st.composite
+def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] = (2, 4, 8),
+               experts: bool = True) -> Blueprint:
+    """A blueprint of a graph shaped like the output of the FSDP pass (spec section 1.4)."""
+    size = _size(size)
+    degree = draw(st.sampled_from(degrees))
+    expert_degree = 0
+    if experts and degree >= 4 and draw(st.booleans()):
+        expert_degree = draw(st.sampled_from([d for d in (2, 4) if d < degree and degree % d == 0]))
+    blocks = []
+    for _ in range(draw(st.integers(size.min_blocks, size.max_blocks))):
+        dtype = draw(st.sampled_from(DTYPES))
+        count = draw(st.integers(size.min_params, size.max_params))
+        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size))
+                            for _ in range(count)))
+    return Blueprint(
+        blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
+        reshard_after_forward=not draw(st.integers(0, 4)) == 0,
+        overload=draw(st.sampled_from(("", "default"))),
+        device=draw(st.sampled_from(("cuda:0", "cuda:0", "cpu", "meta"))),
+        prep_chains=draw(st.integers(0, 4)) == 0)
+
+
+@st.composite
+def plan_args(draw, blueprint: Blueprint) -> PlanArgs:
+    """Mostly the production defaults; sometimes explicit module groups or a policy."""
+    plans = None
+    choice = draw(st.integers(0, 5))
+    blocks = [f"blocks.{b}" for b in range(len(blueprint.blocks))]
+    if choice == 1:
+        plans = [blocks[i:i + 2] for i in range(0, len(blocks), 2)]  # pairs of blocks share buckets
+    elif choice == 2:
+        plans = [[b] for b in blocks]
+    policy = None
+    if draw(st.integers(0, 3)) == 0:
+        policy = {
+            "cap_bytes": draw(st.none() | st.integers(1, 4096)),
+            "max_input_distance": draw(st.none() | st.integers(0, 40)),
+            "max_consumer_distance": draw(st.none() | st.integers(0, 40)),
+        }
+    return PlanArgs(module_bucket_plans=plans, policy=policy)
+
+
+@st.composite
+def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
+    """A valid FSDP-tagged joint graph with plan arguments and an input seed."""
+    blueprint = draw(blueprints(size, **kwargs))
+    return Case(render(blueprint), draw(plan_args(blueprint)), seed=draw(st.integers(0, 2**16)),
+                label="fsdp_graphs")
+
+
+MUTATION_KINDS = ("skip", "split", "singleton", "args")
+MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "args": 1}  # skip has the most reasons
+
+
+@st.composite
+def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...] = MUTATION_KINDS,
+                   **kwargs) -> Case:
+    """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args)."""
+    blueprint = draw(blueprints(size, **kwargs))
+    case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
+    kind = draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
+    if kind == "args":
+        name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
+        return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
+    if kind == "skip":
+        reason = draw(st.sampled_from(sorted(mutations.SKIP_MUTATIONS)))
+        variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+        sites = mutations.launches(case.graph)
+    else:
+        table = mutations.SPLIT_MUTATIONS if kind == "split" else mutations.SINGLETON_MUTATIONS
+        reason = draw(st.sampled_from(sorted(table)))
+        variant = draw(st.sampled_from(table[reason]))
+        sites = mutations.sibling_pairs(case.graph)
+    sites = [site for site in sites if mutations.fits(variant, case, site)]
+    if not sites:
+        return replace(case, label="fsdp_graphs")
+    site = sites[draw(st.integers(0, len(sites) - 1))]
+    mutated = variant(case, *site) if isinstance(site, tuple) else variant(case, site)
+    if mutated is None:
+        return replace(case, label="fsdp_graphs")
+    where = "/".join(site) if isinstance(site, tuple) else site
+    return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
+
+
+def cases(size: Size | str = "default") -> st.SearchStrategy[Case]:
+    """Valid and mutated graphs together: what a fuzz campaign draws from."""
+    return st.one_of(fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size))

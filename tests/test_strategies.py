@@ -1,0 +1,73 @@
+"""The strategies: reason coverage, validity, shrinking (issue 4)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, find, given, settings
+
+from fsdp_verify.pipeline import build_world, simulate
+from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
+from fsdp_verify.targets import get_target
+from strategies import Size, cases, fsdp_graphs
+from strategies.coverage import format_histogram, reason_histogram
+
+EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
+            "singleton": ("oversized",)}
+
+
+def test_2000_examples_reach_every_reachable_reason():
+    counts = reason_histogram(cases("tiny"), examples=2000, seed=0)
+    print(format_histogram(counts, EXPECTED))
+    assert counts[("cases", "total")] == 2000
+    for action, reasons in EXPECTED.items():
+        missing = [r for r in reasons if (action, r) not in counts]
+        assert not missing, f"unreached {action} reasons: {missing}"
+    assert ("split", "incompatible_key") not in counts  # unreachable from plan_fsdp_buckets (spec 2.7)
+
+
+_fused = {"cases": 0, "fused": 0}
+
+
+@settings(max_examples=30, suppress_health_check=list(HealthCheck), deadline=None)
+@given(fsdp_graphs("default"))
+def test_valid_graphs_build_lint_and_run(case):
+    modules = build_world(case)
+    for module in modules.values():
+        module.graph.lint()
+    run = simulate(case, modules)
+    assert set(run.outputs) == set(case.graph.world())
+    plan = get_target("reference").plan(case, modules[0], 0)
+    _fused["cases"] += 1
+    _fused["fused"] += any(len(b.members) > 1 for b in plan.buckets)
+
+
+def test_most_valid_graphs_have_multi_member_buckets():
+    counted = {"cases": 0, "fused": 0}
+
+    @settings(max_examples=60, database=None, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(fsdp_graphs("default"))
+    def count(case):
+        plan = get_target("reference").plan(case, build_world(case)[0], 0)
+        counted["cases"] += 1
+        counted["fused"] += any(len(b.members) > 1 for b in plan.buckets)
+
+    count()
+    share = counted["fused"] / counted["cases"]
+    print(f"share of generated graphs with a multi-member bucket: {share:.0%} of {counted['cases']}")
+    assert share >= 0.5
+
+
+def _has_fused_rs(case) -> bool:
+    plan = get_target("reference").plan(case, build_world(case)[0], 0)
+    return any(len(b.members) > 1 and b.members[0].kind == "fsdp_reduce_scatter" for b in plan.buckets)
+
+
+def test_planted_failure_shrinks_to_a_small_graph():
+    # A planted "bug": the property fails whenever an RS bucket has two or more members.
+    found = find(fsdp_graphs(Size(max_blocks=8, max_params=6)), _has_fused_rs,
+                 settings=settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck),
+                                   deadline=None))
+    print(f"shrunk to {len(found.graph.nodes)} nodes, groups {dict(found.graph.groups)}")
+    assert len(found.graph.nodes) <= 60
+    assert found.graph.world() == (0, 1)
+    assert list(found.graph.groups) == ["fsdp"]
+    assert len(found.graph.params) == 2
