@@ -11,3 +11,7 @@ from .graphs import SIZES, Size, blueprints, cases, fsdp_graphs, mutated_graphs,
 
 __all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fsdp_graphs",
            "mutated_graphs", "plan_args", "render"]
+
+from .modules import MODELS, fsdp_module_graph, graphs_from_modules  # noqa: E402
+
+__all__ += ["MODELS", "fsdp_module_graph", "graphs_from_modules"]

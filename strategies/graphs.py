@@ -19,7 +19,8 @@ from .blueprint import DTYPES, VIEW_KINDS, Blueprint, ParamDraw, render
 
 @dataclass(frozen=True)
 class Size:
-    """Bounds on a generated graph. ``tiny`` for CI, ``default`` ~200 nodes, ``scale`` 10k+."""
+    """Bounds on a generated graph: ``tiny`` (CI), ``default`` (~80 nodes), ``medium`` (~200),
+    ``large`` (~700) and ``scale`` (10k+). The minimums bound shrinking too."""
 
     max_blocks: int = 3
     max_params: int = 4
@@ -27,13 +28,15 @@ class Size:
     max_dim: int = 4
     min_blocks: int = 1
     min_params: int = 1
+    uniform: bool = False  # draw one block and repeat it (identical layers; keeps huge graphs cheap to draw)
 
 
 SIZES = {
     "tiny": Size(max_blocks=2, max_params=3, max_dims=2, max_dim=3),
     "default": Size(),
+    "medium": Size(max_blocks=4, max_params=5, min_blocks=2, min_params=3),
     "large": Size(max_blocks=12, max_params=8, min_blocks=6, min_params=4),
-    "scale": Size(max_blocks=80, max_params=8, min_blocks=70, min_params=6, max_dims=2, max_dim=3),
+    "scale": Size(max_blocks=100, max_params=8, min_blocks=90, min_params=7, max_dims=2, max_dim=3, uniform=True),
 }
 
 
@@ -64,8 +67,11 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
     expert_degree = 0
     if experts and degree >= 4 and draw(st.booleans()):
         expert_degree = draw(st.sampled_from([d for d in (2, 4) if d < degree and degree % d == 0]))
-    blocks = []
+    blocks: list[tuple[ParamDraw, ...]] = []
     for _ in range(draw(st.integers(size.min_blocks, size.max_blocks))):
+        if size.uniform and blocks:
+            blocks.append(blocks[0])
+            continue
         dtype = draw(st.sampled_from(DTYPES))
         count = draw(st.integers(size.min_params, size.max_params))
         blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size))
@@ -140,6 +146,10 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
 
 
-def cases(size: Size | str = "default") -> st.SearchStrategy[Case]:
-    """Valid and mutated graphs together: what a fuzz campaign draws from."""
-    return st.one_of(fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size))
+def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchStrategy[Case]:
+    """What a fuzz campaign draws from: valid and mutated graphs, and, with ``modules``, traced models."""
+    sources = [fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size)]
+    if modules:
+        from .modules import graphs_from_modules
+        sources.append(graphs_from_modules())
+    return st.one_of(*sources)

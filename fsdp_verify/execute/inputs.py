@@ -28,12 +28,17 @@ def make_inputs(spec: GraphSpec, rank: int, seed: int = 0, mode: str = "exact",
     if mode not in MODES:
         raise ValueError(f"unknown input mode {mode!r}; expected one of {MODES}")
     facts = placeholder_tensors(spec)
+    highs = {item.placeholder: item.high for item in spec.inputs}
     values = []
     for node in spec.nodes:
         if node.op != "placeholder":
             continue
         shape, dtype = facts[node.name]
         gen = _generator(seed, rank, node.name)
+        if not dtype.is_floating_point:
+            high = highs.get(node.name) or 8
+            values.append(torch.randint(0, high, shape, generator=gen).to(dtype).to(device))
+            continue
         if mode == "exact":
             base = torch.randint(-8, 9, shape, generator=gen).to(torch.float64) / 8
         else:

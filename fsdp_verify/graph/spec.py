@@ -36,11 +36,15 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """A non-parameter placeholder (activations, tangents): a per-rank tensor input."""
+    """A non-parameter placeholder (activations, tangents): a per-rank tensor input.
+
+    ``high`` bounds integer inputs (token ids: values in [0, high)); 0 means unbounded.
+    """
 
     placeholder: str
     shape: tuple[int, ...]
     dtype: str
+    high: int = 0
 
 
 @dataclass(frozen=True)
@@ -115,8 +119,8 @@ class GraphSpec:
             "params": [{"fqn": p.fqn, "placeholder": p.placeholder, "shard_shape": list(p.shard_shape),
                         "dtype": p.dtype, "device": p.device, "state_idx": p.state_idx, "group": p.group}
                        for p in self.params],
-            "inputs": [{"placeholder": i.placeholder, "shape": list(i.shape), "dtype": i.dtype}
-                       for i in self.inputs],
+            "inputs": [{"placeholder": i.placeholder, "shape": list(i.shape), "dtype": i.dtype,
+                        **({"high": i.high} if i.high else {})} for i in self.inputs],
             "nodes": [_encode_node(node, f"nodes[{i}]") for i, node in enumerate(self.nodes)],
             "attrs": encode(dict(self.attrs), "attrs"),
         }
@@ -257,9 +261,12 @@ def _param(doc: Any, path: str) -> ParamSpec:
 def _input(doc: Any, path: str) -> InputSpec:
     if not isinstance(doc, dict):
         raise SpecError(path, "must be an object")
+    high = doc.get("high", 0)
+    if not isinstance(high, int) or isinstance(high, bool) or high < 0:
+        raise SpecError(f"{path}.high", "must be a non-negative integer")
     return InputSpec(placeholder=_field(doc, "placeholder", str, path),
                      shape=_shape(_field(doc, "shape", list, path), f"{path}.shape"),
-                     dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"))
+                     dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"), high=high)
 
 
 def _node(doc: Any, path: str) -> NodeSpec:
