@@ -47,8 +47,9 @@ def run_target(target: Target, case: Case) -> TargetRun:
 
 
 def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,
-             mode: str = "exact", observe=None, inputs: Optional[Mapping[int, list]] = None) -> WorldRun:
+             mode: str = "exact", observe=None, override=None,
+             inputs: Optional[Mapping[int, list]] = None) -> WorldRun:
     """Run ``modules`` (one per rank) in the simulated world on the case's inputs."""
     seed = case.seed if seed is None else seed
     values = inputs or {rank: make_inputs(case.graph, rank, seed, mode) for rank in modules}
-    return run_world(modules, values, lambda rank, group: case.graph.group_ranks(rank)[group], observe)
+    return run_world(modules, values, lambda rank, group: case.graph.group_ranks(rank)[group], observe, override)

@@ -182,9 +182,10 @@ class RankInterpreter(fx.Interpreter):
     """Runs one rank's graph; collectives go through the shared World."""
 
     def __init__(self, module: fx.GraphModule, rank: int, world: World,
-                 observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None):
+                 observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
+                 override: Optional[Callable[[int, fx.Node, Any], Any]] = None):
         super().__init__(module, garbage_collect_values=True)
-        self.rank, self.world, self.observe = rank, world, observe
+        self.rank, self.world, self.observe, self.override = rank, world, observe, override
         self.executed = 0
 
     def run_node(self, n: fx.Node) -> Any:
@@ -226,6 +227,8 @@ class RankInterpreter(fx.Interpreter):
                 while isinstance(handle, _Handle) and not self.world.ready(handle):
                     yield None
             self.env[node] = self.run_node(node)
+            if self.override is not None:
+                self.env[node] = self.override(self.rank, node, self.env[node])
             self.executed += 1
             if self.observe is not None:
                 self.observe(self.rank, node, tuple(self.env[a] for a in node.all_input_nodes
@@ -246,10 +249,16 @@ class WorldRun:
 
 
 def run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
-              observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None) -> WorldRun:
-    """Run every rank's module to completion in lockstep; raises Desync or ReadAfterFree."""
+              observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
+              override: Optional[Callable[[int, fx.Node, Any], Any]] = None) -> WorldRun:
+    """Run every rank's module to completion in lockstep; raises Desync or ReadAfterFree.
+
+    ``observe(rank, node, inputs, result)`` sees every node run; ``override(rank, node, value)``
+    may replace a node's value (identity tensors for the layout oracle).
+    """
     world = World(resolve)
-    interpreters = {rank: RankInterpreter(module, rank, world, observe) for rank, module in modules.items()}
+    interpreters = {rank: RankInterpreter(module, rank, world, observe, override)
+                    for rank, module in modules.items()}
     runners = {rank: interp.steps(list(inputs[rank])) for rank, interp in interpreters.items()}
     outputs: dict[int, list[Any]] = {}
     while runners:

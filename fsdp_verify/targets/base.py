@@ -28,6 +28,10 @@ class Target(ABC):
         """A reference-format plan of ``module`` as ``rank`` sees it, without rewriting."""
         raise NotImplementedError(f"target {self.name!r} exposes no planner")
 
+    def rewriters(self) -> tuple:
+        """The per-round ``apply(module, plan)`` functions, for stale-plan and idempotence checks."""
+        return ()
+
     @property
     def has_planner(self) -> bool:
         """Whether ``plan`` is implemented (plan-specific oracles apply)."""

@@ -7,7 +7,7 @@ from typing import Any
 from torch import fx
 
 from ..case import Case
-from ..reference.driver import bucket_world
+from ..reference.driver import ROUNDS, bucket_world
 from ..reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
 from .base import Target
 
@@ -28,6 +28,9 @@ class ReferenceTarget(Target):
 
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> BucketPlan:
         return plan_fsdp_buckets(module, **planner_kwargs(case, rank))
+
+    def rewriters(self) -> tuple:
+        return ROUNDS
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         return bucket_world(modules, lambda rank, module: self.plan(case, module, rank))

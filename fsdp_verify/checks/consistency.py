@@ -1,0 +1,122 @@
+"""Consistency: fused launches are marked and re-plan as already bucketed, stale plans are
+refused, untouched collectives stay untouched, and communicated volume is conserved."""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+
+from torch import fx
+
+from ..execute.simulated import WorldRun
+from .findings import CheckContext, Finding
+from .graph_facts import FSDP_KINDS, by_name, c10d_name, is_launch
+
+CHECKER = "consistency"
+FUSED_META = ("comm_type", "comm_group", "autograd_backward", "fsdp_bucket_id", "fsdp_bucket_members")
+_KEPT_META = ("comm_type", "comm_group", "param_name", "state_idx", "autograd_backward")
+
+
+def _fused_launches(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[fx.Node]:
+    before = by_name(original)
+    return [n for n in rewritten.graph.nodes if is_launch(n) and n.name not in before]
+
+
+def _meta_findings(fused: list[fx.Node]) -> list[Finding]:
+    findings = []
+    for launch in fused:
+        missing = [key for key in FUSED_META if key not in launch.meta]
+        if missing or not launch.meta.get("fsdp_bucket_members") or launch.meta.get("comm_type") not in FSDP_KINDS:
+            findings.append(Finding(CHECKER, f"fused launch {launch.name!r} lacks the fused-node meta "
+                                             f"(missing {missing or 'a truthy fsdp_bucket_members / FSDP comm_type'}); "
+                                             f"re-planning would bucket it again", nodes=(launch.name,)))
+    return findings
+
+
+def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node]) -> list[Finding]:
+    if not fused or ctx.target is None or not ctx.target.has_planner:
+        return []
+    plan = ctx.target.plan(ctx.case, copy.deepcopy(ctx.rewritten[rank]), rank)
+    reasons = {d["node"]: d["reason"] for d in plan.to_dict()["decisions"] if d["action"] == "skip"}
+    return [Finding(CHECKER, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
+                             f"unsupported_or_already_bucketed (got {reasons.get(n.name, 'a candidate')})",
+                    nodes=(n.name,)) for n in fused if reasons.get(n.name) != "unsupported_or_already_bucketed"]
+
+
+def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[Finding]:
+    """A collective that survives by name must be exactly what it was (skipped or singleton)."""
+    after = by_name(rewritten)
+    findings = []
+    for node in original.graph.nodes:
+        kept = after.get(node.name)
+        if kept is None or c10d_name(node) is None:
+            continue
+        was = (str(node.target), str(node.args), {k: node.meta.get(k) for k in _KEPT_META})
+        now = (str(kept.target), str(kept.args), {k: kept.meta.get(k) for k in _KEPT_META})
+        if was != now:
+            findings.append(Finding(CHECKER, f"collective {node.name!r} was kept but changed: {was} -> {now}",
+                                    nodes=(node.name,)))
+    return findings
+
+
+def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
+    rewriters = ctx.target.rewriters() if ctx.target is not None else ()
+    plans = ctx.run.plans.get(rank) or []
+    if not rewriters or not plans or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
+        return []
+    module = copy.deepcopy(ctx.rewritten[rank])
+    before = module.code
+    try:
+        rewriters[0](module, plans[0])
+    except ValueError:
+        return [] if module.code == before else [Finding(
+            CHECKER, "a stale plan was rejected but the graph was changed before the error")]
+    return [Finding(CHECKER, "a stale plan (made for the original graph) was applied to the rewritten graph "
+                             "without being rejected")]
+
+
+def _volume(run: WorldRun, rank: int) -> tuple[Counter, Counter]:
+    counts, elements = Counter(), Counter()
+    for record in run.streams.get(rank, []):
+        counts[(record.group, record.op)] += 1
+        elements[(record.group, record.op)] += math.prod(record.shape)
+    return counts, elements
+
+
+def _volume_findings(ctx: CheckContext, rank: int) -> list[Finding]:
+    before, after = ctx.original_sim, ctx.rewritten_sim
+    if isinstance(before, Exception) or isinstance(after, Exception):
+        return []
+    (c0, e0), (c1, e1) = _volume(before, rank), _volume(after, rank)
+    findings = []
+    for key in sorted(set(e0) | set(e1)):
+        if e0[key] != e1[key]:
+            findings.append(Finding(CHECKER, f"group {key[0]!r} {key[1]}: {e1[key]} elements communicated "
+                                             f"instead of {e0[key]}", details={"group": key[0], "op": key[1]}))
+        if c1[key] > c0[key]:
+            findings.append(Finding(CHECKER, f"group {key[0]!r} {key[1]}: {c1[key]} launches instead of at most "
+                                             f"{c0[key]}"))
+    fused = _fused_launches(ctx.original[rank], ctx.rewritten[rank])
+    fused_away = sum(len(n.meta.get("fsdp_bucket_members") or ()) - 1 for n in fused)
+    if sum(c0.values()) - sum(c1.values()) != fused_away:
+        findings.append(Finding(CHECKER, f"{sum(c0.values())} collectives became {sum(c1.values())}, but the fused "
+                                         f"launches account for exactly {fused_away} fewer (a bucket of k members "
+                                         f"replaces k launches by one)"))
+    return findings
+
+
+def check_consistency(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
+                      plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+    """Fused-node meta, idempotent re-planning, stale plans, untouched collectives, volume."""
+    findings: list[Finding] = []
+    for rank in sorted(rewritten):
+        fused = _fused_launches(original[rank], rewritten[rank])
+        rank_findings = (_meta_findings(fused) + _replan_findings(ctx, rank, fused)
+                         + _untouched_findings(original[rank], rewritten[rank]) + _stale_findings(ctx, rank)
+                         + _volume_findings(ctx, rank))
+        findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
+                        for f in rank_findings)
+        if findings:
+            break
+    return findings

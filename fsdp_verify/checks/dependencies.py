@@ -1,0 +1,96 @@
+"""Dependency preservation: the rewrite keeps every data edge, effect order and free position.
+
+Original nodes are matched to rewritten ones by name (FX keeps names; only collective launches
+and waits may disappear, replaced by fused collectives). Each violation names the broken edge.
+"""
+
+from __future__ import annotations
+
+from torch import fx
+
+from .findings import CheckContext, Finding
+from .graph_facts import (aliases_input, alias_class, by_name, has_effect, is_free, is_launch, is_wait,
+                          positions)
+
+CHECKER = "dependencies"
+
+
+def _lost_nodes(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
+    lost = [n.name for n in orig.graph.nodes if n.name not in names and not (is_launch(n) or is_wait(n))]
+    return [Finding(CHECKER, f"node {name!r} of the original graph is missing from the rewrite (only "
+                             f"collective launches and waits may be replaced)", nodes=(name,)) for name in lost]
+
+
+def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
+    """Every original edge X -> N with both ends kept must still be there."""
+    findings = []
+    for node in orig.graph.nodes:
+        kept = names.get(node.name)
+        if kept is None:
+            continue
+        now = {n.name for n in kept.all_input_nodes}
+        for source in node.all_input_nodes:
+            if source.name in names and not is_wait(source) and source.name not in now:
+                findings.append(Finding(CHECKER, f"edge {source.name} -> {node.name} is broken: {node.name!r} no "
+                                                 f"longer reads {source.name!r}", nodes=(source.name, node.name)))
+    return findings
+
+
+def _order(orig: fx.GraphModule, names: dict[str, fx.Node], pos: dict[str, int], what: str,
+           keep) -> list[Finding]:
+    """Kept nodes selected by ``keep`` appear in the rewrite in their original relative order."""
+    sequence = [n.name for n in orig.graph.nodes if n.name in names and keep(n)]
+    findings = []
+    for earlier, later in zip(sequence, sequence[1:]):
+        if pos[earlier] > pos[later]:
+            findings.append(Finding(CHECKER, f"{what} order changed: {earlier!r} came before {later!r} in the "
+                                             f"original but after it in the rewrite", nodes=(earlier, later)))
+            break
+    return findings
+
+
+def _unwaited_reads(module: fx.GraphModule) -> list[Finding]:
+    findings = []
+    for node in module.graph.nodes:
+        if not is_launch(node):
+            continue
+        for user in node.users:
+            if not is_wait(user):
+                findings.append(Finding(CHECKER, f"{user.name!r} reads collective {node.name!r} without waiting "
+                                                 f"for it", nodes=(node.name, user.name)))
+    return findings
+
+
+def reads_after_free(module: fx.GraphModule) -> list[Finding]:
+    """Static read-after-free: a node after a free that reads any alias of the freed storage."""
+    findings = []
+    pos = {node: index for index, node in enumerate(module.graph.nodes)}
+    for free in module.graph.nodes:
+        if not is_free(free) or not free.args or not isinstance(free.args[0], fx.Node):
+            continue
+        for alias in alias_class(free.args[0]):
+            for user in alias.users:
+                if pos[user] > pos[free] and not is_free(user) and not aliases_input(user):
+                    findings.append(Finding(CHECKER, f"{user.name!r} reads {alias.name!r} after {free.name!r} "
+                                                     f"freed its storage", nodes=(free.name, alias.name, user.name)))
+    return findings
+
+
+def check_dependencies(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
+                       plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+    """Data edges, effect order, real-node order, waits before reads, and no read after free."""
+    findings: list[Finding] = []
+    for rank in sorted(rewritten):
+        orig, new = original[rank], rewritten[rank]
+        names, pos = by_name(new), positions(new)
+        rank_findings = (
+            _lost_nodes(orig, names) + _edges(orig, names)
+            + _order(orig, names, pos, "effect", has_effect)
+            + _order(orig, names, pos, "non-view node", lambda n: n.op == "call_function" and not aliases_input(n)
+                     and not is_launch(n) and not is_wait(n))
+            + _unwaited_reads(new) + reads_after_free(new))
+        findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
+                        for f in rank_findings)
+        if findings:
+            break  # one rank's account is enough; the others are usually the same
+    return findings

@@ -1,0 +1,70 @@
+"""Findings and the context every checker receives."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Optional
+
+from torch import fx
+
+from ..case import Case
+from ..execute.simulated import SimulationError, WorldRun
+from ..pipeline import TargetRun, simulate
+
+ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violated invariant: which checker, what is wrong, where, and the evidence."""
+
+    checker: str
+    message: str
+    nodes: tuple[str, ...] = ()
+    details: dict = field(default_factory=dict)
+    rank: Optional[int] = None
+    severity: str = ERROR
+
+    def to_json(self) -> dict:
+        """A JSON-ready record."""
+        return {"checker": self.checker, "message": self.message, "nodes": list(self.nodes),
+                "details": self.details, "rank": self.rank, "severity": self.severity}
+
+
+@dataclass
+class CheckContext:
+    """What the checkers share for one case: the target's run and lazily computed simulations."""
+
+    run: TargetRun
+    target: Any = None
+    metrics: dict = field(default_factory=dict)  # figures checkers report besides findings
+
+    @property
+    def case(self) -> Case:
+        return self.run.case
+
+    @property
+    def original(self) -> dict[int, fx.GraphModule]:
+        return self.run.originals
+
+    @property
+    def rewritten(self) -> dict[int, fx.GraphModule]:
+        return self.run.rewritten
+
+    @cached_property
+    def original_sim(self) -> WorldRun | SimulationError | Exception:
+        """The original graphs run in the simulated world (or why they could not run)."""
+        return _attempt(lambda: simulate(self.case, self.original))
+
+    @cached_property
+    def rewritten_sim(self) -> WorldRun | SimulationError | Exception:
+        """The rewritten graphs run in the simulated world (or why they could not run)."""
+        return _attempt(lambda: simulate(self.case, self.rewritten))
+
+
+def _attempt(fn):
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a failing run is evidence, not a harness crash
+        return exc

@@ -1,0 +1,137 @@
+"""Small, planner-independent facts about FX graphs that several checkers read.
+
+These follow the spec's definitions (sections 1.2-1.6) but are written for the oracles, not
+shared with the reference planner, so a planner bug cannot hide behind the same helper.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Iterable
+
+import torch
+from torch import fx
+
+from ..graph.ops import is_free_target
+
+FSDP_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward", "fsdp_reduce_scatter")
+FREE_KINDS = ("fsdp_reshard_free", "fsdp_reshard_free_backward")
+
+
+def c10d_name(node: fx.Node) -> str | None:
+    """``all_gather_into_tensor``, ``wait_tensor``... for functional c10d calls, else None."""
+    if node.op != "call_function":
+        return None
+    parts = str(node.target).split(".")
+    return parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
+
+
+def is_launch(node: fx.Node) -> bool:
+    """A functional collective launch (anything c10d but a wait)."""
+    name = c10d_name(node)
+    return name is not None and name != "wait_tensor"
+
+
+def is_wait(node: fx.Node) -> bool:
+    """A ``wait_tensor`` call."""
+    return c10d_name(node) == "wait_tensor"
+
+
+def is_free(node: fx.Node) -> bool:
+    """A storage-release call (tagged or not)."""
+    return node.op == "call_function" and is_free_target(node.target)
+
+
+def _schema(node: fx.Node):
+    target = node.target
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        target = target.default
+    return target._schema if isinstance(target, torch._ops.OpOverload) else None
+
+
+def aliases_input(node: fx.Node) -> bool:
+    """The result shares storage with its first input (a view, or getitem of a multi-output view)."""
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return isinstance(source, fx.Node) and aliases_input(source)
+    schema = _schema(node)
+    if schema is None or not schema.returns:
+        return False
+    alias = schema.returns[0].alias_info
+    return alias is not None and not alias.is_write
+
+
+def has_effect(node: fx.Node) -> bool:
+    """Frees, FX side-effectful calls and mutating ops: nodes whose order is observable."""
+    if node.op in ("call_module", "call_method"):
+        return True
+    if node.op != "call_function" or c10d_name(node) is not None:
+        return False
+    if is_free(node) or node.target in fx.node._side_effectful_functions:
+        return True
+    schema = _schema(node)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def storage_root(node: fx.Node) -> fx.Node:
+    """The node that owns the storage ``node`` aliases (walking up view chains)."""
+    while aliases_input(node) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
+
+
+def alias_class(node: fx.Node) -> list[fx.Node]:
+    """Every node sharing ``node``'s storage: its root and all views below the root."""
+    root = storage_root(node)
+    found, stack = [root], [root]
+    while stack:
+        for user in stack.pop().users:
+            if aliases_input(user) and user not in found:
+                found.append(user)
+                stack.append(user)
+    return found
+
+
+def positions(module: fx.GraphModule) -> dict[str, int]:
+    """Node name -> index."""
+    return {node.name: index for index, node in enumerate(module.graph.nodes)}
+
+
+def by_name(module: fx.GraphModule) -> dict[str, fx.Node]:
+    """Node name -> node."""
+    return {node.name: node for node in module.graph.nodes}
+
+
+def input_names(node: fx.Node) -> list[str]:
+    """Names of the nodes ``node`` reads, in argument order."""
+    return [n.name for n in node.all_input_nodes]
+
+
+def flat_args(node: fx.Node) -> Iterable:
+    """Every leaf of args and kwargs, in order."""
+    leaves: list = []
+    fx.node.map_aggregate((node.args, node.kwargs), leaves.append)
+    return leaves
+
+
+def rs_prep_chain(launch: fx.Node) -> set[fx.Node]:
+    """Spec 1.7, restated: the private reshape/cat/contiguous chain owned by the launch's bucket id."""
+    inputs = launch.all_input_nodes
+    if len(inputs) != 1 or set(inputs[0].users) != {launch} or inputs[0].meta.get("autograd_backward") is False:
+        return set()
+    owner = inputs[0].meta.get("fsdp_reduce_scatter_prepare")
+    if not owner or owner != launch.meta.get("fsdp_bucket_id"):
+        return set()
+    chain, stack = set(), [inputs[0]]
+    while stack:
+        node = stack.pop()
+        if node in chain or node.meta.get("fsdp_bucket_prepare") != owner:
+            continue
+        name = str(node.target).split(".")[1] if node.op == "call_function" else ""
+        if not str(node.target).startswith("aten.") or name not in ("reshape", "cat", "contiguous"):
+            return set()
+        chain.add(node)
+        stack.extend(node.all_input_nodes)
+    return set() if any(set(n.users) - chain - {launch} for n in chain) else chain

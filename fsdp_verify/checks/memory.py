@@ -1,0 +1,82 @@
+"""Memory: a liveness walk over each graph, honouring frees, on the sizes a simulated run saw.
+
+Fusing holds extra memory for one bucket at a time: its packed buffer (the AG output or the RS
+copy-in) and, for AG, the members' independent copies, which copy-out materialises together
+and earlier than the original gathers did. So the rewritten peak may exceed the original's by
+at most ``SLACK`` times the largest packed buffer; with copy-out, 2 is the tight factor (1 would
+flag every correct AG rewrite whose copy-out moment is the peak). Both peaks are reported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from ..pipeline import simulate
+from .findings import CheckContext, Finding
+from .graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
+
+CHECKER = "memory"
+SLACK = 2
+
+
+def _sizes(ctx: CheckContext, modules: dict[int, fx.GraphModule], rank: int) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+
+    def observe(seen_rank: int, node: fx.Node, inputs: tuple, result: Any) -> None:
+        if seen_rank == rank and isinstance(result, torch.Tensor) and not aliases_input(node):
+            sizes[node.name] = result.numel() * result.element_size()
+
+    simulate(ctx.case, modules, observe=observe)
+    return sizes
+
+
+def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
+    """Peak of the bytes held by storages that are defined, not yet freed and still to be read."""
+    nodes = list(module.graph.nodes)
+    index = {node: i for i, node in enumerate(nodes)}
+    last_use: dict[fx.Node, int] = {}
+    freed_at: dict[fx.Node, int] = {}
+    for node in nodes:
+        root = storage_root(node)
+        for user in node.users:
+            if is_free(user):
+                freed_at[root] = min(freed_at.get(root, index[user]), index[user])
+            else:
+                last_use[root] = max(last_use.get(root, index[node]), index[user])
+    end = {root: freed_at.get(root, last_use.get(root, index[root])) for root in nodes}
+    delta = [0] * (len(nodes) + 1)
+    for node in nodes:
+        size = sizes.get(node.name, 0)
+        if size and storage_root(node) is node:
+            delta[index[node]] += size
+            delta[end[node] + 1] -= size
+    peak = live = 0
+    for change in delta:
+        live += change
+        peak = max(peak, live)
+    return peak
+
+
+def check_memory(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
+                 plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+    """Rewritten peak <= original peak + the largest fused buffer (on the first rank)."""
+    rank = min(rewritten)
+    try:
+        before, after = _sizes(ctx, original, rank), _sizes(ctx, rewritten, rank)
+    except Exception:  # noqa: BLE001 - runs that fail are reported by the numerics checker
+        return []
+    old, new = peak_live_bytes(original[rank], before), peak_live_bytes(rewritten[rank], after)
+    known = by_name(original[rank])
+    fused = [n for n in rewritten[rank].graph.nodes if is_launch(n) and n.name not in known]
+    buffers = [after.get(storage_root(n).name, 0) for launch in fused
+               for n in (*launch.users, *launch.all_input_nodes)]
+    largest = max(buffers, default=0)
+    ctx.metrics["memory"] = {"original_peak_bytes": old, "rewritten_peak_bytes": new, "largest_bucket_bytes": largest}
+    if new > old + SLACK * largest:
+        return [Finding(CHECKER, f"rank {rank}: peak live bytes {new} exceed the original's {old} by "
+                                 f"{new - old}, more than {SLACK}x the largest fused buffer ({largest} bytes)",
+                        details=dict(ctx.metrics["memory"]), rank=rank)]
+    return []

@@ -1,0 +1,92 @@
+"""Numerical equality in the simulated world: every output of every rank, bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import fx
+
+from ..execute.simulated import Desync, ReadAfterFree
+from .findings import INVALID, CheckContext, Finding
+
+CHECKER = "numerics"
+_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def output_names(module: fx.GraphModule) -> list[str]:
+    """The node name behind each flattened output position."""
+    output = next(iter(module.graph.find_nodes(op="output")))
+    names: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+        else:
+            names.append(value.name if isinstance(value, fx.Node) else repr(value))
+
+    walk(output.args[0])
+    return names
+
+
+def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
+    """None when ``a`` and ``b`` are bitwise identical, else where and by how much they differ."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"}
+    if a.numel() == 0:
+        return None
+    x, y = a.detach().contiguous().cpu(), b.detach().contiguous().cpu()
+    if not x.dtype.is_floating_point:
+        return None if torch.equal(x, y) else {"reason": "values differ"}
+    ints = _INT_VIEW[x.element_size()]
+    xi, yi = x.view(ints).reshape(-1).to(torch.int64), y.view(ints).reshape(-1).to(torch.int64)
+    differ = xi != yi
+    if not bool(differ.any()):
+        return None
+    index = int(differ.nonzero()[0])
+    abs_diff = (x.reshape(-1).double() - y.reshape(-1).double()).abs()
+    return {"first_index": index, "expected": float(x.reshape(-1)[index]), "actual": float(y.reshape(-1)[index]),
+            "max_abs_diff": float(abs_diff.nan_to_num(float("inf")).max()),
+            "max_ulp_diff": int((xi - yi).abs().max()), "elements_differing": int(differ.sum())}
+
+
+def run_failure(checker: str, error: Exception) -> Finding:
+    """The finding for a rewritten graph that could not run (desync, read after free, crash)."""
+    if isinstance(error, Desync):
+        return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync"})
+    if isinstance(error, ReadAfterFree):
+        return Finding(checker, f"rewritten graph reads freed storage: {error}", nodes=(error.reader, error.freed),
+                       rank=error.rank, details={"kind": "read_after_free"})
+    return Finding(checker, f"rewritten graph fails in the simulated world: {type(error).__name__}: {error}",
+                   details={"kind": "crash"})
+
+
+def check_numerics(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
+                   plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+    """Original and rewritten graphs give bitwise equal outputs on every simulated rank."""
+    before, after = ctx.original_sim, ctx.rewritten_sim
+    if isinstance(before, Exception):
+        return [Finding(CHECKER, f"the original graph cannot run, so the case cannot be judged: {before}",
+                        severity=INVALID)]
+    if isinstance(after, Exception):
+        return [run_failure(CHECKER, after)]
+    findings = []
+    for rank in sorted(before.outputs):
+        names = output_names(original[rank])
+        expected, actual = before.outputs[rank], after.outputs.get(rank, [])
+        if len(expected) != len(actual):
+            findings.append(Finding(CHECKER, f"rank {rank}: {len(actual)} outputs instead of {len(expected)}",
+                                    rank=rank))
+            continue
+        for index, (x, y) in enumerate(zip(expected, actual)):
+            if not isinstance(x, torch.Tensor):
+                continue
+            diff = bit_difference(x, y) if isinstance(y, torch.Tensor) else {"reason": "not a tensor"}
+            if diff is not None:
+                name = names[index] if index < len(names) else f"#{index}"
+                detail = ", ".join(f"{k} {v}" for k, v in diff.items())
+                findings.append(Finding(CHECKER, f"rank {rank}: output {index} ({name}) differs: {detail}",
+                                        nodes=(name,), details={"output": index, **diff}, rank=rank))
+                break
+    return findings
