@@ -72,6 +72,9 @@ def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
     except ValueError:
         return [] if module.code == before else [Finding(
             CHECKER, "a stale plan was rejected but the graph was changed before the error")]
+    except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
+        return [Finding(CHECKER, f"a stale plan (made for the original graph) was not rejected: applying it to the "
+                                 f"rewritten graph crashed with {type(exc).__name__}: {exc}")]
     return [Finding(CHECKER, "a stale plan (made for the original graph) was applied to the rewritten graph "
                              "without being rejected")]
 

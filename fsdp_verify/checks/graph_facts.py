@@ -7,8 +7,6 @@ shared with the reference planner, so a planner bug cannot hide behind the same 
 from __future__ import annotations
 
 import operator
-from typing import Iterable
-
 import torch
 from torch import fx
 
@@ -102,18 +100,6 @@ def positions(module: fx.GraphModule) -> dict[str, int]:
 def by_name(module: fx.GraphModule) -> dict[str, fx.Node]:
     """Node name -> node."""
     return {node.name: node for node in module.graph.nodes}
-
-
-def input_names(node: fx.Node) -> list[str]:
-    """Names of the nodes ``node`` reads, in argument order."""
-    return [n.name for n in node.all_input_nodes]
-
-
-def flat_args(node: fx.Node) -> Iterable:
-    """Every leaf of args and kwargs, in order."""
-    leaves: list = []
-    fx.node.map_aggregate((node.args, node.kwargs), leaves.append)
-    return leaves
 
 
 def rs_prep_chain(launch: fx.Node) -> set[fx.Node]:

@@ -1,0 +1,12 @@
+"""Planted bugs: targets that are the reference planner/rewriter with one realistic defect each.
+
+A verification harness is worth the bugs it catches; ``selftest`` fuzzes every mutant and
+reports which checker kills it. Planner bugs patch one rule for the duration of a call;
+rewriter bugs apply the reference rewrite and then damage it the way a real bug would.
+"""
+
+from __future__ import annotations
+
+from .catalogue import MUTANTS, Mutant, get_mutant
+
+__all__ = ["MUTANTS", "Mutant", "get_mutant"]

@@ -1,0 +1,17 @@
+"""The property the whole harness exists for: the reference target passes every checker."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+
+from fsdp_verify.checks import ERROR, check_all
+from fsdp_verify.targets import get_target
+from strategies import cases
+
+
+@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@given(cases("default", modules=True))
+def test_reference_target_passes_all_checkers(case):
+    findings, _ = check_all(get_target("reference"), case)
+    errors = [f.message for f in findings if f.severity == ERROR]
+    assert not errors, f"{case.label}: {errors}"
