@@ -1,40 +1,250 @@
-"""The ``fsdp-verify`` command line."""
+"""The ``fsdp-verify`` command line: fuzz, replay, show, gate, targets, coverage, selftest.
+
+Exit codes: 0 success, 1 a failure was found (or a replay disagreed), 2 bad input (unknown
+target, malformed corpus file, bad arguments).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Sequence
 
-from .graph.builder import build_module
-from .graph.examples import mlp_graph
-from .reference.planner import plan_fsdp_buckets
+from . import campaign, corpus, profiles
 
 
-def _cmd_example(args: argparse.Namespace) -> int:
-    spec = mlp_graph(layers=args.layers, degree=args.degree)
-    module = build_module(spec)
-    plan = plan_fsdp_buckets(module, group_ranks=spec.group_ranks(0))
-    print(json.dumps(plan.to_dict(), indent=2, default=str))
+class UsageError(Exception):
+    """Bad input: exit code 2 with this message."""
+
+
+def _target(name: str):
+    from .targets import TargetNotFound, get_target
+    try:
+        return get_target(name)
+    except TargetNotFound as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _progress_printer(interactive: bool, every: float = 10.0):
+    state = {"last": 0.0}
+
+    def show(result: campaign.Result, elapsed: float) -> None:
+        if interactive:
+            sys.stderr.write(f"\r{result.examples} examples, {len(result.failures)} failures, {elapsed:.0f}s ")
+            sys.stderr.flush()
+        elif elapsed - state["last"] >= every:
+            state["last"] = elapsed
+            print(f"progress: {result.examples} examples, {len(result.failures)} failures, {elapsed:.0f}s", flush=True)
+    return show
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    from .report.summary import junit_xml, summary_text
+    _target(args.target)
+    try:
+        budget = campaign.Budget.parse(args.budget)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
+                             corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
+                             max_failures=args.max_failures)
+    interactive = sys.stderr.isatty() and not os.environ.get("CI")
+    if args.workers > 1:
+        print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget}", flush=True)
+        result = campaign.run_parallel(config, args.workers)
+    else:
+        result = campaign.run(config, _progress_printer(interactive))
+        if interactive:
+            sys.stderr.write("\n")
+    print(summary_text(result, args.target))
+    if args.junit:
+        Path(args.junit).write_text(junit_xml(result, args.target))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
+    return 1 if result.failures else 0
+
+
+def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, corpus.Entry]], list[str]]:
+    entries, errors = [], []
+    for path in corpus.discover(paths or ["corpus"]):
+        try:
+            entries.append((path, corpus.load(path)))
+        except corpus.CorpusError as exc:
+            errors.append(str(exc))
+    return entries, errors
+
+
+def replay_entry(target, entry: corpus.Entry) -> corpus.Verdict:
+    """The verdict ``target`` gives the entry's case now."""
+    from .checks import ERROR, check_all
+    findings, _ = check_all(target, entry.case)
+    return corpus.Verdict.of([f for f in findings if f.severity == ERROR])
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    target = _target(args.target)
+    missing = [p for p in args.paths if not Path(p).exists()]
+    if missing:
+        raise UsageError(f"no such file or folder: {', '.join(missing)}")
+    entries, errors = _load_all(args.paths)
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    disagreements = 0
+    for path, entry in entries:
+        verdict = replay_entry(target, entry)
+        same = verdict.status == entry.verdict.status and verdict.checkers == entry.verdict.checkers
+        disagreements += not same
+        recorded = entry.verdict.status + (f" [{', '.join(entry.verdict.checkers)}]" if entry.verdict.checkers else "")
+        now = verdict.status + (f" [{', '.join(verdict.checkers)}]" if verdict.checkers else "")
+        print(f"{'ok  ' if same else 'DIFF'} {path}: recorded {recorded}, now {now}")
+        if not same and verdict.findings:
+            print(f"     {verdict.findings[0][0]}: {verdict.findings[0][1][:300]}")
+    print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as recorded, "
+          f"{disagreements} different, {len(errors)} unreadable")
+    if errors:
+        return 2
+    return 1 if disagreements else 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .checks import CheckContext, check_run
+    from .pipeline import run_target
+    from .report.account import account
+    from .report.picture import GraphvizMissing, dot_source, render_svg
+    try:
+        entry = corpus.load(args.case)
+    except corpus.CorpusError as exc:
+        raise UsageError(str(exc)) from None
+    target = _target(args.target or "reference")
+    ctx = CheckContext(run_target(target, entry.case), target)
+    findings = check_run(ctx)
+    print(f"{args.case} (recorded against {entry.target}: {entry.verdict.status}; replayed against {target.name})")
+    print(account(ctx, findings))
+    dot = dot_source(ctx, findings) if (args.dot or args.svg) else None
+    if args.dot:
+        Path(args.dot).write_text(dot)
+        print(f"wrote {args.dot}")
+    if args.svg:
+        try:
+            render_svg(dot, args.svg)
+        except GraphvizMissing as exc:
+            raise UsageError(str(exc)) from None
+        print(f"wrote {args.svg}")
     return 0
+
+
+def cmd_targets(args: argparse.Namespace) -> int:
+    from .targets import available
+    for name, summary in sorted(available().items()):
+        print(f"{name:<20} {summary}")
+    print("module:callable      any importable factory returning a fsdp_verify.targets.Target")
+    return 0
+
+
+def cmd_coverage(args: argparse.Namespace) -> int:
+    from strategies import cases
+    from strategies.coverage import format_histogram, reason_histogram
+
+    from .report.summary import EXPECTED
+    _target(args.target)
+    counts = reason_histogram(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target)
+    print(format_histogram(counts, EXPECTED))
+    missing = [r for action, reasons in EXPECTED.items() for r in reasons if (action, r) not in counts]
+    return 1 if missing else 0
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from .gate import gate_report
+    baseline, candidate = _target(args.baseline), _target(args.candidate)
+    entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed)
+    print(text)
+    if errors:
+        return 2
+    return 1 if violations else 0
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from .selftest import run_selftest
+    table, survivors = run_selftest(args.examples, args.seed, only=args.mutant or None)
+    print(table)
+    return 1 if survivors else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="fsdp-verify", description=__doc__)
+    parser = argparse.ArgumentParser(prog="fsdp-verify", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    example = sub.add_parser("example", help="print the reference plan of the built-in MLP example graph")
-    example.add_argument("--layers", type=int, default=2)
-    example.add_argument("--degree", type=int, default=2)
-    example.set_defaults(func=_cmd_example)
+
+    fuzz = sub.add_parser("fuzz", help="fuzz a target; shrunk failures are saved to the corpus")
+    fuzz.add_argument("--target", default="reference", help="target name or module:callable (default reference)")
+    fuzz.add_argument("--budget", default="60s", help="wall clock (90s, 5m, 1h) or an example count (500)")
+    fuzz.add_argument("--workers", type=int, default=1, help="worker processes (they share --db)")
+    fuzz.add_argument("--seed", type=int, default=0)
+    fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev")
+    fuzz.add_argument("--db", help="Hypothesis example database folder, shared between runs and workers")
+    fuzz.add_argument("--corpus", default="corpus/found", help="where shrunk failures are written")
+    fuzz.add_argument("--size", default="default", help="graph size preset: tiny, default, medium, large, scale")
+    fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
+    fuzz.add_argument("--max-failures", type=int, default=10)
+    fuzz.add_argument("--junit", help="write a JUnit XML report here")
+    fuzz.add_argument("--json", help="write a JSON summary here")
+    fuzz.set_defaults(func=cmd_fuzz)
+
+    replay = sub.add_parser("replay", help="re-run corpus cases; exit 0 only if every verdict is as recorded")
+    replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
+    replay.add_argument("--target", default="reference")
+    replay.set_defaults(func=cmd_replay)
+
+    show = sub.add_parser("show", help="a readable account of one case, optionally drawn with Graphviz")
+    show.add_argument("case")
+    show.add_argument("--target", help="target to replay against (default reference)")
+    show.add_argument("--svg", help="write an SVG picture of original and rewritten graph")
+    show.add_argument("--dot", help="write the Graphviz source")
+    show.set_defaults(func=cmd_show)
+
+    gate = sub.add_parser("gate", help="run the same cases through two targets; fail if the candidate breaks "
+                                       "an invariant; report plan differences")
+    gate.add_argument("--baseline", required=True)
+    gate.add_argument("--candidate", required=True)
+    gate.add_argument("--examples", type=int, default=100, help="generated cases (fixed seed)")
+    gate.add_argument("--seed", type=int, default=0)
+    gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
+    gate.set_defaults(func=cmd_gate)
+
+    targets = sub.add_parser("targets", help="list the available targets")
+    targets.set_defaults(func=cmd_targets)
+
+    coverage = sub.add_parser("coverage", help="print the planner decision histogram of the strategies")
+    coverage.add_argument("--examples", type=int, default=2000)
+    coverage.add_argument("--seed", type=int, default=0)
+    coverage.add_argument("--size", default="tiny")
+    coverage.add_argument("--target", default="reference")
+    coverage.set_defaults(func=cmd_coverage)
+
+    selftest = sub.add_parser("selftest", help="fuzz every planted bug and report which checker kills it")
+    selftest.add_argument("--examples", type=int, default=200, help="example budget per planted bug")
+    selftest.add_argument("--seed", type=int, default=0)
+    selftest.add_argument("--mutant", action="append", help="only these planted bugs")
+    selftest.set_defaults(func=cmd_selftest)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    profiles.load_default()
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"fsdp-verify: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,10 +1,18 @@
-"""pytest plugin: Hypothesis profiles and the ``--fsdp-target`` option."""
+"""pytest plugin: corpus cases as test items, ``--fsdp-target``, and the Hypothesis profiles.
+
+Every ``*.json`` file below a folder named ``corpus`` is collected as one test that replays the
+case against ``--fsdp-target`` (default ``reference``). A case recorded against that same target
+must give its recorded verdict; a case recorded against another target (a counterexample found
+in someone else's planner) is a regression test that every invariant holds: it must pass.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from . import profiles
+from . import corpus, profiles
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -15,6 +23,48 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     profiles.load_default()
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path):
+    if file_path.suffix == ".json" and "corpus" in file_path.parts and not file_path.name.startswith(".tmp-"):
+        return CorpusFile.from_parent(parent, path=file_path)
+    return None
+
+
+class CorpusFile(pytest.File):
+    """One corpus file: one replay test."""
+
+    def collect(self):
+        yield CorpusItem.from_parent(self, name=self.path.stem)
+
+
+class CorpusMismatch(Exception):
+    """The replayed verdict differs from the recorded one."""
+
+
+class CorpusItem(pytest.Item):
+    """Replays one corpus case and compares verdicts."""
+
+    def runtest(self) -> None:
+        from .cli import replay_entry
+        from .targets import get_target
+        entry = corpus.load(self.path)  # a CorpusError names file, field and reason
+        target = get_target(self.config.getoption("--fsdp-target"))
+        verdict = replay_entry(target, entry)
+        expected = entry.verdict if entry.target == target.name else corpus.Verdict(corpus.PASS)
+        if verdict.status != expected.status or verdict.checkers != expected.checkers:
+            detail = f"; first finding: {verdict.findings[0][1]}" if verdict.findings else ""
+            raise CorpusMismatch(f"expected {expected.status} {list(expected.checkers)} (recorded against "
+                                 f"{entry.target}), replayed {verdict.status} {list(verdict.checkers)} against "
+                                 f"{target.name}{detail}")
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, (CorpusMismatch, corpus.CorpusError)):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return self.path, 0, f"corpus case {self.path.name}"
 
 
 @pytest.fixture

@@ -200,6 +200,12 @@ def capacity(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": max(sizes)})
 
 
+def capacity_boundary(case: Case, a: str, b: str) -> Case:
+    """A cap exactly one byte below the pair's combined size: the off-by-one boundary."""
+    total = _size_bytes(case.graph.node(a)) + _size_bytes(case.graph.node(b))
+    return case.with_args(policy={"cap_bytes": total - 1})
+
+
 def oversized(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": max(1, _size_bytes(case.graph.node(b)) - 1)})
 
@@ -268,7 +274,7 @@ def phase_flip_between(case: Case, a: str, b: str) -> Case:
 
 SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
     "repeated_parameter_instance": (repeated_state_idx,),
-    "capacity": (capacity,),
+    "capacity": (capacity, capacity_boundary),
     "input_distance": (input_distance,),
     "consumer_distance": (consumer_distance,),
     "dependency_conflict": (late_source,),

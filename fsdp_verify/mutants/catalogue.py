@@ -39,7 +39,7 @@ class Mutant(ReferenceTarget):
                  damage: Callable[[fx.GraphModule, int], None] | None = None,
                  rank_patches: Callable[[int], list[Patch]] | None = None,
                  plan_type: type | None = None):
-        self.name, self.summary = name, summary
+        self.name, self.summary = f"mutant:{name}", summary
         self._patches, self._damage, self._rank_patches = patches, damage, rank_patches
         self._plan_type = plan_type
 
@@ -229,7 +229,7 @@ def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
             module.graph.call_function(operator.getitem, (copies, 0))
 
 
-MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("key_ignores_dtype", "bucket key ignores dtype", lambda: _key_without(5)),
     Mutant("key_ignores_reduce_op", "bucket key ignores the reduce op", lambda: _key_without(7)),
     Mutant("key_ignores_group", "bucket key ignores the process group", lambda: _key_without(3)),

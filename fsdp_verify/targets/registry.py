@@ -10,6 +10,7 @@ from .base import Target
 from .reference import ReferenceTarget
 
 ENTRY_POINT_GROUP = "fsdp_verify.targets"
+MUTANT_PREFIX = "mutant:"
 BUILTIN: dict[str, Callable[[], Target]] = {"reference": ReferenceTarget}
 
 
@@ -20,6 +21,7 @@ class TargetNotFound(LookupError):
 def available() -> dict[str, str]:
     """Every target name that resolves without a module path, with a one-line summary."""
     names = {name: factory.summary for name, factory in BUILTIN.items()}
+    names["mutant:<name>"] = "a planted bug (fsdp-verify selftest lists them)"
     for point in entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(point.name, f"entry point {point.value}")
     return names
@@ -36,6 +38,11 @@ def get_target(name: str) -> Target:
     """Resolve a target name; raises TargetNotFound with the list of known targets."""
     if name in BUILTIN:
         return BUILTIN[name]()
+    if name.startswith(MUTANT_PREFIX):
+        from ..mutants import MUTANTS
+        if name[len(MUTANT_PREFIX):] in MUTANTS:
+            return MUTANTS[name[len(MUTANT_PREFIX):]]
+        raise TargetNotFound(f"unknown planted bug {name!r}; available: {', '.join(sorted(MUTANTS))}")
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name == name:
             return _instantiate(point.load(), name)

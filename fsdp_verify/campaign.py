@@ -1,0 +1,177 @@
+"""A fuzz campaign: Hypothesis draws cases, the target runs, every checker judges, failures shrink
+and land in the corpus. Budgets are wall-clock or example counts; several worker processes share
+one Hypothesis example database so a failure found once is replayed first next time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import hypothesis
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from . import corpus, profiles
+from .case import Case
+from .checks import ERROR, check_all
+from .targets import get_target
+
+CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
+
+
+class _CaseFailed(AssertionError):
+    """Raised inside the property so Hypothesis shrinks the case."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Stop after ``seconds`` of wall clock or ``examples`` cases, whichever is given."""
+
+    seconds: Optional[float] = None
+    examples: Optional[int] = None
+
+    @staticmethod
+    def parse(text: str) -> "Budget":
+        """``90s``, ``5m``, ``1h`` (time) or ``500`` (examples)."""
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+        if not match:
+            raise ValueError(f"budget {text!r}: use a duration like 90s, 5m, 1h or an example count like 500")
+        value, unit = float(match.group(1)), match.group(2)
+        if not unit:
+            return Budget(examples=int(value))
+        return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
+
+
+@dataclass
+class Config:
+    """What one campaign (or one worker of it) does."""
+
+    target: str = "reference"
+    budget: Budget = field(default_factory=lambda: Budget(seconds=60))
+    seed: int = 0
+    profile: str = "dev"
+    db: Optional[str] = None
+    corpus_dir: str = "corpus/found"
+    size: str = "default"
+    modules: bool = True
+    max_failures: int = 10
+    worker: int = 0
+
+
+@dataclass
+class Result:
+    """What a campaign saw: counts, per-checker failures, decision coverage, saved cases."""
+
+    examples: int = 0
+    seconds: float = 0.0
+    by_checker: Counter = field(default_factory=Counter)
+    decisions: Counter = field(default_factory=Counter)
+    failures: list[dict] = field(default_factory=list)
+    invalid: int = 0
+    first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
+
+    def merge(self, other: "Result") -> None:
+        self.examples += other.examples
+        self.seconds = max(self.seconds, other.seconds)
+        self.by_checker.update(other.by_checker)
+        self.decisions.update(other.decisions)
+        self.failures.extend(other.failures)
+        self.invalid += other.invalid
+
+    def to_json(self) -> dict:
+        return {"examples": self.examples, "seconds": round(self.seconds, 3),
+                "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
+                "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
+                "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
+                "failures": self.failures}
+
+
+def _strategy(config: Config):
+    from strategies import cases
+    return cases(config.size, modules=config.modules)
+
+
+def run(config: Config, progress: Optional[Callable[[Result, float], None]] = None) -> Result:
+    """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved."""
+    target = get_target(config.target)
+    result = Result()
+    start = time.monotonic()
+    database = DirectoryBasedExampleDatabase(config.db) if config.db else None
+    base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
+    chunk_index = 0
+
+    def spent() -> bool:
+        elapsed = time.monotonic() - start
+        return ((config.budget.seconds is not None and elapsed >= config.budget.seconds)
+                or (config.budget.examples is not None and result.examples >= config.budget.examples)
+                or len(result.failures) >= config.max_failures)
+
+    while not spent():
+        failing: dict = {}
+        remaining = CHUNK if config.budget.examples is None else max(1, min(CHUNK, config.budget.examples
+                                                                           - result.examples))
+
+        @settings(base, max_examples=remaining, database=database, deadline=None,
+                  suppress_health_check=list(HealthCheck), print_blob=False)
+        @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
+        @hypothesis.given(_strategy(config))
+        def fuzz_property(case: Case) -> None:
+            findings, ctx = check_all(target, case)
+            result.examples += 1
+            for rank_plans in list(ctx.run.plans.values())[:1]:
+                for plan in rank_plans[:1]:
+                    result.decisions.update((d["action"], d["reason"]) for d in plan.to_dict()["decisions"])
+            result.invalid += any(f.severity == "invalid" for f in findings)
+            errors = [f for f in findings if f.severity == ERROR]
+            if errors:
+                if result.first_failure is None:
+                    result.first_failure = (result.examples, time.monotonic() - start)
+                failing["case"], failing["findings"] = case, errors
+                raise _CaseFailed("; ".join(f"{f.checker}: {f.message}" for f in errors))
+            if progress is not None:
+                progress(result, time.monotonic() - start)
+
+        chunk_index += 1
+        try:
+            fuzz_property()
+        except _CaseFailed:
+            _record(config, result, failing)
+        except hypothesis.errors.Unsatisfiable:
+            continue
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _record(config: Config, result: Result, failing: dict) -> None:
+    """Save the shrunk failure (the last failing case Hypothesis replayed) to the corpus."""
+    case, findings = failing["case"], failing["findings"]
+    entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
+                         corpus.provenance(config.seed, worker=config.worker, label=case.label))
+    path, written = corpus.save(entry, config.corpus_dir)
+    for checker in entry.verdict.checkers:
+        result.by_checker[checker] += 1
+    result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
+                            "message": findings[0].message, "nodes": len(case.graph.nodes)})
+
+
+def _worker(config: Config) -> Result:
+    return run(config)
+
+
+def run_parallel(config: Config, workers: int) -> Result:
+    """``workers`` processes, each with its own seed stream, sharing the database and corpus."""
+    if workers <= 1:
+        return run(config)
+    configs = [Config(**{**config.__dict__, "worker": index}) for index in range(workers)]
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers) as pool:
+        results = pool.map(_worker, configs)
+    merged = Result()
+    for part in results:
+        merged.merge(part)
+    return merged

@@ -1,0 +1,166 @@
+"""The corpus: counterexamples and regression cases as JSON files, one case per file.
+
+A file holds a schema version, the case (graph, planner arguments, input seed), the target it
+was judged against, the verdict and provenance. Files are named by a content hash of case and
+target, so an equal case is stored once; writes are atomic and never replace a different case.
+Loading validates every field and never evaluates or imports anything the file names: the
+target to replay against comes from the caller, the recorded one is information only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from .case import Case, case_from_json
+from .graph.values import SpecError
+
+SCHEMA = "fsdp-verify/case"
+VERSION = 1
+PASS, FAIL = "pass", "fail"
+
+
+class CorpusError(ValueError):
+    """A corpus file that cannot be used; names the file, the field and the reason."""
+
+    def __init__(self, file: str, field_path: str, reason: str):
+        self.file, self.field, self.reason = file, field_path, reason
+        super().__init__(f"{file}: {field_path or '<root>'}: {reason}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Pass, or fail with the checker ids and messages that fired."""
+
+    status: str
+    findings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def checkers(self) -> tuple[str, ...]:
+        """The distinct checker ids that fired, sorted."""
+        return tuple(sorted({checker for checker, _ in self.findings}))
+
+    def to_json(self) -> dict:
+        return {"status": self.status, "findings": [{"checker": c, "message": m} for c, m in self.findings]}
+
+    @staticmethod
+    def of(findings: Iterable[Any]) -> "Verdict":
+        """The verdict of a list of error-severity findings."""
+        items = tuple((f.checker, f.message) for f in findings)
+        return Verdict(FAIL if items else PASS, items)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One corpus file's content."""
+
+    case: Case
+    target: str
+    verdict: Verdict
+    provenance: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"schema": SCHEMA, "version": VERSION, "target": self.target, "case": self.case.to_json(),
+                "verdict": self.verdict.to_json(), "provenance": self.provenance}
+
+    @property
+    def key(self) -> str:
+        """Content hash of case and target: the file name stem."""
+        body = json.dumps({"case": self.case.to_json(), "target": self.target}, sort_keys=True)
+        return hashlib.sha256(body.encode()).hexdigest()[:20]
+
+
+def provenance(seed: Optional[int] = None, **extra: Any) -> dict:
+    """Where a case came from: seed, library versions and the date."""
+    import hypothesis
+    import torch
+
+    from . import __version__
+    return {"seed": seed, "hypothesis": hypothesis.__version__, "torch": torch.__version__,
+            "fsdp_verify": __version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **extra}
+
+
+def save(entry: Entry, directory: str | os.PathLike) -> tuple[Path, bool]:
+    """Write ``entry`` atomically; returns (path, written). An existing equal case is kept."""
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{entry.key}.json"
+    if path.exists():
+        existing = load(path)
+        if existing.case.to_json() != entry.case.to_json() or existing.target != entry.target:
+            raise CorpusError(str(path), "", "a different case already has this name (hash collision); not replaced")
+        return path, False
+    text = json.dumps(entry.to_json(), indent=1, sort_keys=True, allow_nan=False)
+    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    with os.fdopen(handle, "w") as out:
+        out.write(text + "\n")
+    os.replace(temp, path)
+    return path, True
+
+
+def _require(doc: dict, key: str, kind: type, file: str, where: str = "") -> Any:
+    path = f"{where}.{key}" if where else key
+    if key not in doc:
+        raise CorpusError(file, path, "missing")
+    if not isinstance(doc[key], kind) or (kind is int and isinstance(doc[key], bool)):
+        raise CorpusError(file, path, f"must be a {kind.__name__}, got {type(doc[key]).__name__}")
+    return doc[key]
+
+
+def parse(text: str, file: str) -> Entry:
+    """Decode one corpus document; every problem is a CorpusError naming file, field and reason."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorpusError(file, "", f"not valid JSON ({exc})") from None
+    if not isinstance(doc, dict):
+        raise CorpusError(file, "", "a corpus file must hold a JSON object")
+    if doc.get("schema") != SCHEMA:
+        raise CorpusError(file, "schema", f"expected {SCHEMA!r}, got {doc.get('schema')!r}")
+    if doc.get("version") != VERSION:
+        raise CorpusError(file, "version", f"unsupported version {doc.get('version')!r}; this build reads {VERSION}")
+    target = _require(doc, "target", str, file)
+    verdict_doc = _require(doc, "verdict", dict, file)
+    status = _require(verdict_doc, "status", str, file, "verdict")
+    if status not in (PASS, FAIL):
+        raise CorpusError(file, "verdict.status", f"must be {PASS!r} or {FAIL!r}, got {status!r}")
+    findings = []
+    for index, item in enumerate(verdict_doc.get("findings", [])):
+        if not isinstance(item, dict) or not isinstance(item.get("checker"), str) \
+                or not isinstance(item.get("message"), str):
+            raise CorpusError(file, f"verdict.findings[{index}]", "must be {checker: str, message: str}")
+        findings.append((item["checker"], item["message"]))
+    prov = doc.get("provenance", {})
+    if not isinstance(prov, dict):
+        raise CorpusError(file, "provenance", "must be an object")
+    try:
+        case = case_from_json(_require(doc, "case", dict, file), "case")
+    except SpecError as exc:
+        raise CorpusError(file, exc.path, exc.reason) from None
+    return Entry(case, target, Verdict(status, tuple(findings)), prov)
+
+
+def load(path: str | os.PathLike) -> Entry:
+    """Read and decode one corpus file."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorpusError(str(path), "", f"cannot be read ({exc})") from None
+    return parse(text, str(path))
+
+
+def discover(paths: Iterable[str | os.PathLike]) -> Iterator[Path]:
+    """Every ``*.json`` file named, or found below a named folder, in sorted order."""
+    for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            yield from sorted(p for p in path.rglob("*.json") if not p.name.startswith(".tmp-"))
+        else:
+            yield path

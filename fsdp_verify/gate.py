@@ -1,0 +1,86 @@
+"""Gate a planner change: the same cases through a baseline and a candidate target.
+
+The candidate must not violate any invariant; the report shows what the change does to plans
+(bucket counts, members, bytes per bucket, skip reasons it introduces) for a reviewer.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from .case import Case
+from .checks import ERROR, check_all
+from .corpus import Entry
+from .targets.base import Target
+
+
+def generated_cases(examples: int, seed_value: int) -> list[Case]:
+    """A fixed list of generated cases (same seed, same cases)."""
+    from strategies import cases
+    drawn: list[Case] = []
+
+    @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @seed(seed_value)
+    @given(cases("default", modules=True))
+    def collect(case: Case) -> None:
+        drawn.append(case)
+
+    collect()
+    return drawn
+
+
+def _plan_shape(ctx) -> list[dict]:
+    first = min(ctx.run.originals)
+    return [plan.to_dict() for plan in ctx.run.plans.get(first, [])]
+
+
+def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
+    """Human-readable differences between two targets' plans of one case."""
+    notes = []
+    for index, (a, b) in enumerate(zip(base, cand)):
+        groups_a = [[m["param_name"] for m in bk["members"]] for bk in a["buckets"]]
+        groups_b = [[m["param_name"] for m in bk["members"]] for bk in b["buckets"]]
+        if groups_a != groups_b:
+            notes.append(f"round {index + 1}: {len(groups_a)} -> {len(groups_b)} buckets; multi-member "
+                         f"{sum(len(g) > 1 for g in groups_a)} -> {sum(len(g) > 1 for g in groups_b)}")
+            bytes_a = [bk["size_bytes"] for bk in a["buckets"] if bk["fusable"]]
+            bytes_b = [bk["size_bytes"] for bk in b["buckets"] if bk["fusable"]]
+            notes.append(f"  bytes per fused bucket {bytes_a[:8]} -> {bytes_b[:8]}")
+        skips_a = Counter(d["reason"] for d in a["decisions"] if d["action"] == "skip")
+        skips_b = Counter(d["reason"] for d in b["decisions"] if d["action"] == "skip")
+        new = sorted(set(skips_b) - set(skips_a))
+        if new:
+            notes.append(f"round {index + 1}: new skip reasons {new}")
+    if len(base) != len(cand):
+        notes.append(f"{len(base)} planning rounds -> {len(cand)}")
+    return notes
+
+
+def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
+                seed_value: int) -> tuple[str, int]:
+    """The report text and the number of candidate violations."""
+    cases = generated_cases(examples, seed_value) + [entry.case for entry in entries]
+    violations, baseline_failures, differing = [], 0, []
+    for number, case in enumerate(cases):
+        base_findings, base_ctx = check_all(baseline, case)
+        cand_findings, cand_ctx = check_all(candidate, case)
+        errors = [f for f in cand_findings if f.severity == ERROR]
+        baseline_failures += any(f.severity == ERROR for f in base_findings)
+        if errors:
+            violations.append(f"  case {number} ({case.label}): [{errors[0].checker}] {errors[0].message[:240]}")
+        notes = plan_difference(_plan_shape(base_ctx), _plan_shape(cand_ctx))
+        if notes:
+            differing.append((number, case.label, notes))
+    lines = [f"gate: baseline {baseline.name} vs candidate {candidate.name} on {len(cases)} cases "
+             f"({len(cases) - len(entries)} generated with seed {seed_value}, {len(entries)} from the corpus)",
+             f"candidate violations: {len(violations)}", *violations[:20],
+             f"baseline violations: {baseline_failures}",
+             f"cases whose plans differ: {len(differing)}"]
+    for number, label, notes in differing[:20]:
+        lines.append(f"  case {number} ({label}):")
+        lines += [f"    {note}" for note in notes]
+    lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if violations else "pass"))
+    return "\n".join(lines), len(violations)

@@ -1,0 +1,1 @@
+"""Reports: text accounts, the campaign summary, JUnit XML and Graphviz pictures."""

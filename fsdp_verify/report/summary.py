@@ -1,0 +1,54 @@
+"""The campaign summary table and its JUnit XML form."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from ..campaign import Result
+from ..reference.planner import SKIP_REASONS, SPLIT_REASONS
+
+EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
+            "singleton": ("oversized",)}
+
+
+def coverage_lines(result: Result) -> list[str]:
+    """Reason coverage of the planner per action, with what was never reached."""
+    lines = []
+    for action, reasons in EXPECTED.items():
+        hit = [r for r in reasons if (action, r) in result.decisions]
+        missing = [r for r in reasons if (action, r) not in result.decisions]
+        lines.append(f"  {action:<10} {len(hit):>2}/{len(reasons):<2}" + (f" unreached: {', '.join(missing)}"
+                                                                          if missing else ""))
+    return lines
+
+
+def summary_text(result: Result, target: str) -> str:
+    """The end-of-campaign table."""
+    rate = result.examples / result.seconds if result.seconds else 0.0
+    by_checker = ", ".join(f"{c} {n}" for c, n in sorted(result.by_checker.items())) or "none"
+    lines = [f"target          {target}",
+             f"examples        {result.examples}",
+             f"seconds         {result.seconds:.1f}",
+             f"examples/s      {rate:.2f}",
+             f"failures        {len(result.failures)}",
+             f"by checker      {by_checker}",
+             f"invalid cases   {result.invalid}",
+             "reason coverage (first round, rank 0):", *coverage_lines(result)]
+    for failure in result.failures:
+        lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes): "
+                     f"{failure['message'][:200]}")
+    return "\n".join(lines)
+
+
+def junit_xml(result: Result, target: str) -> str:
+    """A JUnit report: one test case per saved failure, plus the campaign itself."""
+    suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
+                       failures=str(len(result.failures)), time=f"{result.seconds:.3f}")
+    campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
+                             time=f"{result.seconds:.3f}")
+    ET.SubElement(campaign, "system-out").text = f"{result.examples} examples"
+    for failure in result.failures:
+        case = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name=failure["file"])
+        ET.SubElement(case, "failure", message=failure["message"][:500],
+                      type=",".join(failure["checkers"])).text = failure["message"]
+    return ET.tostring(suite, encoding="unicode")
