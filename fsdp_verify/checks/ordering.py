@@ -18,7 +18,7 @@ import z3
 from torch import fx
 
 from .findings import CheckContext, Finding
-from .graph_facts import (FSDP_KINDS, alias_class, aliases_input, by_name, has_effect, is_free, is_launch, is_wait,
+from .graph_facts import (FSDP_KINDS, alias_class, aliases_input, by_name, c10d_name, has_effect, is_free, is_launch, is_wait,
                           rs_prep_chain)
 
 CHECKER = "ordering"
@@ -118,6 +118,7 @@ def _fused_members(original: fx.GraphModule, launch: fx.Node) -> list[fx.Node]:
     names = set(launch.meta.get("fsdp_bucket_members") or ())
     kind = launch.meta.get("comm_type")
     return [n for n in original.graph.nodes if n.meta.get("comm_type") == kind and n.meta.get("param_name") in names
+            and c10d_name(n) == c10d_name(launch) and not n.meta.get("fsdp_bucket_members")
             and n.args and n.args[-1] == launch.args[-1]]
 
 

@@ -8,7 +8,7 @@ generated graphs form stays exact in every float dtype, so summation order canno
 from __future__ import annotations
 
 import zlib
-from typing import Any
+from typing import Any, Callable, Iterable
 
 import torch
 
@@ -45,3 +45,20 @@ def make_inputs(spec: GraphSpec, rank: int, seed: int = 0, mode: str = "exact",
             base = torch.randn(shape, generator=gen, dtype=torch.float64)
         values.append(base.to(dtype).to(device))
     return values
+
+
+def exact_override(names: Iterable[str], seed: int) -> Callable[[int, Any, Any], Any]:
+    """An override that replaces the named nodes' values by exact dyadics (k/8, |k| <= 8).
+
+    Feeding reductions such values makes every summation order exact, so real collectives
+    (whose ring order differs from the simulator's rank order) still agree bit for bit.
+    """
+    wanted = frozenset(names)
+
+    def override(rank: int, node: Any, value: Any) -> Any:
+        if node.name not in wanted or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            return value
+        gen = _generator(seed, rank, f"exact:{node.name}")
+        codes = torch.randint(-8, 9, tuple(value.shape), generator=gen).to(torch.float64) / 8
+        return codes.to(value.dtype).to(value.device)
+    return override

@@ -1,0 +1,73 @@
+"""Real collectives: original and rewritten graphs on real rank processes (gloo or NCCL).
+
+Bitwise verdicts use exact inputs: every value that feeds a reduction is an exact dyadic, so
+gloo's ring order cannot change bits; the real run must then equal the rewritten real run and
+the simulated world. With ``drift`` on, a second run on random values compares original and
+rewritten within a per-dtype tolerance: a difference within tolerance is a weaker "drift"
+finding (reduction order moved), beyond it an error.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..execute.distributed import RankFailure, RankPool, jobs_for, reduce_sources
+from ..execute.inputs import exact_override
+from ..pipeline import simulate
+from .findings import DRIFT, ERROR, CheckContext, Finding
+from .numerics import bit_difference, output_names
+
+CHECKER = "collectives"
+TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def _compare(expected: list, actual: list, names: list[str], rank: int, what: str) -> list[Finding]:
+    for index, (x, y) in enumerate(zip(expected, actual)):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            diff = bit_difference(x, y)
+            if diff is not None:
+                name = names[index] if index < len(names) else f"#{index}"
+                return [Finding(CHECKER, f"rank {rank}: {what}: output {index} ({name}) differs: "
+                                         f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
+                                nodes=(name,), rank=rank, details={"output": index, **diff})]
+    return []
+
+
+def _drift(expected: list, actual: list, names: list[str], rank: int) -> list[Finding]:
+    for index, (x, y) in enumerate(zip(expected, actual)):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or bit_difference(x, y) is None:
+            continue
+        tolerance = TOLERANCE.get(x.dtype, 1e-5)
+        error = float((x.double() - y.double()).abs().max() / (x.double().abs().max() + 1e-30))
+        severity = DRIFT if error <= tolerance else ERROR
+        name = names[index] if index < len(names) else f"#{index}"
+        return [Finding(CHECKER, f"rank {rank}: random inputs: output {index} ({name}) drifts by relative "
+                                 f"{error:.2e} (tolerance {tolerance:.0e} for {x.dtype})", nodes=(name,),
+                        rank=rank, severity=severity, details={"relative_error": error})]
+    return []
+
+
+def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) -> list[Finding]:
+    """Run the case on ``pool``: rewritten == original bitwise, and real == simulated."""
+    case = ctx.case
+    if not ctx.rewritten:
+        return []
+    try:
+        results = pool.run(jobs_for(case, ctx.rewritten, originals=ctx.original))
+    except RankFailure as exc:
+        return [Finding(CHECKER, f"real collectives failed ({exc.kind}): {exc}",
+                        details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors})]
+    simulated = simulate(case, ctx.original, override=exact_override(reduce_sources(case), case.seed))
+    findings = []
+    for rank, result in sorted(results.items()):
+        names = output_names(ctx.original[rank])
+        findings += _compare(result["original"], result["rewritten"], names, rank, "rewritten vs original (real)")
+        findings += _compare(simulated.outputs[rank], result["original"], names, rank, "real vs simulated")
+    if drift and not findings:
+        try:
+            noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))
+        except RankFailure as exc:
+            return [Finding(CHECKER, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
+        for rank, result in sorted(noisy.items()):
+            findings += _drift(result["original"], result["rewritten"], output_names(ctx.original[rank]), rank)
+    return findings

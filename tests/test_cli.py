@@ -1,0 +1,166 @@
+"""The command line end to end, through subprocesses: every command and exit code."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fsdp_verify import corpus
+from fsdp_verify.case import Case
+from support import two_block_case
+
+EXE = [sys.executable, "-m", "fsdp_verify"]
+
+
+def cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([*EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def test_help_and_targets():
+    assert cli("--help").returncode == 0
+    out = cli("targets")
+    assert out.returncode == 0 and "reference" in out.stdout and "mutant:<name>" in out.stdout
+
+
+@pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
+def test_unknown_target_exits_2_with_the_list(name):
+    out = cli("fuzz", "--target", name, "--budget", "1")
+    assert out.returncode == 2
+    assert "fsdp-verify: error:" in out.stderr
+    if name == "nope":
+        assert "available: " in out.stderr and "reference" in out.stderr
+
+
+def test_bad_budget_exits_2():
+    out = cli("fuzz", "--budget", "soon")
+    assert out.returncode == 2 and "budget 'soon'" in out.stderr
+
+
+def test_fuzz_reference_passes_and_writes_reports(tmp_path):
+    junit, summary = tmp_path / "fuzz.xml", tmp_path / "fuzz.json"
+    out = cli("fuzz", "--target", "reference", "--budget", "6", "--size", "tiny", "--no-modules",
+              "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--junit", str(junit),
+              "--json", str(summary))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "examples/s" in out.stdout and "reason coverage" in out.stdout
+    data = json.loads(summary.read_text())
+    assert data["examples"] >= 6 and data["failures"] == []
+    assert "<testsuite" in junit.read_text()
+
+
+def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
+    found = tmp_path / "found"
+    out = cli("fuzz", "--target", "mutant:fused_meta_dropped", "--budget", "60", "--size", "tiny", "--no-modules",
+              "--corpus", str(found), "--max-failures", "1", "--junit", str(tmp_path / "j.xml"))
+    assert out.returncode == 1, out.stdout + out.stderr
+    files = sorted(found.glob("*.json"))
+    assert len(files) == 1
+    entry = corpus.load(files[0])
+    assert entry.target == "mutant:fused_meta_dropped" and entry.verdict.status == "fail"
+    assert "consistency" in entry.verdict.checkers
+    assert "<failure" in (tmp_path / "j.xml").read_text()
+    same = cli("replay", str(found), "--target", "mutant:fused_meta_dropped")
+    assert same.returncode == 0 and "1 as recorded" in same.stdout
+    fixed = cli("replay", str(found), "--target", "reference")
+    assert fixed.returncode == 1 and "DIFF" in fixed.stdout
+    dot = tmp_path / "case.dot"
+    shown = cli("show", str(files[0]), "--target", "mutant:fused_meta_dropped", "--dot", str(dot))
+    assert shown.returncode == 0 and "findings:" in shown.stdout and "[consistency]" in shown.stdout
+    assert "digraph" in dot.read_text() and "cluster_rewritten" in dot.read_text()
+    if shutil.which("dot"):
+        svg = tmp_path / "case.svg"
+        assert cli("show", str(files[0]), "--svg", str(svg)).returncode == 0
+        assert "<svg" in svg.read_text()
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text)
+    return path
+
+
+def _valid_doc() -> dict:
+    entry = corpus.Entry(two_block_case(), "reference", corpus.Verdict("pass"), {})
+    return entry.to_json()
+
+
+@pytest.mark.parametrize("name,mutate,message", [
+    ("notjson", lambda d: "{oops", "not valid JSON"),
+    ("schema", lambda d: json.dumps({**d, "schema": "other"}), "schema: expected"),
+    ("version", lambda d: json.dumps({**d, "version": 9}), "version: unsupported version 9"),
+    ("status", lambda d: json.dumps({**d, "verdict": {"status": "maybe"}}), "verdict.status"),
+    ("nocase", lambda d: json.dumps({k: v for k, v in d.items() if k != "case"}), "case: missing"),
+    ("hostile_tag", lambda d: json.dumps({**d, "case": {**d["case"], "seed": {"$eval": "__import__('os')"}}}),
+     "case.seed: must be an integer"),
+    ("bad_target", lambda d: json.dumps(_set_node_target(d, "os.system")), "unknown target 'os.system'"),
+    ("bad_node", lambda d: json.dumps(_set_node_args(d, [{"$pickle": "x"}])), "unknown value tag '$pickle'"),
+    ("array", lambda d: "[1, 2]", "must hold a JSON object"),
+])
+def test_malformed_corpus_files_exit_2_naming_file_field_and_reason(tmp_path, name, mutate, message):
+    path = _write(tmp_path / "bad", f"{name}.json", mutate(_valid_doc()))
+    _write(tmp_path / "bad", "good.json", json.dumps(_valid_doc()))
+    out = cli("replay", str(tmp_path / "bad"))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert str(path) in out.stderr and message in out.stderr
+    assert "1 cases replayed" in out.stdout  # the good file is still replayed: nothing is lost
+    assert "Traceback" not in out.stderr
+
+
+def _set_node_target(doc: dict, target: str) -> dict:
+    nodes = doc["case"]["graph"]["nodes"]
+    index = next(i for i, n in enumerate(nodes) if n["op"] == "call_function")
+    nodes[index]["target"] = target
+    return doc
+
+
+def _set_node_args(doc: dict, args: list) -> dict:
+    nodes = doc["case"]["graph"]["nodes"]
+    index = next(i for i, n in enumerate(nodes) if n["op"] == "call_function")
+    nodes[index]["args"] = args
+    return doc
+
+
+def test_replay_missing_path_exits_2(tmp_path):
+    out = cli("replay", str(tmp_path / "nothing"))
+    assert out.returncode == 2 and "no such file" in out.stderr
+
+
+def test_show_malformed_case_exits_2(tmp_path):
+    path = _write(tmp_path, "x.json", "{}")
+    out = cli("show", str(path))
+    assert out.returncode == 2 and str(path) in out.stderr
+
+
+def test_gate_passes_for_reference_and_fails_for_a_broken_candidate(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    same = cli("gate", "--baseline", "reference", "--candidate", "reference", "--examples", "4",
+               "--corpus", str(empty))
+    assert same.returncode == 0 and "candidate violations: 0" in same.stdout
+    rules = sorted(Path(__file__).parent.parent.joinpath("corpus", "rules").glob("*.json"))[:3]
+    for rule in rules:
+        shutil.copy(rule, empty / rule.name)
+    broken = cli("gate", "--baseline", "reference", "--candidate", "mutant:members_unsorted", "--examples", "4",
+                 "--corpus", str(empty))
+    assert broken.returncode == 1 and "FAIL" in broken.stdout
+    assert "cases whose plans differ" in broken.stdout
+
+
+def test_coverage_command_prints_the_histogram():
+    out = cli("coverage", "--examples", "40")
+    assert "unreached skip" in out.stdout and out.returncode in (0, 1)
+
+
+def test_corpus_save_is_atomic_and_deduplicated(tmp_path):
+    entry = corpus.Entry(Case(two_block_case().graph), "reference", corpus.Verdict("pass"), {})
+    path, written = corpus.save(entry, tmp_path)
+    again, written_again = corpus.save(entry, tmp_path)
+    assert written and not written_again and path == again
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+    assert corpus.load(path).case.to_json() == entry.case.to_json()
