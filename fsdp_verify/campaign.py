@@ -61,6 +61,7 @@ class Config:
     modules: bool = True
     max_failures: int = 10
     worker: int = 0
+    deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
 
 
 @dataclass
@@ -122,7 +123,7 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
         @hypothesis.given(_strategy(config))
         def fuzz_property(case: Case) -> None:
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
-            findings, ctx = check_all(target, case, only=failing.get("checkers"))
+            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=config.deadline)
             result.examples += 1
             for rank_plans in list(ctx.run.plans.values())[:1]:
                 for plan in rank_plans[:1]:

@@ -50,7 +50,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
-                             max_failures=args.max_failures)
+                             max_failures=args.max_failures, deadline=args.deadline)
     interactive = sys.stderr.isatty() and not os.environ.get("CI")
     if args.workers > 1:
         print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget}", flush=True)
@@ -193,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--size", default="default", help="graph size preset: tiny, default, medium, large, scale")
     fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
     fuzz.add_argument("--max-failures", type=int, default=10)
+    fuzz.add_argument("--deadline", type=float, help="seconds per target run; the target then runs in a "
+                                                      "child process, and a hang is reported as a finding")
     fuzz.add_argument("--junit", help="write a JUnit XML report here")
     fuzz.add_argument("--json", help="write a JSON summary here")
     fuzz.set_defaults(func=cmd_fuzz)

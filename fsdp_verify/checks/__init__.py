@@ -42,7 +42,7 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
         first = min(ctx.case.graph.world())
         if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is None:
             findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
-                                              f"{run.error_type}: {run.error.splitlines()[-1]}",
+                                              f"{run.error_type}: {run.error_message}",
                                     details={"traceback": run.error}))
         return findings
     findings: list[Finding] = []
@@ -57,9 +57,10 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     return findings
 
 
-def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None) -> tuple[list[Finding], CheckContext]:
-    """Run ``target`` on ``case`` and every checker on the outcome."""
-    ctx = CheckContext(run_target(target, case), target)
+def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
+              deadline: float | None = None) -> tuple[list[Finding], CheckContext]:
+    """Run ``target`` on ``case`` (in a killable child when ``deadline`` is set) and every checker."""
+    ctx = CheckContext(run_target(target, case, deadline), target)
     return check_run(ctx, only), ctx
 
 

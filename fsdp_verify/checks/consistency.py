@@ -63,8 +63,9 @@ def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> 
 def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
     plans = ctx.run.plans.get(rank) or []
-    if not rewriters or not plans or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
-        return []
+    if not rewriters or not plans or not hasattr(plans[0], "buckets") \
+            or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
+        return []  # a plan that crossed a process boundary cannot be re-applied
     module = copy.deepcopy(ctx.rewritten[rank])
     before = module.code
     try:
@@ -115,7 +116,9 @@ def check_consistency(original: dict[int, fx.GraphModule], rewritten: dict[int, 
     findings: list[Finding] = []
     for rank in sorted(rewritten):
         fused = _fused_launches(original[rank], rewritten[rank])
-        rank_findings = (_meta_findings(fused) + _replan_findings(ctx, rank, fused)
+        # The fused-node meta contract (spec 1.8) binds reference-format targets only.
+        contract = ctx.target is not None and ctx.target.has_planner
+        rank_findings = ((_meta_findings(fused) + _replan_findings(ctx, rank, fused) if contract else [])
                          + _untouched_findings(original[rank], rewritten[rank]) + _stale_findings(ctx, rank)
                          + _volume_findings(ctx, rank))
         findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)

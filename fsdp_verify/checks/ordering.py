@@ -12,6 +12,7 @@ identical across ranks.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import z3
@@ -84,17 +85,17 @@ def skeleton_rules(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[
 
 
 def _violations(rules: list[Rule], position: dict[str, int]) -> list[Rule]:
-    """Rules the given order breaks, checked by substitution (no search)."""
-    variables = {name: z3.Int(name) for rule in rules for name in (rule.before, rule.after)}
-    values = [(variables[name], z3.IntVal(position[name])) for name in variables if name in position]
-    broken = []
-    for rule in rules:
-        if rule.before not in position or rule.after not in position:
-            continue
-        check = z3.substitute(variables[rule.before] < variables[rule.after], *values)
-        if z3.is_false(z3.simplify(check)):
-            broken.append(rule)
-    return broken
+    """Rules the given order breaks: one z3 substitution of the whole conjunction, then, only if it
+    is false, a per-rule pass to name the broken ones."""
+    checked = [r for r in rules if r.before in position and r.after in position]
+    if not checked:
+        return []
+    variables = {name: z3.Int(name) for rule in checked for name in (rule.before, rule.after)}
+    values = [(var, z3.IntVal(position[name])) for name, var in variables.items()]
+    conjunction = z3.And([variables[r.before] < variables[r.after] for r in checked])
+    if z3.is_true(z3.simplify(z3.substitute(conjunction, *values))):
+        return []
+    return [r for r in checked if position[r.before] >= position[r.after]]
 
 
 def explain(rules: list[Rule], position: dict[str, int], broken: list[Rule]) -> str:
@@ -122,38 +123,64 @@ def _fused_members(original: fx.GraphModule, launch: fx.Node) -> list[fx.Node]:
             and n.args and n.args[-1] == launch.args[-1]]
 
 
-def insertion_point(original: fx.GraphModule, members: list[fx.Node]) -> tuple[bool, str]:
+@dataclass
+class Barriers:
+    """Per phase, the sorted indices of nodes a fused launch may not cross (effects, other
+    collectives, nodes of the other phase), computed once per graph."""
+
+    index: dict[fx.Node, int]
+    nodes: list[fx.Node]
+    by_phase: dict[bool, list[int]]
+
+    @staticmethod
+    def of(graph: fx.Graph) -> "Barriers":
+        nodes = list(graph.nodes)
+        index = {node: i for i, node in enumerate(nodes)}
+        by_phase: dict[bool, list[int]] = {False: [], True: []}
+        for i, node in enumerate(nodes):
+            blocking = has_effect(node) or is_launch(node)
+            for phase in (False, True):
+                other = node.op == "call_function" and bool(node.meta.get("autograd_backward")) != phase
+                if blocking or other:
+                    by_phase[phase].append(i)
+        return Barriers(index, nodes, by_phase)
+
+    def describe(self, i: int, phase: bool) -> str:
+        node = self.nodes[i]
+        what = "effect" if has_effect(node) else "collective" if is_launch(node) else "other-phase node"
+        return f"{what} {node.name} (index {i})"
+
+
+def insertion_point(original: fx.GraphModule, members: list[fx.Node], barriers: Barriers | None = None
+                    ) -> tuple[bool, str]:
     """Whether some position P in the original admits the fused launch; else the core's reason.
 
     Only the tightest bound of each side is asserted, so the solver stays tiny and the unsat
     core names exactly the two nodes that leave no room.
     """
-    index = {node: i for i, node in enumerate(original.graph.nodes)}
+    barriers = barriers or Barriers.of(original.graph)
+    index = barriers.index
+    phase = bool(members[0].meta.get("autograd_backward"))
     lower: list[tuple[int, str]] = []
     upper: list[tuple[int, str]] = []
     for member in members:
         lower += [(index[s], f"after input {s.name} (index {index[s]})") for s in member.all_input_nodes]
         for wait in member.users:
             upper += [(index[c], f"before consumer {c.name} (index {index[c]})") for c in _first_consumers(wait, index)]
-    launches = [index[m] for m in members]
+    first, last = min(index[m] for m in members), max(index[m] for m in members)
     waits = {w for m in members for w in m.users}
-    phase = bool(members[0].meta.get("autograd_backward"))
-    private = set().union(*(rs_prep_chain(m) for m in members))
-    for node in original.graph.nodes:
-        if node in private:
-            continue
+    private = set().union(*(rs_prep_chain(m) for m in members)) | set(members)
+    blocking = barriers.by_phase[phase]
+    low, high = bisect.bisect_left(blocking, first), bisect.bisect_right(blocking, last)
+    for i in blocking[low:high]:
+        node = barriers.nodes[i]
         owned_free = is_free(node) and bool(node.args) and node.args[0] in waits
-        other_phase = node.op == "call_function" and bool(node.meta.get("autograd_backward")) != phase
-        if not ((has_effect(node) and not owned_free) or other_phase or (is_launch(node) and node not in members)):
-            continue
-        what = "effect" if has_effect(node) else "collective" if is_launch(node) else "other-phase node"
-        side = [i < index[node] for i in launches]
-        if all(side):
-            upper.append((index[node], f"before {what} {node.name} (index {index[node]})"))
-        elif not any(side):
-            lower.append((index[node], f"after {what} {node.name} (index {index[node]})"))
-        else:
-            return False, f"outside the members' span, which contains {what} {node.name}"
+        if node not in private and not owned_free:
+            return False, f"outside the members' span, which contains {barriers.describe(i, phase)}"
+    if low > 0:
+        lower.append((blocking[low - 1], f"after {barriers.describe(blocking[low - 1], phase)}"))
+    if high < len(blocking):
+        upper.append((blocking[high], f"before {barriers.describe(blocking[high], phase)}"))
     point = z3.Int("P")
     solver = z3.Solver()
     solver.add(point >= 0, point < len(index))
@@ -201,12 +228,13 @@ def check_ordering(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.
                         details={"violations": [r.why for r in broken]})]
     known = by_name(orig)
     findings = []
+    barriers = Barriers.of(orig.graph)
     for launch in new.graph.nodes:
         if is_launch(launch) and launch.name not in known and launch.meta.get("comm_type") in FSDP_KINDS:
             members = _fused_members(orig, launch)
             if len(members) < 2:
                 continue
-            ok, reason = insertion_point(orig, members)
+            ok, reason = insertion_point(orig, members, barriers)
             if not ok:
                 names = ", ".join(m.name for m in members)
                 findings.append(Finding(CHECKER, f"rank {rank}: fused launch {launch.name} has no legal insertion "

@@ -324,7 +324,7 @@ def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.G
             return [Finding(CHECKER, f"invalid planner arguments were accepted; expected: {expected_error}")]
         if expected_error not in ctx.run.error:
             return [Finding(CHECKER, f"invalid planner arguments raised the wrong error; expected "
-                                     f"{expected_error!r}, got {ctx.run.error.splitlines()[-1]}")]
+                                     f"{expected_error!r}, got {ctx.run.error_type}: {ctx.run.error_message}")]
         return []
     if ctx.target is None or not ctx.target.has_planner or not plans:
         return []

@@ -92,16 +92,11 @@ def _reduce(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
     return acc / len(tensors) if op == "avg" else acc
 
 
-def _bind(target: Any, args: tuple, kwargs: dict) -> list:
-    """Positional arguments of a c10d call, with keyword arguments folded in by schema name."""
+def _bind(target: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a c10d call by schema name (positional and keyword alike)."""
     overload = target if isinstance(target, torch._ops.OpOverload) else target.default
     names = [arg.name for arg in overload._schema.arguments]
-    values = list(args)
-    for name in names[len(values):]:
-        if name not in kwargs:
-            break
-        values.append(kwargs[name])
-    return values
+    return {**dict(zip(names, args)), **kwargs}
 
 
 class World:
@@ -113,17 +108,19 @@ class World:
         self.counters: dict[tuple[int, str, tuple], int] = {}
         self.streams: dict[int, list[CollectiveRecord]] = {}
 
-    def launch(self, rank: int, node: fx.Node, target: Any, args: tuple, kwargs: dict) -> _Handle:
-        values = _bind(target, args, kwargs)
-        op = str(target).split(".")[1]
-        tensor, group = values[0], values[-1]
+    def launch(self, rank: int, node: fx.Node, target: Any, args: tuple, kwargs: dict, op: str | None = None,
+               tensor: torch.Tensor | None = None) -> _Handle:
+        bound = _bind(target, args, kwargs)
+        op = op or str(target).split(".")[1]
+        tensor = args[0] if tensor is None else tensor
+        group = bound.get("group_name")
         if not isinstance(group, str):
             raise SimulationError(f"node {node.name!r}: group {group!r} is not a group name")
         try:
             ranks = self.resolve(rank, group)
         except KeyError:
             raise SimulationError(f"node {node.name!r}: unknown process group {group!r}") from None
-        reduce_op = values[1] if op in ("reduce_scatter_tensor", "all_reduce") else None
+        reduce_op = bound.get("reduce_op")
         record = CollectiveRecord(op, group, tuple(tensor.shape), str(tensor.dtype), reduce_op, node.name)
         self.streams.setdefault(rank, []).append(record)
         position = self.counters.get((rank, group, ranks), 0)
@@ -156,7 +153,9 @@ class World:
     def ready(self, handle: _Handle) -> bool:
         return self.slots[handle.key].results is not None
 
-    def result(self, rank: int, handle: _Handle) -> torch.Tensor:
+    def result(self, rank: int, handle: Any) -> torch.Tensor:
+        if isinstance(handle, _OutHandle):
+            return handle.out.copy_(self.slots[handle.handle.key].results[rank].reshape(handle.out.shape))
         return self.slots[handle.key].results[rank]
 
     def desync(self) -> Desync:
@@ -169,6 +168,17 @@ class World:
 
 
 _COLLECTIVES = {"all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"}
+_VARIANTS = {"all_gather_into_tensor_out": "all_gather_into_tensor",
+             "all_gather_into_tensor_coalesced": "all_gather_into_tensor",
+             "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor"}
+
+
+@dataclass(frozen=True)
+class _OutHandle:
+    """A launch that writes into a caller-supplied ``out`` tensor (``*_out`` variants)."""
+
+    handle: _Handle
+    out: torch.Tensor
 
 
 def _c10d_op(target: Any) -> Optional[str]:
@@ -197,14 +207,25 @@ class RankInterpreter(fx.Interpreter):
         op = _c10d_op(target)
         if op == "wait_tensor":
             value = args[0] if args else kwargs.get("tensor")
-            return self.world.result(self.rank, value) if isinstance(value, _Handle) else value
+            return self.world.result(self.rank, value) if isinstance(value, (_Handle, _OutHandle)) else value
         if op in _COLLECTIVES:
             self._check_reads(node, args, kwargs)
             return self.world.launch(self.rank, node, target, args, kwargs)
+        if op in _VARIANTS:
+            self._check_reads(node, args, kwargs)
+            return self._variant(node, target, op, args, kwargs)
         if is_free_target(target):  # idempotent: freeing freed storage is no read
             return target(*args, **kwargs)
         self._check_reads(node, args, kwargs)
         return super().call_function(target, args, kwargs)
+
+    def _variant(self, node: fx.Node, target: Any, op: str, args: tuple, kwargs: dict) -> Any:
+        """``*_out`` writes into ``out``; ``*_coalesced`` is one collective per input."""
+        base = _VARIANTS[op]
+        if op.endswith("_out"):
+            handle = self.world.launch(self.rank, node, target, args, kwargs, base)
+            return _OutHandle(handle, kwargs["out"])
+        return [self.world.launch(self.rank, node, target, args, kwargs, base, tensor) for tensor in args[0]]
 
     def output(self, target: Any, args: tuple, kwargs: dict) -> Any:
         self._check_reads(self.node, args, kwargs)
@@ -224,6 +245,7 @@ class RankInterpreter(fx.Interpreter):
         for node in self.graph.nodes:
             if (_c10d_op(node.target) == "wait_tensor" and node.args and isinstance(node.args[0], fx.Node)):
                 handle = self.env.get(node.args[0])
+                handle = handle.handle if isinstance(handle, _OutHandle) else handle
                 while isinstance(handle, _Handle) and not self.world.ready(handle):
                     yield None
             self.env[node] = self.run_node(node)

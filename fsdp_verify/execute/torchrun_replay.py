@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         run = run_target(target, case)
         if run.error:
-            verdict = f"target error: {run.error.splitlines()[-1]}"
+            verdict = f"target error: {run.error_type}: {run.error_message}"
         else:
             job = jobs_for(case, run.rewritten, originals=run.originals)[rank]
             _ensure_groups(job.groups, rank, cache)

@@ -6,6 +6,7 @@ functions); nothing in a description is imported or evaluated.
 
 from __future__ import annotations
 
+import importlib
 import operator
 from typing import Any, Callable
 
@@ -14,7 +15,9 @@ from torch.fx.node import has_side_effect
 
 from .values import SpecError
 
-OP_NAMESPACES = ("aten", "_c10d_functional", "c10d_functional", "prims")
+OP_NAMESPACES = ("aten", "_c10d_functional", "c10d_functional", "prims", "bucketing")
+# Namespaces whose operators exist only once a fixed module registered them.
+_REGISTERING_MODULES = {"bucketing": "torch._inductor.fx_passes.bucketing"}
 
 
 def _free_tensor_storage(tensor: Any) -> None:
@@ -54,6 +57,8 @@ def resolve_target(name: str, path: str = "target") -> Callable:
     if parts[0] not in OP_NAMESPACES or len(parts) not in (2, 3):
         raise SpecError(path, f"unknown target {name!r}: expected <namespace>.<op>[.<overload>] "
                               f"with namespace in {OP_NAMESPACES}, or one of {sorted(FUNCTIONS)}")
+    if parts[0] in _REGISTERING_MODULES:
+        importlib.import_module(_REGISTERING_MODULES[parts[0]])
     try:
         packet = getattr(getattr(torch.ops, parts[0]), parts[1])
         return packet if len(parts) == 2 else getattr(packet, parts[2])

@@ -27,7 +27,7 @@ def account(ctx: CheckContext, findings: list[Finding]) -> str:
              f"{len(case.graph.nodes)} nodes; seed {case.seed}",
              f"planner arguments: {case.plan_args}"]
     if run.error:
-        lines += ["", f"target error ({run.error_type}):", run.error.splitlines()[-1]]
+        lines += ["", f"target error ({run.error_type}): {run.error_message}"]
     first = min(run.originals)
     nodes = list(run.originals[first].graph.nodes)
     for round_index, plan in enumerate(run.plans.get(first, [])):

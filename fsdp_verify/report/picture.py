@@ -25,12 +25,17 @@ def _colours(ctx: CheckContext) -> dict[str, str]:
     """Original launch names and fused launch names -> the colour of their bucket."""
     colours: dict[str, str] = {}
     first = min(ctx.run.originals)
-    buckets = [b for plan in ctx.run.plans.get(first, []) for b in plan.buckets if len(b.members) > 1]
-    for index, bucket in enumerate(buckets):
+    reports = [plan.to_dict() for plan in ctx.run.plans.get(first, [])]
+    buckets = [(r, b) for r in reports for b in r["buckets"] if b["fusable"]]
+    launches = {(n.meta.get("param_name"), n.meta.get("comm_type")): n.name
+                for n in ctx.run.originals[first].graph.nodes if n.meta.get("comm_type")}
+    for index, (_, bucket) in enumerate(buckets):
         colour = PALETTE[index % len(PALETTE)]
-        for member in bucket.members:
-            colours.setdefault(member.launch.name, colour)
-            colours.setdefault(f"bucket:{bucket.bucket_id}", colour)
+        for member in bucket["members"]:
+            name = launches.get((member["param_name"], member["kind"]))
+            if name:
+                colours.setdefault(name, colour)
+        colours.setdefault(f"bucket:{bucket['bucket_id']}", colour)
     return colours
 
 

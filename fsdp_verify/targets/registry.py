@@ -22,6 +22,9 @@ def available() -> dict[str, str]:
     """Every target name that resolves without a module path, with a one-line summary."""
     names = {name: factory.summary for name, factory in BUILTIN.items()}
     names["mutant:<name>"] = "a planted bug (fsdp-verify selftest lists them)"
+    names["torch-inductor[:mode][@fsdp]"] = ("PyTorch's inductor bucketing passes; modes default, custom_ops, "
+                                             "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp")
+    names["hyper-parallel"] = "the original hyper_parallel planner + rewriters, when installed"
     for point in entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(point.name, f"entry point {point.value}")
     return names
@@ -34,10 +37,30 @@ def _instantiate(obj: object, name: str) -> Target:
     return target
 
 
+def _inductor(name: str) -> Target:
+    from .inductor import make
+    try:
+        return make(name[len("torch-inductor"):].lstrip(":"))
+    except ValueError as exc:
+        raise TargetNotFound(str(exc)) from None
+
+
+def _hyper_parallel() -> Target:
+    from .hyper_parallel import HyperParallelTarget, unavailable_reason
+    reason = unavailable_reason()
+    if reason:
+        raise TargetNotFound(f"target 'hyper-parallel' is unavailable: {reason}")
+    return HyperParallelTarget()
+
+
 def get_target(name: str) -> Target:
     """Resolve a target name; raises TargetNotFound with the list of known targets."""
     if name in BUILTIN:
         return BUILTIN[name]()
+    if name == "torch-inductor" or name.startswith(("torch-inductor:", "torch-inductor@")):
+        return _inductor(name)
+    if name == "hyper-parallel":
+        return _hyper_parallel()
     if name.startswith(MUTANT_PREFIX):
         from ..mutants import MUTANTS
         if name[len(MUTANT_PREFIX):] in MUTANTS:

@@ -1,0 +1,43 @@
+"""Targets used by the plugin tests: loaded by ``module:callable`` and through an entry point."""
+
+from __future__ import annotations
+
+import time
+
+from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.reference import ReferenceTarget
+
+
+class Crashing(Target):
+    name = "crashing"
+
+    def rewrite(self, case, modules):
+        raise RuntimeError("planner exploded on purpose")
+
+
+class Hanging(Target):
+    name = "hanging"
+
+    def rewrite(self, case, modules):
+        time.sleep(3600)
+        return {}
+
+
+class Unlinted(Target):
+    """Returns a graph whose nodes are out of topological order."""
+
+    name = "unlinted"
+
+    def rewrite(self, case, modules):
+        for module in modules.values():
+            nodes = [n for n in module.graph.nodes if n.op == "call_function"]
+            nodes[0].append(nodes[-1]) if len(nodes) > 1 else None
+            nodes[-1].prepend(nodes[0])
+        return {}
+
+
+def reference_copy() -> Target:
+    """A factory, as an entry point would name it."""
+    target = ReferenceTarget()
+    target.name = "reference-copy"
+    return target
