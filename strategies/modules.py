@@ -136,8 +136,16 @@ def _gather_meta(fqn: str, index: int, placeholder: fx.Node, degree: int, shard:
     return meta
 
 
-def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, degree: int, loss: fx.Node) -> None:
+def _ops(overload: str) -> tuple:
+    """(all_gather, reduce_scatter, wait) as packets (what the FSDP pass emits) or ``.default`` overloads."""
+    ops = (C10D.all_gather_into_tensor, C10D.reduce_scatter_tensor, C10D.wait_tensor)
+    return tuple(op.default for op in ops) if overload == "default" else ops
+
+
+def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, degree: int, loss: fx.Node,
+                 overload: str = "") -> None:
     """Insert the forward gather + free and the backward re-gather + re-materialised views + free."""
+    gather, _, wait_op = _ops(overload)
     full = tuple(placeholder.meta["val"].shape)
     shard = (full[0] // degree, *full[1:])
     dtype = placeholder.meta["val"].dtype
@@ -147,9 +155,9 @@ def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, de
     forward_users = [u for u in users if order[u] <= last_forward]
     if forward_users:
         with graph.inserting_before(forward_users[0]):
-            launch = _tag(graph.call_function(C10D.all_gather_into_tensor, (placeholder, degree, "fsdp")),
+            launch = _tag(graph.call_function(gather, (placeholder, degree, "fsdp")),
                           **_gather_meta(fqn, index, placeholder, degree, shard, dtype, False))
-            wait = _tag(graph.call_function(C10D.wait_tensor, (launch,)), wait_for=launch.name)
+            wait = _tag(graph.call_function(wait_op, (launch,)), wait_for=launch.name)
         for user in forward_users:
             user.replace_input_with(placeholder, wait)
     else:
@@ -168,9 +176,9 @@ def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, de
     if not entries:
         return
     with graph.inserting_before(entries[0]):
-        launch_bw = _tag(graph.call_function(C10D.all_gather_into_tensor, (placeholder, degree, "fsdp")),
+        launch_bw = _tag(graph.call_function(gather, (placeholder, degree, "fsdp")),
                          **_gather_meta(fqn, index, placeholder, degree, shard, dtype, True))
-        wait_bw = _tag(graph.call_function(C10D.wait_tensor, (launch_bw,)), wait_for=launch_bw.name,
+        wait_bw = _tag(graph.call_function(wait_op, (launch_bw,)), wait_for=launch_bw.name,
                        autograd_backward=True)
         clones = {wait: wait_bw} if wait is not None else {}
         for view in sorted(forward_views, key=order.__getitem__):
@@ -188,8 +196,10 @@ def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, de
             comm_type="fsdp_reshard_free_backward", param_name=fqn, autograd_backward=True)
 
 
-def fsdp_module_graph(kind: str, *, degree: int = 2, dtype: str = "float32", batch: int = 2) -> Case:
+def fsdp_module_graph(kind: str, *, degree: int = 2, dtype: str = "float32", batch: int = 2,
+                      overload: str = "") -> Case:
     """The FSDP-tagged joint graph of one of the MODELS, sharded over ``degree`` ranks."""
+    _, scatter, wait_op = _ops(overload)
     traced, names = trace(kind, dtype, batch)
     graph = fx.Graph()
     output = graph.graph_copy(traced.graph, {})
@@ -213,17 +223,17 @@ def fsdp_module_graph(kind: str, *, degree: int = 2, dtype: str = "float32", bat
             continue
         placeholder.meta.update(param_name=fqn, state_idx=index, fsdp_degree=degree, is_param=True,
                                 fsdp_sharded=True)
-        _shard_param(graph, placeholder, fqn, index, degree, loss)
+        _shard_param(graph, placeholder, fqn, index, degree, loss, overload)
         params.append(ParamSpec(fqn, placeholder.name, (full[0] // degree, *full[1:]),
                                 DTYPE_NAMES[placeholder.meta["val"].dtype], "cuda:0", index, "fsdp"))
         with graph.inserting_before(out_node):
             grad = grads[index]
             spec = {"input_shape": full, "output_shape": (full[0] // degree, *full[1:]),
                     "dtype": placeholder.meta["val"].dtype, "device": "cuda:0"}
-            launch = _tag(graph.call_function(C10D.reduce_scatter_tensor, (grad, "avg", degree, "fsdp")),
+            launch = _tag(graph.call_function(scatter, (grad, "avg", degree, "fsdp")),
                           comm_type="fsdp_reduce_scatter", comm_group="fsdp", param_name=fqn, state_idx=index,
                           fsdp_degree=degree, fsdp_bucket_spec=spec, autograd_backward=True)
-            wait = _tag(graph.call_function(C10D.wait_tensor, (launch,)), wait_for=launch.name,
+            wait = _tag(graph.call_function(wait_op, (launch,)), wait_for=launch.name,
                         param_name=fqn, state_idx=index, autograd_backward=True)
             grads[index] = wait
     out_node.args = ((loss, *grads),)
@@ -245,5 +255,6 @@ def graphs_from_modules(draw, kinds: tuple[str, ...] = tuple(MODELS)) -> Case:
     kind = draw(st.sampled_from(kinds))
     degree = draw(st.sampled_from((2, 4, 8)))
     dtype = draw(st.sampled_from(("float32", "float64", "bfloat16")))
-    case = fsdp_module_graph(kind, degree=degree, dtype=dtype, batch=draw(st.integers(1, 2)))
+    case = fsdp_module_graph(kind, degree=degree, dtype=dtype, batch=draw(st.integers(1, 2)),
+                             overload=draw(st.sampled_from(("", "default"))))
     return Case(case.graph, seed=draw(st.integers(0, 2**16)), label=case.label)
