@@ -25,7 +25,7 @@ class Kill:
 def hunt(name: str, examples: int, seed: int, corpus_dir: str) -> Kill:
     """Fuzz one planted bug until the first (shrunk) failure or the example budget."""
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
-                             profile="ci", corpus_dir=corpus_dir, size="default", modules=True, max_failures=1)
+                             profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=1)
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, False, None, None, None, ())

@@ -3,13 +3,14 @@
 - ``fsdp_graphs``: valid graphs shaped like the FSDP pass's output, with plan arguments;
 - ``mutated_graphs``: a valid graph with one targeted defect (each skip/split reason, bad args);
 - ``graphs_from_modules``: real small ``nn.Module``s traced to joint graphs, then FSDP-tagged;
+- ``hazard_graphs``: several planted hazards at once (more chances per example);
 - ``cases``: what a fuzz campaign draws from.
 """
 
 from .blueprint import Blueprint, ParamDraw, render
-from .graphs import SIZES, Size, blueprints, cases, fsdp_graphs, mutated_graphs, plan_args
+from .graphs import SIZES, Size, blueprints, cases, fsdp_graphs, hazard_graphs, mutated_graphs, plan_args
 
-__all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fsdp_graphs",
+__all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fsdp_graphs", "hazard_graphs",
            "mutated_graphs", "plan_args", "render"]
 
 from .modules import MODELS, fsdp_module_graph, graphs_from_modules  # noqa: E402

@@ -146,9 +146,43 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
 
 
+@st.composite
+def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kwargs) -> Case:
+    """A valid graph with several planted hazards (barriers, foreign collectives and frees, phase
+    flips, late sources, broken tags) at distinct sites: more chances per example to trip a
+    buggy planner; shrinking then removes the hazards that do not matter."""
+    blueprint = draw(blueprints(size, **kwargs))
+    case = Case(render(blueprint), draw(plan_args(blueprint)), seed=draw(st.integers(0, 2**16)))
+    used: set[str] = set()
+    labels = []
+    for _ in range(draw(st.integers(1, max_hazards))):
+        if draw(st.booleans()):
+            reason = draw(st.sampled_from(sorted(mutations.SPLIT_MUTATIONS)))
+            variant = draw(st.sampled_from(mutations.SPLIT_MUTATIONS[reason]))
+            sites = mutations.sibling_pairs(case.graph)
+        else:
+            reason = draw(st.sampled_from(sorted(r for r in mutations.SKIP_MUTATIONS if r not in _GLOBAL_SKIPS)))
+            variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+            sites = mutations.launches(case.graph)
+        sites = [s for s in sites if mutations.fits(variant, case, s)
+                 and not used & set(s if isinstance(s, tuple) else (s,))]
+        if not sites:
+            continue
+        site = sites[draw(st.integers(0, len(sites) - 1))]
+        mutated = variant(case, *site) if isinstance(site, tuple) else variant(case, site)
+        if mutated is not None:
+            case = mutated
+            used |= set(site if isinstance(site, tuple) else (site,))
+            labels.append(f"{reason}:{variant.__name__}")
+    return replace(case, label="hazards:" + ",".join(labels))
+
+
+_GLOBAL_SKIPS = {"unsupported_parallel_mode", "outside_module_plan", "unknown_process_group"}
+
+
 def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchStrategy[Case]:
     """What a fuzz campaign draws from: valid and mutated graphs, and, with ``modules``, traced models."""
-    sources = [fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size)]
+    sources = [fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size), hazard_graphs(size)]
     if modules:
         from .modules import graphs_from_modules
         sources.append(graphs_from_modules())

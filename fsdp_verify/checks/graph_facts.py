@@ -73,6 +73,20 @@ def has_effect(node: fx.Node) -> bool:
     return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
+def real_consumers(wait: fx.Node) -> list[fx.Node]:
+    """Non-view readers of ``wait``, reached through view chains (spec 2.5's consumer set)."""
+    found, stack, seen = [], [wait], {wait}
+    while stack:
+        for user in stack.pop().users:
+            if aliases_input(user):
+                if user not in seen:
+                    seen.add(user)
+                    stack.append(user)
+            elif user not in found:
+                found.append(user)
+    return found
+
+
 def storage_root(node: fx.Node) -> fx.Node:
     """The node that owns the storage ``node`` aliases (walking up view chains)."""
     while aliases_input(node) and node.args and isinstance(node.args[0], fx.Node):

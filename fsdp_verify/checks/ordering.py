@@ -20,7 +20,7 @@ from torch import fx
 
 from .findings import CheckContext, Finding
 from .graph_facts import (FSDP_KINDS, alias_class, aliases_input, by_name, c10d_name, has_effect, is_free, is_launch, is_wait,
-                          rs_prep_chain)
+                          real_consumers, rs_prep_chain)
 
 CHECKER = "ordering"
 
@@ -35,16 +35,7 @@ class Rule:
 
 
 def _first_consumers(wait: fx.Node, index: dict[fx.Node, int]) -> list[fx.Node]:
-    readers, stack, seen = [], [wait], {wait}
-    while stack:
-        for user in stack.pop().users:
-            if aliases_input(user):
-                if user not in seen:
-                    seen.add(user)
-                    stack.append(user)
-            else:
-                readers.append(user)
-    return sorted(readers, key=index.__getitem__)[:1]
+    return sorted(real_consumers(wait), key=index.__getitem__)[:1]
 
 
 def skeleton_rules(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[Rule]:

@@ -20,8 +20,8 @@ import torch
 from torch import fx
 
 from .findings import CheckContext, Finding
-from .graph_facts import (FREE_KINDS, FSDP_KINDS, aliases_input, c10d_name, has_effect, is_free, is_launch,
-                          is_wait, rs_prep_chain)
+from .graph_facts import (FREE_KINDS, FSDP_KINDS, c10d_name, has_effect, is_free, is_launch,
+                          is_wait, real_consumers, rs_prep_chain)
 
 CHECKER = "planner"
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -80,19 +80,6 @@ class Expected:
     scope: dict[str, Optional[tuple]]
 
 
-def _consumers(wait: fx.Node) -> list[fx.Node]:
-    out, stack, seen = [], [wait], {wait}
-    while stack:
-        for user in stack.pop().users:
-            if aliases_input(user):
-                if user not in seen:
-                    seen.add(user)
-                    stack.append(user)
-            elif user not in out:
-                out.append(user)
-    return out
-
-
 def _scope_of(name: Any, plans: Optional[tuple]) -> Optional[tuple]:
     if not isinstance(name, str) or not name:
         return None
@@ -148,7 +135,7 @@ def _skip_reason(node: fx.Node, groups: dict, scope: Optional[tuple], args: Any)
     users = list(node.users)
     if len(users) != 1 or not is_wait(users[0]):
         return "unsupported_wait_users"
-    consumers = _consumers(users[0])
+    consumers = real_consumers(users[0])
     if not consumers:
         return "no_consumer"
     if rs and node.args[1] not in ("sum", "avg"):
@@ -179,7 +166,7 @@ def expected_scan(module: fx.GraphModule, groups: dict, args: Any, plans: Option
         model.keys[node] = (meta["comm_type"], bool(meta.get("autograd_backward", False)), scope[0], node.args[-1],
                             tuple(groups[node.args[-1]]), spec["dtype"], spec["device"], node.args[1] if rs else None)
         model.ready[node] = index[node.args[0]]
-        model.first_use[node] = min(index[c] for c in _consumers(next(iter(node.users))))
+        model.first_use[node] = min(index[c] for c in real_consumers(next(iter(node.users))))
         model.size[node] = max(math.prod(spec["input_shape"]), math.prod(spec["output_shape"])) * spec["dtype"].itemsize
     return model
 

@@ -17,7 +17,7 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_flatten
 
-from ..graph.ops import C10D, is_free_target
+from ..graph.ops import is_free_target
 
 GroupResolver = Callable[[int, str], tuple[int, ...]]
 
