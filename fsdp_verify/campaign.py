@@ -28,6 +28,15 @@ class _CaseFailed(AssertionError):
     """Raised inside the property so Hypothesis shrinks the case."""
 
 
+def bug_signature(findings: list) -> tuple:
+    """What makes two failures "the same bug": the checkers that fired and the first message with
+    node names, numbers and quoted values blanked. A campaign shrinks each signature once and then
+    keeps exploring for different bugs."""
+    first = findings[0].message
+    template = re.sub(r"'[^']*'|\d+(\.\d+)?|\b\w+_\w+\b", "_", first)
+    return (tuple(sorted({f.checker for f in findings})), template)
+
+
 @dataclass(frozen=True)
 class Budget:
     """Stop after ``seconds`` of wall clock or ``examples`` cases, whichever is given."""
@@ -75,6 +84,8 @@ class Result:
     failures: list[dict] = field(default_factory=list)
     invalid: int = 0
     first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
+    repeats: int = 0  # failing examples whose bug signature was already shrunk and saved
+    signatures: set = field(default_factory=set)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -83,11 +94,13 @@ class Result:
         self.decisions.update(other.decisions)
         self.failures.extend(other.failures)
         self.invalid += other.invalid
+        self.repeats += other.repeats
 
     def to_json(self) -> dict:
         return {"examples": self.examples, "seconds": round(self.seconds, 3),
                 "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
                 "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
+                "repeats_of_known_bugs": self.repeats,
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures}
 
@@ -117,7 +130,11 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
         remaining = CHUNK if config.budget.examples is None else max(1, min(CHUNK, config.budget.examples
                                                                            - result.examples))
 
-        @settings(base, max_examples=remaining, database=database, deadline=None,
+        # Saved failures are replayed once, at the start; later chunks explore (and still save).
+        phases = list(hypothesis.Phase) if chunk_index == 0 else [p for p in hypothesis.Phase
+                                                                   if p is not hypothesis.Phase.reuse]
+
+        @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
                   suppress_health_check=list(HealthCheck), print_blob=False)
         @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
         @hypothesis.given(_strategy(config))
@@ -130,6 +147,9 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
                     result.decisions.update((d["action"], d["reason"]) for d in plan.to_dict()["decisions"])
             result.invalid += any(f.severity == "invalid" for f in findings)
             errors = [f for f in findings if f.severity == ERROR]
+            if errors and not failing and bug_signature(errors) in result.signatures:
+                result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
+                return
             if errors:
                 if result.first_failure is None:
                     result.first_failure = (result.examples, time.monotonic() - start)
@@ -156,6 +176,9 @@ def _record(config: Config, result: Result, failing: dict) -> None:
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label))
     path, written = corpus.save(entry, config.corpus_dir)
+    result.signatures.add(bug_signature(findings))
+    if any(failure["file"] == str(path) for failure in result.failures):
+        return  # the same shrunk case again: one failure, not two
     for checker in entry.verdict.checkers:
         result.by_checker[checker] += 1
     result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),

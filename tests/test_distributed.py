@@ -86,3 +86,22 @@ def test_four_ranks_two_groups():
 def test_nccl_pool():
     with RankPool(2, backend="nccl", deadline=60) as pool:
         assert check_collectives(_ctx(get_target("reference"), two_block_case()), pool) == []
+
+
+def test_torchrun_replay_entry_point(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    rules = sorted(Path(__file__).parent.parent.joinpath("corpus", "rules").glob("*.json"))
+    two_rank = []
+    for rule in rules:
+        from fsdp_verify import corpus
+        if len(corpus.load(rule).case.graph.world()) == 2 and len(two_rank) < 2:
+            two_rank.append(rule)
+            shutil.copy(rule, tmp_path / rule.name)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "-m", "fsdp_verify.execute.torchrun_replay", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("ok ") == len(two_rank) == 2

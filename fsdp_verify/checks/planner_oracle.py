@@ -289,15 +289,38 @@ def _judge(module: fx.GraphModule, plan: dict, groups: dict, args: Any, label: s
         if len(nodes) > 1 and not bucket["latest_input"] < bucket["earliest_consumer"]:
             problems.append(f"{label}: bucket {i} has latest_input >= earliest_consumer")
     summary = plan["summary"]
-    tagged = sum(1 for n in module.graph.nodes if n.meta.get("comm_type") in FSDP_KINDS)
+    tagged = [n for n in module.graph.nodes if n.meta.get("comm_type") in FSDP_KINDS]
     counts = {a: dict(Counter(d["reason"] for d in plan["decisions"] if d["action"] == a))
               for a in ("skip", "split", "singleton")}
-    expect = {"tagged_collectives": tagged, "candidate_collectives": len(model.candidates),
-              "buckets": len(buckets), "singletons": sum(len(b) == 1 for b in buckets), "reason_counts": counts}
+    scoped = [(model.scope[n.name], n.meta.get("param_name")) for n in tagged if model.scope[n.name] is not None]
+    kinds = [b[0].meta["comm_type"] for b in buckets if len(b) > 1]
+    expect = {"tagged_collectives": len(tagged), "candidate_collectives": len(model.candidates),
+              "buckets": len(buckets), "singletons": sum(len(b) == 1 for b in buckets), "reason_counts": counts,
+              "selected_collectives": len(scoped), "selected_parameters": len(set(scoped)),
+              "rs_rewrite_candidates": kinds.count("fsdp_reduce_scatter"),
+              "ag_rewrite_candidates": len(kinds) - kinds.count("fsdp_reduce_scatter"),
+              "unmatched_module_paths": [path for group in norm or () for path in group
+                                         if not any(sc == group and str(name).startswith(path + ".")
+                                                    for sc, name in scoped)]}
     for key, value in expect.items():
         if summary.get(key) != value:
             problems.append(f"{label}: summary {key} is {summary.get(key)}, expected {value}")
     return problems[:3]
+
+
+def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[tuple[fx.GraphModule, Any]]:
+    """Each round's plan with the graph it was made for: later graphs are rebuilt by re-applying the
+    target's own earlier rounds to a copy of the original (possible for in-process runs only)."""
+    rewriters = ctx.target.rewriters() if ctx.target is not None else ()
+    pairs = [(original, plans[0])]
+    graph = original
+    for index, plan in enumerate(plans[1:], start=1):
+        if len(rewriters) < index or not hasattr(plans[index - 1], "buckets"):
+            break
+        graph = copy.deepcopy(graph)
+        rewriters[index - 1](graph, plans[index - 1])
+        pairs.append((graph, plan))
+    return pairs
 
 
 def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
@@ -325,9 +348,10 @@ def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.G
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(CHECKER, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
-        for problem in _judge(original[rank], plans[rank][0].to_dict(), case.group_ranks(rank), case.plan_args,
-                              f"rank {rank} round 1"):
-            findings.append(Finding(CHECKER, problem, rank=rank))
+        for round_index, (graph, plan) in enumerate(_rounds(ctx, original[rank], plans[rank])):
+            for problem in _judge(graph, plan.to_dict(), case.group_ranks(rank), case.plan_args,
+                                  f"rank {rank} round {round_index + 1}"):
+                findings.append(Finding(CHECKER, problem, rank=rank))
         if findings:
             return findings
     digests: dict[tuple, set] = {}

@@ -30,7 +30,7 @@ def summary_text(result: Result, target: str) -> str:
              f"examples        {result.examples}",
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
-             f"failures        {len(result.failures)}",
+             f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid}",
              "reason coverage (first round, rank 0):", *coverage_lines(result)]
