@@ -71,6 +71,7 @@ class Config:
     max_failures: int = 10
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
+    strategy: str = "cases"  # "cases" (the full mix) or "hazards" (several planted hazards per graph)
 
 
 @dataclass
@@ -105,8 +106,13 @@ class Result:
                 "failures": self.failures}
 
 
+STRATEGIES = ("cases", "hazards")
+
+
 def _strategy(config: Config):
-    from strategies import cases
+    from strategies import cases, hazard_graphs
+    if config.strategy == "hazards":
+        return hazard_graphs(config.size, max_hazards=6)
     return cases(config.size, modules=config.modules)
 
 

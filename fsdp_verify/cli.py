@@ -50,7 +50,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
-                             max_failures=args.max_failures, deadline=args.deadline)
+                             max_failures=args.max_failures, deadline=args.deadline, strategy=args.strategy)
     interactive = sys.stderr.isatty() and not os.environ.get("CI")
     if args.workers > 1:
         print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget}", flush=True)
@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--corpus", default="corpus/found", help="where shrunk failures are written")
     fuzz.add_argument("--size", default="default", help="graph size preset: tiny, default, medium, large, scale")
     fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
+    fuzz.add_argument("--strategy", choices=campaign.STRATEGIES, default="cases",
+                      help="cases: valid, mutated, hazard and traced graphs; hazards: several planted hazards "
+                           "per graph (finds planner bugs fastest)")
     fuzz.add_argument("--max-failures", type=int, default=10)
     fuzz.add_argument("--deadline", type=float, help="seconds per target run; the target then runs in a "
                                                       "child process, and a hang is reported as a finding")

@@ -1,4 +1,8 @@
-"""Self-test: fuzz every planted bug (``fsdp_verify.mutants``) and report which checker kills it."""
+"""Self-test: fuzz every planted bug (``fsdp_verify.mutants``) and report which checker kills it.
+
+Each bug is hunted on tiny graphs with several planted hazards each (``hazard_graphs``), the
+configuration that finds planner bugs fastest, under the CI profile and a fixed example budget.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +29,8 @@ class Kill:
 def hunt(name: str, examples: int, seed: int, corpus_dir: str) -> Kill:
     """Fuzz one planted bug until the first (shrunk) failure or the example budget."""
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
-                             profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=1)
+                             profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=1,
+                             strategy="hazards")
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, False, None, None, None, ())

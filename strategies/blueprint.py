@@ -27,6 +27,7 @@ class ParamDraw:
     regather: bool = True
     reduce_op: str = "avg"
     expert: bool = False
+    own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ class Blueprint:
         out = []
         for b, block in enumerate(self.blocks):
             for j, draw in enumerate(block):
-                scope = f"blocks.{b}.experts" if draw.expert else f"blocks.{b}"
+                scope = f"blocks.{b}.experts" if draw.expert and draw.own_scope else f"blocks.{b}"
                 out.append((f"{scope}.w{j}", draw))
         return out
 

@@ -51,11 +51,12 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     shape = tuple(draw(st.lists(st.integers(1, size.max_dim), min_size=dims, max_size=dims)))
     if draw(st.integers(0, 9)) == 0:
         dtype = draw(st.sampled_from(DTYPES))
+    expert = expert_ok and draw(st.booleans())
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
         regather=draw(st.booleans()) if forced_regather is None else forced_regather,
         reduce_op=draw(st.sampled_from(("avg", "sum"))),
-        expert=expert_ok and draw(st.booleans()))
+        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0)
 
 
 @st.composite

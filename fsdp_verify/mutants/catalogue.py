@@ -71,12 +71,11 @@ class Mutant(ReferenceTarget):
 
 # -- planner bugs ------------------------------------------------------------------------------
 
-def _key_without(position: int) -> list[Patch]:
+def _key_without(*positions: int) -> list[Patch]:
     original = planner.Candidate.key.fget
 
     def key(self):
-        full = original(self)
-        return full[:position] + full[position + 1:]
+        return tuple(part for index, part in enumerate(original(self)) if index not in positions)
     return [(planner.Candidate, "key", property(key))]
 
 
@@ -232,7 +231,8 @@ def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
 MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("key_ignores_dtype", "bucket key ignores dtype", lambda: _key_without(5)),
     Mutant("key_ignores_reduce_op", "bucket key ignores the reduce op", lambda: _key_without(7)),
-    Mutant("key_ignores_group", "bucket key ignores the process group", lambda: _key_without(3)),
+    Mutant("key_ignores_group", "bucket key ignores the process group (name and ranks)",
+           lambda: _key_without(3, 4)),
     Mutant("key_ignores_phase", "bucket key ignores forward/backward", lambda: _key_without(1)),
     Mutant("barrier_ignored", "barriers and untagged effects inside a span are ignored",
            lambda: [(predicates, "is_barrier", lambda node: False)]),
