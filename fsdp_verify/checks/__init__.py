@@ -17,7 +17,7 @@ from .layout import check_layout
 from .memory import check_memory
 from .numerics import check_numerics
 from .ordering import check_ordering
-from .planner_oracle import check_planner
+from .planner_oracle import check_planner, expected_argument_error
 
 Checker = Callable[..., list[Finding]]
 
@@ -38,9 +38,10 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     run = ctx.run
     if run.error is not None:
         findings = CHECKERS["planner"](run.originals, {}, {}, ctx)
-        from .planner_oracle import expected_argument_error
         first = min(ctx.case.graph.world())
-        if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is None:
+        planner_args_invalid = ctx.target is not None and ctx.target.has_planner and \
+            expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is not None
+        if not planner_args_invalid:
             findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
                                               f"{run.error_type}: {run.error_message}",
                                     details={"traceback": run.error}))
