@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from fsdp_verify.mutants import MUTANTS
@@ -14,6 +16,8 @@ def test_there_are_at_least_twenty_planted_bugs():
     assert len(MUTANTS) >= 20
 
 
+@pytest.mark.skipif(not os.environ.get("FSDP_VERIFY_SELFTEST"),
+                    reason="minutes per planted bug on 2 cores; set FSDP_VERIFY_SELFTEST=1 to run")
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_planted_bug_is_killed(name, tmp_path):
     kill = hunt(name, BUDGET, seed=0, corpus_dir=str(tmp_path))
