@@ -72,6 +72,7 @@ class Config:
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix) or "hazards" (several planted hazards per graph)
+    shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
 
 
 @dataclass
@@ -137,8 +138,8 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
                                                                            - result.examples))
 
         # Saved failures are replayed once, at the start; later chunks explore (and still save).
-        phases = list(hypothesis.Phase) if chunk_index == 0 else [p for p in hypothesis.Phase
-                                                                   if p is not hypothesis.Phase.reuse]
+        phases = [p for p in hypothesis.Phase if (chunk_index == 0 or p is not hypothesis.Phase.reuse)
+                  and (config.shrink or p is not hypothesis.Phase.shrink)]
 
         @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
                   suppress_health_check=list(HealthCheck), print_blob=False)

@@ -26,11 +26,11 @@ class Kill:
     checkers: tuple[str, ...]
 
 
-def hunt(name: str, examples: int, seed: int, corpus_dir: str) -> Kill:
-    """Fuzz one planted bug until the first (shrunk) failure or the example budget."""
+def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = True) -> Kill:
+    """Fuzz one planted bug until the first failure (shrunk unless ``shrink`` is off) or the budget."""
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=1,
-                             strategy="hazards")
+                             strategy="hazards", shrink=shrink)
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, False, None, None, None, ())

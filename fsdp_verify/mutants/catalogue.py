@@ -233,7 +233,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("key_ignores_reduce_op", "bucket key ignores the reduce op", lambda: _key_without(7)),
     Mutant("key_ignores_group", "bucket key ignores the process group (name and ranks)",
            lambda: _key_without(3, 4)),
-    Mutant("key_ignores_phase", "bucket key ignores forward/backward", lambda: _key_without(1)),
+    # Dropping only the phase flag would be an equivalent mutant: the kind already implies it.
+    Mutant("key_ignores_kind_and_phase", "bucket key ignores the collective kind and the phase",
+           lambda: _key_without(0, 1)),
     Mutant("barrier_ignored", "barriers and untagged effects inside a span are ignored",
            lambda: [(predicates, "is_barrier", lambda node: False)]),
     Mutant("foreign_collective_ignored", "a foreign collective inside a span is ignored",
