@@ -30,7 +30,6 @@ CHECKERS: dict[str, Checker] = {
     "consistency": check_consistency,
     "memory": check_memory,
 }
-PLAN_ONLY = {"planner"}  # the rest judge any target, plan or not
 
 
 def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Finding]:
@@ -65,5 +64,5 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
     return check_run(ctx, only), ctx
 
 
-__all__ = ["CHECKERS", "DRIFT", "ERROR", "INVALID", "PLAN_ONLY", "CheckContext", "Finding", "check_all",
+__all__ = ["CHECKERS", "DRIFT", "ERROR", "INVALID", "CheckContext", "Finding", "check_all",
            "check_run"]

@@ -101,10 +101,6 @@ class Composer:
         """The shape of a tensor-valued node."""
         return tuple(self.vals[name].shape)
 
-    def dtype(self, name: str) -> torch.dtype:
-        """The dtype of a tensor-valued node."""
-        return self.vals[name].dtype
-
     # -- placeholders --------------------------------------------------------------------
     def input(self, name: str, shape: tuple[int, ...], dtype: str = "float32") -> str:
         """A non-parameter input (activation or tangent)."""
@@ -183,17 +179,6 @@ class Composer:
                             self._meta(True, wait_extra), out)
         return launch, wait
 
-    def foreign_all_reduce(self, value: str, group: str, *, backward: bool = False,
-                           comm_type: str | None = None) -> tuple[str, str]:
-        """An all-reduce the planner does not own (HSDP/DDP style, or a user collective)."""
-        meta = {"comm_type": comm_type} if comm_type else {}
-        val = self.vals[value]
-        launch = self._append(self.fresh("all_reduce"), "call_function", self._op(ALL_REDUCE),
-                              (NodeRef(value), "sum", group), {}, self._meta(backward, meta), val)
-        wait = self._append(self.fresh(f"{launch}_wait"), "call_function", self._op(WAIT), (NodeRef(launch),), {},
-                            self._meta(backward, {"wait_for": launch}), val)
-        return launch, wait
-
     # -- effects -------------------------------------------------------------------------
     def free(self, tensor: str, *, backward: bool = False, fqn: str | None = None, tagged: bool = True) -> str:
         """A reshard free of ``tensor`` (tagged), or an untagged storage release (a barrier)."""
@@ -204,11 +189,6 @@ class Composer:
                 meta["param_name"] = fqn
         return self._append(self.fresh(f"free_{tensor}"), "call_function", FREE, (NodeRef(tensor),), {},
                             self._meta(backward, meta), None)
-
-    def barrier(self, *args: str, backward: bool = False) -> str:
-        """An opaque side-effecting call."""
-        return self._append(self.fresh("barrier"), "call_function", BARRIER,
-                            tuple(NodeRef(a) for a in args), {}, self._meta(backward, None), None)
 
     def finish(self, outputs: list[str], attrs: dict | None = None) -> GraphSpec:
         """Close the graph with an output node returning ``outputs`` in order."""
