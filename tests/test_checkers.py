@@ -87,3 +87,16 @@ def test_invalid_arguments_must_be_refused_with_the_spec_message():
 def test_every_checker_is_exercised_here():
     tested = {"planner", "dependencies", "ordering", "layout", "numerics", "consistency", "memory"}
     assert tested == set(CHECKERS)
+
+
+def test_bit_difference_matches_nans_of_any_payload_and_nothing_else():
+    import torch
+    from fsdp_verify.checks.numerics import bit_difference
+    a = torch.tensor([float("nan"), 1.0, -0.0], dtype=torch.bfloat16)
+    b = a.clone()
+    b.view(torch.int16)[0] = 0x7FC1  # a NaN with another payload than torch's 0x7FC0
+    assert bool(b[0].isnan()) and int(a.view(torch.int16)[0]) != int(b.view(torch.int16)[0])
+    assert bit_difference(a, b) is None
+    c = a.clone()
+    c[2] = 0.0  # +0.0 vs -0.0: equal as numbers, different bits
+    assert bit_difference(a, c)["first_index"] == 2

@@ -31,7 +31,8 @@ def output_names(module: fx.GraphModule) -> list[str]:
 
 
 def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
-    """None when ``a`` and ``b`` are bitwise identical, else where and by how much they differ."""
+    """None when ``a`` and ``b`` are bitwise identical (NaNs of any payload match), else where and by
+    how much they differ."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"}
     if a.numel() == 0:
@@ -41,7 +42,8 @@ def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
         return None if torch.equal(x, y) else {"reason": "values differ"}
     ints = _INT_VIEW[x.element_size()]
     xi, yi = x.view(ints).reshape(-1).to(torch.int64), y.view(ints).reshape(-1).to(torch.int64)
-    differ = xi != yi
+    # NaN payloads carry no meaning (an overflowed reduction may yield either sign): NaN == NaN.
+    differ = (xi != yi) & ~(x.reshape(-1).isnan() & y.reshape(-1).isnan())
     if not bool(differ.any()):
         return None
     index = int(differ.nonzero()[0])
