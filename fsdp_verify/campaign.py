@@ -149,9 +149,9 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
             findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=config.deadline)
             result.examples += 1
-            for rank_plans in list(ctx.run.plans.values())[:1]:
-                for plan in rank_plans[:1]:
-                    result.decisions.update((d["action"], d["reason"]) for d in plan.to_dict()["decisions"])
+            first_plans = next(iter(ctx.run.plans.values()), [])  # the first round of the first rank
+            if first_plans:
+                result.decisions.update((d["action"], d["reason"]) for d in first_plans[0].to_dict()["decisions"])
             result.invalid += any(f.severity == "invalid" for f in findings)
             errors = [f for f in findings if f.severity == ERROR]
             if errors and not failing and bug_signature(errors) in result.signatures:

@@ -136,7 +136,7 @@ class Barriers:
                     by_phase[phase].append(i)
         return Barriers(index, nodes, by_phase)
 
-    def describe(self, i: int, phase: bool) -> str:
+    def describe(self, i: int) -> str:
         node = self.nodes[i]
         what = "effect" if has_effect(node) else "collective" if is_launch(node) else "other-phase node"
         return f"{what} {node.name} (index {i})"
@@ -167,11 +167,11 @@ def insertion_point(original: fx.GraphModule, members: list[fx.Node], barriers: 
         node = barriers.nodes[i]
         owned_free = is_free(node) and bool(node.args) and node.args[0] in waits
         if node not in private and not owned_free:
-            return False, f"outside the members' span, which contains {barriers.describe(i, phase)}"
+            return False, f"outside the members' span, which contains {barriers.describe(i)}"
     if low > 0:
-        lower.append((blocking[low - 1], f"after {barriers.describe(blocking[low - 1], phase)}"))
+        lower.append((blocking[low - 1], f"after {barriers.describe(blocking[low - 1])}"))
     if high < len(blocking):
-        upper.append((blocking[high], f"before {barriers.describe(blocking[high], phase)}"))
+        upper.append((blocking[high], f"before {barriers.describe(blocking[high])}"))
     point = z3.Int("P")
     solver = z3.Solver()
     solver.add(point >= 0, point < len(index))
