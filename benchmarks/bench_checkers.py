@@ -15,10 +15,10 @@ import math
 import time
 
 from fsdp_verify.case import Case
-from fsdp_verify.checks import CHECKERS, CheckContext
-from fsdp_verify.pipeline import run_target
+from fsdp_verify.checks import CheckContext, default_checkers
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.targets import get_target
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 
 BLOCK = (ParamDraw((2, 4), view="t"), ParamDraw((4,), view="flat"), ParamDraw((2, 2, 2), view="split"),
          ParamDraw((1, 6), view="chain"), ParamDraw((3, 2), view="slice"))
@@ -33,9 +33,9 @@ def measure(blocks: int, repeat: int) -> dict:
         run = run_target(target, case)
         best["plan+rewrite"] = min(best.get("plan+rewrite", math.inf), time.perf_counter() - start)
         ctx = CheckContext(run, target)
-        for name, checker in CHECKERS.items():
+        for name, checker in default_checkers().items():
             start = time.perf_counter()
-            findings = checker(run.originals, run.rewritten, run.plans, ctx)
+            findings = checker.run(ctx)
             assert not findings, findings
             best[name] = min(best.get(name, math.inf), time.perf_counter() - start)
     return {"nodes": len(case.graph.nodes), **best}
@@ -47,12 +47,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     rows = [measure(blocks, args.repeat) for blocks in args.sizes]
-    names = ["plan+rewrite", *CHECKERS]
+    names = ["plan+rewrite", *default_checkers()]
     print(f"{'nodes':>7} " + " ".join(f"{n:>13}" for n in names) + f" {'all/plan':>9}")
     for row in rows:
         base = row["plan+rewrite"]
         cells = [f"{row[n]:7.3f}s" + (f" {row[n] / base:4.1f}x" if n != "plan+rewrite" else "      ") for n in names]
-        total = sum(row[n] for n in CHECKERS) / base
+        total = sum(row[n] for n in default_checkers()) / base
         print(f"{row['nodes']:>7} " + " ".join(f"{c:>13}" for c in cells) + f" {total:>8.1f}x")
     for a, b in zip(rows, rows[1:]):
         growth = {n: math.log(b[n] / a[n]) / math.log(b["nodes"] / a["nodes"]) for n in names if a[n] > 0}

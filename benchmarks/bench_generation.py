@@ -7,7 +7,7 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, settings
 
-from strategies import fsdp_graphs, graphs_from_modules, mutated_graphs
+from fsdp_verify.strategies import fsdp_graphs, graphs_from_modules, mutated_graphs
 
 
 def measure(strategy, examples: int) -> tuple[float, float]:

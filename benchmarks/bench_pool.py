@@ -15,9 +15,9 @@ from dataclasses import replace
 from fsdp_verify.checks import CheckContext
 from fsdp_verify.checks.collectives import check_collectives
 from fsdp_verify.execute.distributed import RankPool
-from fsdp_verify.pipeline import run_target
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.targets import get_target
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.case import Case
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import multiprocessing
 import re
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -18,7 +17,9 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from . import corpus, profiles
 from .case import Case
-from .checks import ERROR, check_all
+from .checks import ERROR
+from .orchestrate import check_all
+from .report.tally import Result
 from .targets import get_target
 
 CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
@@ -75,43 +76,11 @@ class Config:
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
 
 
-@dataclass
-class Result:
-    """What a campaign saw: counts, per-checker failures, decision coverage, saved cases."""
-
-    examples: int = 0
-    seconds: float = 0.0
-    by_checker: Counter = field(default_factory=Counter)
-    decisions: Counter = field(default_factory=Counter)
-    failures: list[dict] = field(default_factory=list)
-    invalid: int = 0
-    first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
-    repeats: int = 0  # failing examples whose bug signature was already shrunk and saved
-    signatures: set = field(default_factory=set)
-
-    def merge(self, other: "Result") -> None:
-        self.examples += other.examples
-        self.seconds = max(self.seconds, other.seconds)
-        self.by_checker.update(other.by_checker)
-        self.decisions.update(other.decisions)
-        self.failures.extend(other.failures)
-        self.invalid += other.invalid
-        self.repeats += other.repeats
-
-    def to_json(self) -> dict:
-        return {"examples": self.examples, "seconds": round(self.seconds, 3),
-                "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
-                "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
-                "repeats_of_known_bugs": self.repeats,
-                "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
-                "failures": self.failures}
-
-
 STRATEGIES = ("cases", "hazards")
 
 
 def _strategy(config: Config):
-    from strategies import cases, hazard_graphs
+    from .strategies import cases, hazard_graphs
     if config.strategy == "hazards":
         return hazard_graphs(config.size, max_hazards=6)
     return cases(config.size, modules=config.modules)

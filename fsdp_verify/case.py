@@ -12,8 +12,6 @@ from typing import Any, Optional
 from .graph.spec import GraphSpec, graph_from_json
 from .graph.values import SpecError, decode, encode
 
-CASE_VERSION = 1
-
 
 @dataclass(frozen=True)
 class PlanArgs:

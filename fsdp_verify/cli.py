@@ -77,14 +77,8 @@ def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, corpus.Entry]], li
     return entries, errors
 
 
-def replay_entry(target, entry: corpus.Entry) -> corpus.Verdict:
-    """The verdict ``target`` gives the entry's case now."""
-    from .checks import ERROR, check_all
-    findings, _ = check_all(target, entry.case)
-    return corpus.Verdict.of([f for f in findings if f.severity == ERROR])
-
-
 def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay
     target = _target(args.target)
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
@@ -94,15 +88,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
     disagreements = 0
     for path, entry in entries:
-        verdict = replay_entry(target, entry)
-        same = verdict.status == entry.verdict.status and verdict.checkers == entry.verdict.checkers
-        disagreements += not same
-        recorded = entry.verdict.status + (f" [{', '.join(entry.verdict.checkers)}]" if entry.verdict.checkers else "")
-        now = verdict.status + (f" [{', '.join(verdict.checkers)}]" if verdict.checkers else "")
-        print(f"{'ok  ' if same else 'DIFF'} {path}: recorded {recorded}, now {now}")
-        if not same and verdict.findings:
-            print(f"     {verdict.findings[0][0]}: {verdict.findings[0][1][:300]}")
-    print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as recorded, "
+        outcome = replay(target, path, entry)
+        disagreements += not outcome.agrees
+        print(outcome.line(target))
+    print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
           f"{disagreements} different, {len(errors)} unreadable")
     if errors:
         return 2
@@ -110,8 +99,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .checks import CheckContext, check_run
-    from .pipeline import run_target
+    from .checks import CheckContext
+    from .orchestrate import check_run
+    from .orchestrate import run_target
     from .report.account import account
     from .report.picture import GraphvizMissing, dot_source, render_svg
     try:
@@ -145,8 +135,8 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from strategies import cases
-    from strategies.coverage import format_histogram, reason_histogram
+    from .strategies import cases
+    from .coverage import format_histogram, reason_histogram
 
     from .report.summary import EXPECTED
     _target(args.target)

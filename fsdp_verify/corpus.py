@@ -23,7 +23,8 @@ from .graph.values import SpecError
 
 SCHEMA = "fsdp-verify/case"
 VERSION = 1
-PASS, FAIL = "pass", "fail"
+PASS, FAIL, INVALID = "pass", "fail", "invalid"  # invalid: the case cannot be judged
+STATUSES = (PASS, FAIL, INVALID)
 
 
 class CorpusError(ValueError):
@@ -36,7 +37,7 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class Verdict:
-    """Pass, or fail with the checker ids and messages that fired."""
+    """Pass, fail with the checker ids and messages that fired, or invalid (cannot be judged)."""
 
     status: str
     findings: tuple[tuple[str, str], ...] = ()
@@ -51,9 +52,14 @@ class Verdict:
 
     @staticmethod
     def of(findings: Iterable[Any]) -> "Verdict":
-        """The verdict of a list of error-severity findings."""
-        items = tuple((f.checker, f.message) for f in findings)
-        return Verdict(FAIL if items else PASS, items)
+        """The verdict of a list of findings: any error fails; else any invalid finding makes the
+        case invalid (never a pass); drift alone passes."""
+        findings = list(findings)
+        errors = tuple((f.checker, f.message) for f in findings if f.severity == "error")
+        if errors:
+            return Verdict(FAIL, errors)
+        invalid = tuple((f.checker, f.message) for f in findings if f.severity == "invalid")
+        return Verdict(INVALID, invalid) if invalid else Verdict(PASS)
 
 
 @dataclass(frozen=True)
@@ -129,8 +135,8 @@ def parse(text: str, file: str) -> Entry:
     target = _require(doc, "target", str, file)
     verdict_doc = _require(doc, "verdict", dict, file)
     status = _require(verdict_doc, "status", str, file, "verdict")
-    if status not in (PASS, FAIL):
-        raise CorpusError(file, "verdict.status", f"must be {PASS!r} or {FAIL!r}, got {status!r}")
+    if status not in STATUSES:
+        raise CorpusError(file, "verdict.status", f"must be one of {', '.join(STATUSES)}, got {status!r}")
     findings = []
     for index, item in enumerate(verdict_doc.get("findings", [])):
         if not isinstance(item, dict) or not isinstance(item.get("checker"), str) \

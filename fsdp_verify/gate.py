@@ -11,14 +11,15 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from .case import Case
-from .checks import ERROR, check_all
+from .checks import ERROR
+from .orchestrate import check_all
 from .corpus import Entry
 from .targets.base import Target
 
 
 def generated_cases(examples: int, seed_value: int) -> list[Case]:
     """A fixed list of generated cases (same seed, same cases)."""
-    from strategies import cases
+    from .strategies import cases
     drawn: list[Case] = []
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,

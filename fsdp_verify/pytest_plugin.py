@@ -46,17 +46,13 @@ class CorpusItem(pytest.Item):
     """Replays one corpus case and compares verdicts."""
 
     def runtest(self) -> None:
-        from .cli import replay_entry
+        from .replay import replay
         from .targets import get_target
         entry = corpus.load(self.path)  # a CorpusError names file, field and reason
         target = get_target(self.config.getoption("--fsdp-target"))
-        verdict = replay_entry(target, entry)
-        expected = entry.verdict if entry.target == target.name else corpus.Verdict(corpus.PASS)
-        if verdict.status != expected.status or verdict.checkers != expected.checkers:
-            detail = f"; first finding: {verdict.findings[0][1]}" if verdict.findings else ""
-            raise CorpusMismatch(f"expected {expected.status} {list(expected.checkers)} (recorded against "
-                                 f"{entry.target}), replayed {verdict.status} {list(verdict.checkers)} against "
-                                 f"{target.name}{detail}")
+        outcome = replay(target, self.path, entry)
+        if not outcome.agrees:
+            raise CorpusMismatch(outcome.line(target))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, (CorpusMismatch, corpus.CorpusError)):
@@ -65,9 +61,3 @@ class CorpusItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, 0, f"corpus case {self.path.name}"
-
-
-@pytest.fixture
-def fsdp_target(request: pytest.FixtureRequest) -> str:
-    """The target name given with --fsdp-target."""
-    return request.config.getoption("--fsdp-target")

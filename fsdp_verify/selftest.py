@@ -1,4 +1,4 @@
-"""Self-test: fuzz every planted bug (``fsdp_verify.mutants``) and report which checker kills it.
+"""Self-test: fuzz every planted bug (``fsdp_verify.targets.mutants``) and report which checker kills it.
 
 Each bug is hunted on tiny graphs with several planted hazards each (``hazard_graphs``), the
 configuration that finds planner bugs fastest, under the CI profile and a fixed example budget.
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import campaign
-from .mutants import MUTANTS
+from .targets.mutants import MUTANTS
 
 
 @dataclass(frozen=True)

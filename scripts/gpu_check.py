@@ -13,9 +13,10 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fsdp_verify.execute.inputs import make_inputs
-from fsdp_verify.pipeline import run_target, simulate
+from fsdp_verify.execute.world import simulate
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.targets import get_target
-from strategies import cases
+from fsdp_verify.strategies import cases
 
 
 def main() -> None:

@@ -11,10 +11,11 @@ from dataclasses import replace
 
 from fsdp_verify import corpus
 from fsdp_verify.case import Case
-from fsdp_verify.checks import ERROR, check_all
+from fsdp_verify.checks import ERROR
+from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets import get_target
-from strategies import fsdp_module_graph, mutations
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies import fsdp_module_graph, mutations
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 
 FOLDER = "corpus/rules"
 

@@ -23,7 +23,7 @@ from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.ops import C10D, _free_tensor_storage
 from fsdp_verify.graph.spec import InputSpec, ParamSpec
 from fsdp_verify.graph.values import DTYPE_NAMES
-from fsdp_verify.reference.predicates import is_view
+from fsdp_verify.reference.predicates import view_closure
 
 WIDTH, VOCAB = 8, 16
 
@@ -103,20 +103,6 @@ def trace(kind: str, dtype: str, batch: int) -> tuple[fx.GraphModule, tuple[str,
     return make_fx(joint)(data, *params), names
 
 
-def _readers(root: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
-    """(views reachable from root, non-view readers of root or those views)."""
-    views, readers, stack = [], [], [root]
-    while stack:
-        for user in stack.pop().users:
-            if is_view(user):
-                if user not in views:
-                    views.append(user)
-                    stack.append(user)
-            elif user not in readers:
-                readers.append(user)
-    return views, readers
-
-
 def _order(graph: fx.Graph) -> dict[fx.Node, int]:
     return {node: index for index, node in enumerate(graph.nodes)}
 
@@ -163,7 +149,7 @@ def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, de
     else:
         wait = None
     order = _order(graph)
-    views, readers = _readers(wait) if wait is not None else ([], [])
+    views, readers = view_closure(wait) if wait is not None else ([], [])
     forward_views = [v for v in views if order[v] <= last_forward]
     forward_readers = [r for r in readers if order[r] <= last_forward]
     chain = {wait, *forward_views} - {None}
@@ -190,7 +176,7 @@ def _shard_param(graph: fx.Graph, placeholder: fx.Node, fqn: str, index: int, de
             entry.replace_input_with(old, new)
         entry.replace_input_with(placeholder, wait_bw)
     order = _order(graph)
-    _, backward_readers = _readers(wait_bw)
+    _, backward_readers = view_closure(wait_bw)
     with graph.inserting_after(max(backward_readers, key=order.__getitem__)):
         graph.call_function(_free_tensor_storage, (wait_bw,)).meta.update(
             comm_type="fsdp_reshard_free_backward", param_name=fqn, autograd_backward=True)

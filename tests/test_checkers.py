@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 
 from fsdp_verify.case import Case
-from fsdp_verify.checks import CHECKERS, check_all
-from fsdp_verify.mutants import get_mutant
-from fsdp_verify.pipeline import build_world
+from fsdp_verify.checks import registered
+from fsdp_verify.orchestrate import check_all
+from fsdp_verify.targets.mutants import get_mutant
+from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets import get_target
-from strategies import mutations
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from support import two_block_case
 
 
@@ -40,7 +41,7 @@ def test_reference_passes_every_checker(case_name):
     assert set(ctx.metrics["memory"]) == {"original_peak_bytes", "rewritten_peak_bytes", "largest_bucket_bytes"}
 
 
-@pytest.mark.parametrize("checker,mutant,case_name,expected", [
+PLANTED = [
     ("planner", "members_unsorted", "two_block", "should hold"),
     ("planner", "key_ignores_dtype", "mixed_dtype", "should hold"),
     ("planner", "cap_off_by_one", "two_block", "bucket"),
@@ -55,7 +56,10 @@ def test_reference_passes_every_checker(case_name):
     ("consistency", "fused_meta_dropped", "two_block", "lacks the fused-node meta"),
     ("consistency", "stale_plan_accepted", "two_block", "stale plan"),
     ("memory", "leaked_buffers", "two_block", "peak live bytes"),
-])
+]
+
+
+@pytest.mark.parametrize("checker,mutant,case_name,expected", PLANTED)
 def test_checker_catches_planted_bug(checker, mutant, case_name, expected):
     case = CASES[case_name]()
     if mutant == "cap_off_by_one":  # a cap one byte below the first bucket's size
@@ -84,9 +88,9 @@ def test_invalid_arguments_must_be_refused_with_the_spec_message():
     assert findings == [] and ctx.run.error_type == "ValueError"
 
 
-def test_every_checker_is_exercised_here():
-    tested = {"planner", "dependencies", "ordering", "layout", "numerics", "consistency", "memory"}
-    assert tested == set(CHECKERS)
+def test_every_registered_checker_is_exercised_here():
+    tested = {checker for checker, *_ in PLANTED}
+    assert set(registered()) <= tested
 
 
 def test_bit_difference_matches_nans_of_any_payload_and_nothing_else():

@@ -14,11 +14,11 @@ from fsdp_verify.checks import CheckContext
 from fsdp_verify.checks.collectives import check_collectives
 from fsdp_verify.execute.distributed import RankFailure, RankPool, jobs_for
 from fsdp_verify.graph.builder import localize
-from fsdp_verify.mutants import get_mutant
-from fsdp_verify.pipeline import run_target
+from fsdp_verify.targets.mutants import get_mutant
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.targets import get_target
-from strategies import mutations
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from support import two_block_case
 
 
@@ -101,7 +101,7 @@ def test_torchrun_replay_entry_point(tmp_path):
             two_rank.append(rule)
             shutil.copy(rule, tmp_path / rule.name)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "fsdp_verify.execute.torchrun_replay", str(tmp_path)],
+                          "-m", "fsdp_verify.torchrun_replay", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == len(two_rank) == 2

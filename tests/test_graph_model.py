@@ -13,7 +13,7 @@ from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.spec import graph_from_json, graph_from_text
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.reference.planner import graph_signature
-from strategies import mutations
+from fsdp_verify.strategies import mutations
 from support import two_block_case
 
 
@@ -62,7 +62,7 @@ def test_builder_output_attributes_and_header():
 
 
 def test_expert_subgroups_roundtrip():
-    from strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
     spec = render(Blueprint(blocks=((ParamDraw(), ParamDraw(expert=True), ParamDraw(expert=True)),),
                             degree=4, expert_degree=2))
     _roundtrip(spec)

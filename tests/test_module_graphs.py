@@ -6,9 +6,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from fsdp_verify.pipeline import run_target, simulate
+from fsdp_verify.execute.world import simulate
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.targets import get_target
-from strategies import MODELS, fsdp_module_graph, graphs_from_modules
+from fsdp_verify.strategies import MODELS, fsdp_module_graph, graphs_from_modules
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))

@@ -8,7 +8,7 @@ from torch import nn
 from fsdp_verify.reference.planner import (
     BucketPolicy, build_module_bucket_plans, match_module_bucket, normalize_module_bucket_plans,
     validate_group_plans)
-from strategies import mutations
+from fsdp_verify.strategies import mutations
 from support import plan, two_block_case
 
 GROUP_ERROR = "group_ranks must map PG names to distinct ordered non-negative global ranks"

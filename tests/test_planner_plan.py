@@ -8,7 +8,7 @@ import math
 
 from fsdp_verify.graph.builder import build_module
 from fsdp_verify.reference.planner import graph_signature, plan_fsdp_buckets
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.case import Case
 from support import plan, two_block_case
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
-from strategies import mutations
+from fsdp_verify.strategies import mutations
 from support import decision_for, plan, two_block_case
 
 GLOBAL_SKIPS = {"unsupported_parallel_mode", "outside_module_plan", "unknown_process_group"}

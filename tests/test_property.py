@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 
-from fsdp_verify.checks import ERROR, check_all
+from fsdp_verify.checks import ERROR
+from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets import get_target
-from strategies import cases
+from fsdp_verify.strategies import cases
 
 
 @settings(suppress_health_check=list(HealthCheck), deadline=None)

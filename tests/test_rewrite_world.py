@@ -8,14 +8,15 @@ import torch
 from fsdp_verify.case import Case
 from fsdp_verify.execute.simulated import Desync, ReadAfterFree
 from fsdp_verify.graph.builder import build_module, localize
-from fsdp_verify.pipeline import build_world, run_target, simulate
+from fsdp_verify.execute.world import build_world, simulate
+from fsdp_verify.orchestrate import run_target
 from fsdp_verify.reference.driver import bucket_world
 from fsdp_verify.reference.planner import BucketPolicy, graph_signature, plan_fsdp_buckets
 from fsdp_verify.reference.predicates import rs_layout_preparation
 from fsdp_verify.reference.rewrite import StalePlanError, apply_ag_buckets, apply_rs_buckets
 from fsdp_verify.targets import get_target
-from strategies import mutations
-from strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 
 
 def _bits(tensor: torch.Tensor) -> torch.Tensor:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, find, given, settings
 
-from fsdp_verify.pipeline import build_world, simulate
+from fsdp_verify.execute.world import build_world, simulate
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 from fsdp_verify.targets import get_target
-from strategies import Size, cases, fsdp_graphs
-from strategies.coverage import format_histogram, reason_histogram
+from fsdp_verify.strategies import Size, cases, fsdp_graphs
+from fsdp_verify.coverage import format_histogram, reason_histogram
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
             "singleton": ("oversized",)}

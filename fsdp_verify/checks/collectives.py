@@ -13,11 +13,11 @@ import torch
 
 from ..execute.distributed import RankFailure, RankPool, jobs_for, reduce_sources
 from ..execute.inputs import exact_override
-from ..pipeline import simulate
+from ..execute.world import simulate
 from .findings import DRIFT, ERROR, CheckContext, Finding
 from .numerics import bit_difference, output_names
 
-CHECKER = "collectives"
+NAME = "collectives"
 TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 
 
@@ -27,7 +27,7 @@ def _compare(expected: list, actual: list, names: list[str], rank: int, what: st
             diff = bit_difference(x, y)
             if diff is not None:
                 name = names[index] if index < len(names) else f"#{index}"
-                return [Finding(CHECKER, f"rank {rank}: {what}: output {index} ({name}) differs: "
+                return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
                                          f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
                                 nodes=(name,), rank=rank, details={"output": index, **diff})]
     return []
@@ -41,7 +41,7 @@ def _drift(expected: list, actual: list, names: list[str], rank: int) -> list[Fi
         error = float((x.double() - y.double()).abs().max() / (x.double().abs().max() + 1e-30))
         severity = DRIFT if error <= tolerance else ERROR
         name = names[index] if index < len(names) else f"#{index}"
-        return [Finding(CHECKER, f"rank {rank}: random inputs: output {index} ({name}) drifts by relative "
+        return [Finding(NAME, f"rank {rank}: random inputs: output {index} ({name}) drifts by relative "
                                  f"{error:.2e} (tolerance {tolerance:.0e} for {x.dtype})", nodes=(name,),
                         rank=rank, severity=severity, details={"relative_error": error})]
     return []
@@ -55,7 +55,7 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
     try:
         results = pool.run(jobs_for(case, ctx.rewritten, originals=ctx.original))
     except RankFailure as exc:
-        return [Finding(CHECKER, f"real collectives failed ({exc.kind}): {exc}",
+        return [Finding(NAME, f"real collectives failed ({exc.kind}): {exc}",
                         details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors})]
     simulated = simulate(case, ctx.original, override=exact_override(reduce_sources(case), case.seed))
     findings = []
@@ -67,7 +67,7 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
         try:
             noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))
         except RankFailure as exc:
-            return [Finding(CHECKER, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
+            return [Finding(NAME, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
         for rank, result in sorted(noisy.items()):
             findings += _drift(result["original"], result["rewritten"], output_names(ctx.original[rank]), rank)
     return findings

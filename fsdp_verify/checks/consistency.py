@@ -11,9 +11,10 @@ from torch import fx
 
 from ..execute.simulated import WorldRun
 from .findings import CheckContext, Finding
+from .registry import Checker
 from .graph_facts import FSDP_KINDS, by_name, c10d_name, is_launch
 
-CHECKER = "consistency"
+NAME = "consistency"
 FUSED_META = ("comm_type", "comm_group", "autograd_backward", "fsdp_bucket_id", "fsdp_bucket_members")
 _KEPT_META = ("comm_type", "comm_group", "param_name", "state_idx", "autograd_backward")
 
@@ -28,7 +29,7 @@ def _meta_findings(fused: list[fx.Node]) -> list[Finding]:
     for launch in fused:
         missing = [key for key in FUSED_META if key not in launch.meta]
         if missing or not launch.meta.get("fsdp_bucket_members") or launch.meta.get("comm_type") not in FSDP_KINDS:
-            findings.append(Finding(CHECKER, f"fused launch {launch.name!r} lacks the fused-node meta "
+            findings.append(Finding(NAME, f"fused launch {launch.name!r} lacks the fused-node meta "
                                              f"(missing {missing or 'a truthy fsdp_bucket_members / FSDP comm_type'}); "
                                              f"re-planning would bucket it again", nodes=(launch.name,)))
     return findings
@@ -39,7 +40,7 @@ def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node]) -> list
         return []
     plan = ctx.target.plan(ctx.case, copy.deepcopy(ctx.rewritten[rank]), rank)
     reasons = {d["node"]: d["reason"] for d in plan.to_dict()["decisions"] if d["action"] == "skip"}
-    return [Finding(CHECKER, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
+    return [Finding(NAME, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
                              f"unsupported_or_already_bucketed (got {reasons.get(n.name, 'a candidate')})",
                     nodes=(n.name,)) for n in fused if reasons.get(n.name) != "unsupported_or_already_bucketed"]
 
@@ -55,7 +56,7 @@ def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> 
         was = (str(node.target), str(node.args), {k: node.meta.get(k) for k in _KEPT_META})
         now = (str(kept.target), str(kept.args), {k: kept.meta.get(k) for k in _KEPT_META})
         if was != now:
-            findings.append(Finding(CHECKER, f"collective {node.name!r} was kept but changed: {was} -> {now}",
+            findings.append(Finding(NAME, f"collective {node.name!r} was kept but changed: {was} -> {now}",
                                     nodes=(node.name,)))
     return findings
 
@@ -72,11 +73,11 @@ def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
         rewriters[0](module, plans[0])
     except ValueError:
         return [] if module.code == before else [Finding(
-            CHECKER, "a stale plan was rejected but the graph was changed before the error")]
+            NAME, "a stale plan was rejected but the graph was changed before the error")]
     except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
-        return [Finding(CHECKER, f"a stale plan (made for the original graph) was not rejected: applying it to the "
+        return [Finding(NAME, f"a stale plan (made for the original graph) was not rejected: applying it to the "
                                  f"rewritten graph crashed with {type(exc).__name__}: {exc}")]
-    return [Finding(CHECKER, "a stale plan (made for the original graph) was applied to the rewritten graph "
+    return [Finding(NAME, "a stale plan (made for the original graph) was applied to the rewritten graph "
                              "without being rejected")]
 
 
@@ -96,23 +97,23 @@ def _volume_findings(ctx: CheckContext, rank: int, contract: bool) -> list[Findi
     findings = []
     for key in sorted(set(e0) | set(e1)):
         if e0[key] != e1[key]:
-            findings.append(Finding(CHECKER, f"group {key[0]!r} {key[1]}: {e1[key]} elements communicated "
+            findings.append(Finding(NAME, f"group {key[0]!r} {key[1]}: {e1[key]} elements communicated "
                                              f"instead of {e0[key]}", details={"group": key[0], "op": key[1]}))
         if c1[key] > c0[key]:
-            findings.append(Finding(CHECKER, f"group {key[0]!r} {key[1]}: {c1[key]} launches instead of at most "
+            findings.append(Finding(NAME, f"group {key[0]!r} {key[1]}: {c1[key]} launches instead of at most "
                                              f"{c0[key]}"))
     fused = _fused_launches(ctx.original[rank], ctx.rewritten[rank])
     fused_away = sum(len(n.meta.get("fsdp_bucket_members") or ()) - 1 for n in fused)
     if contract and sum(c0.values()) - sum(c1.values()) != fused_away:
-        findings.append(Finding(CHECKER, f"{sum(c0.values())} collectives became {sum(c1.values())}, but the fused "
+        findings.append(Finding(NAME, f"{sum(c0.values())} collectives became {sum(c1.values())}, but the fused "
                                          f"launches account for exactly {fused_away} fewer (a bucket of k members "
                                          f"replaces k launches by one)"))
     return findings
 
 
-def check_consistency(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                      plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_consistency(ctx: CheckContext) -> list[Finding]:
     """Fused-node meta, idempotent re-planning, stale plans, untouched collectives, volume."""
+    original, rewritten = ctx.original, ctx.rewritten
     findings: list[Finding] = []
     for rank in sorted(rewritten):
         fused = _fused_launches(original[rank], rewritten[rank])
@@ -126,3 +127,6 @@ def check_consistency(original: dict[int, fx.GraphModule], rewritten: dict[int, 
         if findings:
             break
     return findings
+
+
+CHECKER = Checker(NAME, check_consistency, order=60, summary='fused meta, idempotence, stale plans, untouched collectives, volume')

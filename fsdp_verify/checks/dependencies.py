@@ -12,15 +12,16 @@ from __future__ import annotations
 from torch import fx
 
 from .findings import CheckContext, Finding
+from .registry import Checker
 from .graph_facts import (aliases_input, alias_class, by_name, has_effect, is_free, is_launch, is_wait,
                           positions)
 
-CHECKER = "dependencies"
+NAME = "dependencies"
 
 
 def _lost_nodes(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
     lost = [n.name for n in orig.graph.nodes if n.name not in names and not (is_launch(n) or is_wait(n))]
-    return [Finding(CHECKER, f"node {name!r} of the original graph is missing from the rewrite (only "
+    return [Finding(NAME, f"node {name!r} of the original graph is missing from the rewrite (only "
                              f"collective launches and waits may be replaced)", nodes=(name,)) for name in lost]
 
 
@@ -34,7 +35,7 @@ def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
         now = {n.name for n in kept.all_input_nodes}
         for source in node.all_input_nodes:
             if source.name in names and not is_wait(source) and source.name not in now:
-                findings.append(Finding(CHECKER, f"edge {source.name} -> {node.name} is broken: {node.name!r} no "
+                findings.append(Finding(NAME, f"edge {source.name} -> {node.name} is broken: {node.name!r} no "
                                                  f"longer reads {source.name!r}", nodes=(source.name, node.name)))
     return findings
 
@@ -46,7 +47,7 @@ def _order(orig: fx.GraphModule, names: dict[str, fx.Node], pos: dict[str, int],
     findings = []
     for earlier, later in zip(sequence, sequence[1:]):
         if pos[earlier] > pos[later]:
-            findings.append(Finding(CHECKER, f"{what} order changed: {earlier!r} came before {later!r} in the "
+            findings.append(Finding(NAME, f"{what} order changed: {earlier!r} came before {later!r} in the "
                                              f"original but after it in the rewrite", nodes=(earlier, later)))
             break
     return findings
@@ -59,7 +60,7 @@ def _unwaited_reads(module: fx.GraphModule) -> list[Finding]:
             continue
         for user in node.users:
             if not is_wait(user):
-                findings.append(Finding(CHECKER, f"{user.name!r} reads collective {node.name!r} without waiting "
+                findings.append(Finding(NAME, f"{user.name!r} reads collective {node.name!r} without waiting "
                                                  f"for it", nodes=(node.name, user.name)))
     return findings
 
@@ -74,14 +75,14 @@ def reads_after_free(module: fx.GraphModule) -> list[Finding]:
         for alias in alias_class(free.args[0]):
             for user in alias.users:
                 if pos[user] > pos[free] and not is_free(user) and not aliases_input(user):
-                    findings.append(Finding(CHECKER, f"{user.name!r} reads {alias.name!r} after {free.name!r} "
+                    findings.append(Finding(NAME, f"{user.name!r} reads {alias.name!r} after {free.name!r} "
                                                      f"freed its storage", nodes=(free.name, alias.name, user.name)))
     return findings
 
 
-def check_dependencies(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                       plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_dependencies(ctx: CheckContext) -> list[Finding]:
     """Data edges, effect order, real-node order, waits before reads, and no read after free."""
+    original, rewritten = ctx.original, ctx.rewritten
     findings: list[Finding] = []
     for rank in sorted(rewritten):
         orig, new = original[rank], rewritten[rank]
@@ -95,3 +96,6 @@ def check_dependencies(original: dict[int, fx.GraphModule], rewritten: dict[int,
         if findings:
             break  # one rank's account is enough; the others are usually the same
     return findings
+
+
+CHECKER = Checker(NAME, check_dependencies, order=20, summary='data edges, effect order, waits before reads, no read after free')

@@ -10,7 +10,8 @@ from torch import fx
 
 from ..case import Case
 from ..execute.simulated import SimulationError, WorldRun
-from ..pipeline import TargetRun, simulate
+from ..execute.world import simulate
+from ..targets.outcome import TargetRun
 
 ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
 
@@ -39,6 +40,7 @@ class CheckContext:
     run: TargetRun
     target: Any = None
     metrics: dict = field(default_factory=dict)  # figures checkers report besides findings
+    skipped: dict = field(default_factory=dict)  # checker name -> why it could not judge this case
 
     @property
     def case(self) -> Case:
@@ -51,6 +53,15 @@ class CheckContext:
     @property
     def rewritten(self) -> dict[int, fx.GraphModule]:
         return self.run.rewritten
+
+    @property
+    def plans(self) -> dict[int, list]:
+        return self.run.plans
+
+    @property
+    def has_planner(self) -> bool:
+        """Whether the target produces reference-format plans (the plan contracts bind it)."""
+        return self.target is not None and self.target.has_planner
 
     @cached_property
     def original_sim(self) -> WorldRun | SimulationError | Exception:

@@ -73,18 +73,27 @@ def has_effect(node: fx.Node) -> bool:
     return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-def real_consumers(wait: fx.Node) -> list[fx.Node]:
-    """Non-view readers of ``wait``, reached through view chains (spec 2.5's consumer set)."""
-    found, stack, seen = [], [wait], {wait}
+def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
+    """(the views reachable from ``node``, the non-view readers of ``node`` or of those views), in
+    discovery order: the one view-chain walk of the oracle side."""
+    views: list[fx.Node] = []
+    readers: list[fx.Node] = []
+    seen, stack = {node}, [node]
     while stack:
         for user in stack.pop().users:
             if aliases_input(user):
                 if user not in seen:
                     seen.add(user)
+                    views.append(user)
                     stack.append(user)
-            elif user not in found:
-                found.append(user)
-    return found
+            elif user not in readers:
+                readers.append(user)
+    return views, readers
+
+
+def real_consumers(wait: fx.Node) -> list[fx.Node]:
+    """Non-view readers of ``wait``, reached through view chains (spec 2.5's consumer set)."""
+    return view_closure(wait)[1]
 
 
 def storage_root(node: fx.Node) -> fx.Node:
@@ -97,13 +106,7 @@ def storage_root(node: fx.Node) -> fx.Node:
 def alias_class(node: fx.Node) -> list[fx.Node]:
     """Every node sharing ``node``'s storage: its root and all views below the root."""
     root = storage_root(node)
-    found, stack = [root], [root]
-    while stack:
-        for user in stack.pop().users:
-            if aliases_input(user) and user not in found:
-                found.append(user)
-                stack.append(user)
-    return found
+    return [root, *view_closure(root)[0]]
 
 
 def positions(module: fx.GraphModule) -> dict[str, int]:

@@ -16,12 +16,13 @@ from typing import Any
 import torch
 from torch import fx
 
-from ..pipeline import simulate
+from ..execute.world import simulate
 from .findings import CheckContext, Finding
-from .graph_facts import FSDP_KINDS, aliases_input, is_wait
+from .registry import Checker
+from .graph_facts import FSDP_KINDS, is_wait, real_consumers
 from .numerics import run_failure
 
-CHECKER = "layout"
+NAME = "layout"
 _INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
 
@@ -37,7 +38,7 @@ def _plan_findings(plans: dict[int, list]) -> list[Finding]:
                     numel = math.prod(member["output_shape"] if rs else member["input_shape"])
                     if member["local_offset"] != offset or member["local_numel"] != numel:
                         findings.append(Finding(
-                            CHECKER, f"rank {rank}: bucket {bucket['bucket_id']} member {member['param_name']} has "
+                            NAME, f"rank {rank}: bucket {bucket['bucket_id']} member {member['param_name']} has "
                                      f"offset {member['local_offset']}, numel {member['local_numel']}; expected "
                                      f"{offset}, {numel}", nodes=(member["param_name"],), rank=rank))
                         return findings
@@ -98,19 +99,9 @@ class _Codes:
 
 def _watched(original: fx.GraphModule) -> dict[str, str]:
     """Consumers of every tagged collective result (through views) -> the parameter they read."""
-    watched = {}
-    for node in original.graph.nodes:
-        if node.meta.get("comm_type") not in FSDP_KINDS:
-            continue
-        waits = [u for u in node.users if is_wait(u)]
-        stack = list(waits)
-        while stack:
-            for user in stack.pop().users:
-                if aliases_input(user):
-                    stack.append(user)
-                else:
-                    watched[user.name] = str(node.meta.get("param_name"))
-    return watched
+    return {consumer.name: str(node.meta.get("param_name")) for node in original.graph.nodes
+            if node.meta.get("comm_type") in FSDP_KINDS
+            for wait in node.users if is_wait(wait) for consumer in real_consumers(wait)}
 
 
 def _capture(ctx: CheckContext, modules: dict[int, fx.GraphModule], codes: _Codes, watched: dict[str, str],
@@ -140,7 +131,7 @@ def _compare(before: dict, after: dict, codes: _Codes, watched: dict[str, str]) 
             if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
                 continue
             if x.shape != y.shape or x.dtype != y.dtype:
-                return [Finding(CHECKER, f"rank {rank}: consumer {name!r} of {watched[name]} received a "
+                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received a "
                                          f"{tuple(y.shape)} {y.dtype} tensor instead of {tuple(x.shape)} {x.dtype}",
                                 nodes=(name,), rank=rank)]
             ints = _INT_VIEW.get(x.element_size())
@@ -150,16 +141,16 @@ def _compare(before: dict, after: dict, codes: _Codes, watched: dict[str, str]) 
             differ = (xi != yi).nonzero()
             if len(differ):
                 position = int(differ[0])
-                return [Finding(CHECKER, f"rank {rank}: consumer {name!r} of {watched[name]} received "
+                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received "
                                          f"{codes.decode(y, position)} at position {position} where the original "
                                          f"delivers {codes.decode(x, position)}",
                                 nodes=(name,), rank=rank, details={"input": slot, "position": position})]
     return []
 
 
-def check_layout(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                 plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_layout(ctx: CheckContext) -> list[Finding]:
     """Plan offsets are contiguous per the numel rule, and every consumer gets its own elements."""
+    original, rewritten, plans = ctx.original, ctx.rewritten, ctx.plans
     findings = _plan_findings(plans)
     if findings:
         return findings
@@ -176,8 +167,11 @@ def check_layout(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.Gr
         try:
             after = _capture(ctx, rewritten, codes, watched, contributor)
         except Exception as exc:  # noqa: BLE001
-            return [run_failure(CHECKER, exc)]
+            return [run_failure(NAME, exc)]
         findings = _compare(before, after, codes, watched)
         if findings:
             return findings
     return []
+
+
+CHECKER = Checker(NAME, check_layout, order=40, summary='packed offsets, checked with identity tensors')

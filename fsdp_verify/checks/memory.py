@@ -14,11 +14,12 @@ from typing import Any
 import torch
 from torch import fx
 
-from ..pipeline import simulate
+from ..execute.world import simulate
 from .findings import CheckContext, Finding
+from .registry import Checker
 from .graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
 
-CHECKER = "memory"
+NAME = "memory"
 SLACK = 2
 
 
@@ -60,9 +61,9 @@ def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
     return peak
 
 
-def check_memory(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                 plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_memory(ctx: CheckContext) -> list[Finding]:
     """Rewritten peak <= original peak + the largest fused buffer (on the first rank)."""
+    original, rewritten = ctx.original, ctx.rewritten
     rank = min(rewritten)
     try:
         before, after = _sizes(ctx, original, rank), _sizes(ctx, rewritten, rank)
@@ -76,7 +77,10 @@ def check_memory(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.Gr
     largest = max(buffers, default=0)
     ctx.metrics["memory"] = {"original_peak_bytes": old, "rewritten_peak_bytes": new, "largest_bucket_bytes": largest}
     if new > old + SLACK * largest:
-        return [Finding(CHECKER, f"rank {rank}: peak live bytes {new} exceed the original's {old} by "
+        return [Finding(NAME, f"rank {rank}: peak live bytes {new} exceed the original's {old} by "
                                  f"{new - old}, more than {SLACK}x the largest fused buffer ({largest} bytes)",
                         details=dict(ctx.metrics["memory"]), rank=rank)]
     return []
+
+
+CHECKER = Checker(NAME, check_memory, order=70, summary='peak live bytes within 2x the largest fused buffer')

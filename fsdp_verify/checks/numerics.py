@@ -9,8 +9,9 @@ from torch import fx
 
 from ..execute.simulated import Desync, ReadAfterFree
 from .findings import INVALID, CheckContext, Finding
+from .registry import Checker
 
-CHECKER = "numerics"
+NAME = "numerics"
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -64,21 +65,21 @@ def run_failure(checker: str, error: Exception) -> Finding:
                    details={"kind": "crash"})
 
 
-def check_numerics(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                   plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_numerics(ctx: CheckContext) -> list[Finding]:
     """Original and rewritten graphs give bitwise equal outputs on every simulated rank."""
+    original = ctx.original
     before, after = ctx.original_sim, ctx.rewritten_sim
     if isinstance(before, Exception):
-        return [Finding(CHECKER, f"the original graph cannot run, so the case cannot be judged: {before}",
+        return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
                         severity=INVALID)]
     if isinstance(after, Exception):
-        return [run_failure(CHECKER, after)]
+        return [run_failure(NAME, after)]
     findings = []
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])
         if len(expected) != len(actual):
-            findings.append(Finding(CHECKER, f"rank {rank}: {len(actual)} outputs instead of {len(expected)}",
+            findings.append(Finding(NAME, f"rank {rank}: {len(actual)} outputs instead of {len(expected)}",
                                     rank=rank))
             continue
         for index, (x, y) in enumerate(zip(expected, actual)):
@@ -88,7 +89,10 @@ def check_numerics(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.
             if diff is not None:
                 name = names[index] if index < len(names) else f"#{index}"
                 detail = ", ".join(f"{k} {v}" for k, v in diff.items())
-                findings.append(Finding(CHECKER, f"rank {rank}: output {index} ({name}) differs: {detail}",
+                findings.append(Finding(NAME, f"rank {rank}: output {index} ({name}) differs: {detail}",
                                         nodes=(name,), details={"output": index, **diff}, rank=rank))
                 break
     return findings
+
+
+CHECKER = Checker(NAME, check_numerics, order=50, summary='bitwise-equal outputs on every simulated rank')

@@ -19,10 +19,11 @@ import z3
 from torch import fx
 
 from .findings import CheckContext, Finding
+from .registry import Checker
 from .graph_facts import (FSDP_KINDS, alias_class, aliases_input, by_name, c10d_name, has_effect, is_free, is_launch, is_wait,
                           real_consumers, rs_prep_chain)
 
-CHECKER = "ordering"
+NAME = "ordering"
 
 
 @dataclass(frozen=True)
@@ -200,21 +201,21 @@ def _streams_agree(ctx: CheckContext) -> list[Finding]:
                 mine = [r.signature() for r in records if r.group == group]
                 theirs = [r.signature() for r in run.streams[other] if r.group == group]
                 if mine != theirs:
-                    findings.append(Finding(CHECKER, f"group {group!r}: ranks {rank} and {other} issue different "
+                    findings.append(Finding(NAME, f"group {group!r}: ranks {rank} and {other} issue different "
                                                      f"collective sequences", details={"group": group}))
     return findings[:1]
 
 
-def check_ordering(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                   plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_ordering(ctx: CheckContext) -> list[Finding]:
     """(a) happens-before holds in the rewrite, (b) each fused bucket has a legal point, (c) streams agree."""
+    original, rewritten = ctx.original, ctx.rewritten
     rank = min(rewritten)
     orig, new = original[rank], rewritten[rank]
     position = {node.name: i for i, node in enumerate(new.graph.nodes)}
     rules = skeleton_rules(orig, new)
     broken = _violations(rules, position)
     if broken:
-        return [Finding(CHECKER, f"rank {rank}: ordering violated: {explain(rules, position, broken)}",
+        return [Finding(NAME, f"rank {rank}: ordering violated: {explain(rules, position, broken)}",
                         nodes=tuple({r.before for r in broken} | {r.after for r in broken}), rank=rank,
                         details={"violations": [r.why for r in broken]})]
     known = by_name(orig)
@@ -228,7 +229,10 @@ def check_ordering(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.
             ok, reason = insertion_point(orig, members, barriers)
             if not ok:
                 names = ", ".join(m.name for m in members)
-                findings.append(Finding(CHECKER, f"rank {rank}: fused launch {launch.name} has no legal insertion "
+                findings.append(Finding(NAME, f"rank {rank}: fused launch {launch.name} has no legal insertion "
                                                  f"point for members {names}: it must be {reason}",
                                         nodes=(launch.name, *(m.name for m in members)), rank=rank))
     return findings + _streams_agree(ctx)
+
+
+CHECKER = Checker(NAME, check_ordering, order=30, summary='z3: happens-before refinement and cross-rank deadlock freedom')

@@ -20,16 +20,28 @@ import torch
 from torch import fx
 
 from .findings import CheckContext, Finding
+from .registry import Checker
 from .graph_facts import (FREE_KINDS, FSDP_KINDS, c10d_name, has_effect, is_free, is_launch,
                           is_wait, real_consumers, rs_prep_chain)
 
-CHECKER = "planner"
+NAME = "planner"
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 GROUP_ERROR = "group_ranks must map PG names to distinct ordered non-negative global ranks"
 
 
 def _int(value: Any) -> bool:
     return type(value) is int
+
+
+def _device_ok(device: Any) -> bool:
+    """Rule 10: a string that ``torch.device`` accepts on this installation."""
+    if not isinstance(device, str):
+        return False
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        return False
+    return True
 
 
 # -- input validation ------------------------------------------------------------------------
@@ -125,9 +137,7 @@ def _skip_reason(node: fx.Node, groups: dict, scope: Optional[tuple], args: Any)
         return "unknown_or_dynamic_shape"
     if not isinstance(spec.get("dtype"), torch.dtype) or spec["dtype"] not in FLOATS:
         return "unsupported_dtype"
-    try:
-        torch.device(spec["device"]) if isinstance(spec.get("device"), str) else 1 / 0
-    except (RuntimeError, ValueError, ZeroDivisionError):
+    if not _device_ok(spec.get("device")):
         return "unknown_device"
     small, large = (spec["output_shape"], spec["input_shape"]) if rs else (spec["input_shape"], spec["output_shape"])
     if list(large) != [small[0] * degree, *small[1:]]:
@@ -323,9 +333,9 @@ def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[tu
     return pairs
 
 
-def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.GraphModule],
-                  plans: dict[int, list], ctx: CheckContext) -> list[Finding]:
+def check_planner(ctx: CheckContext) -> list[Finding]:
     """Validation, purity, skip/greedy oracles, ids, windows, summary, cross-rank digests."""
+    original, plans = ctx.original, ctx.plans
     case = ctx.case
     if ctx.target is None or not ctx.target.has_planner:
         return []  # planner arguments mean nothing to a target without a planner
@@ -333,9 +343,9 @@ def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.G
     expected_error = expected_argument_error(case.plan_args, case.group_ranks(first))
     if expected_error is not None:
         if ctx.run.error is None:
-            return [Finding(CHECKER, f"invalid planner arguments were accepted; expected: {expected_error}")]
+            return [Finding(NAME, f"invalid planner arguments were accepted; expected: {expected_error}")]
         if expected_error not in ctx.run.error:
-            return [Finding(CHECKER, f"invalid planner arguments raised the wrong error; expected "
+            return [Finding(NAME, f"invalid planner arguments raised the wrong error; expected "
                                      f"{expected_error!r}, got {ctx.run.error_type}: {ctx.run.error_message}")]
         return []
     if not plans:
@@ -346,14 +356,14 @@ def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.G
     plan_b = ctx.target.plan(case, module, first).to_dict()
     findings = []
     if signature_of(module) != before:
-        findings.append(Finding(CHECKER, "planning mutated the graph (purity)"))
+        findings.append(Finding(NAME, "planning mutated the graph (purity)"))
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
-        findings.append(Finding(CHECKER, "planning the same graph twice gave different plans (determinism)"))
+        findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
         for round_index, (graph, plan) in enumerate(_rounds(ctx, original[rank], plans[rank])):
             for problem in _judge(graph, plan.to_dict(), case.group_ranks(rank), case.plan_args,
                                   f"rank {rank} round {round_index + 1}"):
-                findings.append(Finding(CHECKER, problem, rank=rank))
+                findings.append(Finding(NAME, problem, rank=rank))
         if findings:
             return findings
     digests: dict[tuple, set] = {}
@@ -363,6 +373,9 @@ def check_planner(original: dict[int, fx.GraphModule], rewritten: dict[int, fx.G
                 digests.setdefault((group, tuple(ranks), round_index), set()).add(plan.group_digest(group))
     for (group, ranks, round_index), values in sorted(digests.items()):
         if len(values) > 1:
-            findings.append(Finding(CHECKER, f"group {group} {list(ranks)} round {round_index + 1}: ranks planned "
+            findings.append(Finding(NAME, f"group {group} {list(ranks)} round {round_index + 1}: ranks planned "
                                              f"different digests"))
     return findings
+
+
+CHECKER = Checker(NAME, check_planner, order=10, summary='planner invariants of spec 5.2, re-derived from the graph')

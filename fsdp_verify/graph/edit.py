@@ -10,7 +10,6 @@ from dataclasses import replace
 from typing import Any, Iterable
 
 from .spec import GraphSpec, NodeSpec
-from .values import NodeRef, map_refs
 
 DROP = object()  # a meta value that removes the key
 
@@ -62,21 +61,6 @@ def insert_after(spec: GraphSpec, after: str, new_nodes: Iterable[NodeSpec]) -> 
     nodes = list(spec.nodes)
     index = index_of(spec, after) + 1
     return spec.with_nodes(nodes[:index] + list(new_nodes) + nodes[index:])
-
-
-def replace_uses(spec: GraphSpec, old: str, new: str, *, only: Iterable[str] | None = None) -> GraphSpec:
-    """Point every use of ``old`` (or the uses in ``only``) at ``new``."""
-    keep = set(only) if only is not None else None
-
-    def swap(ref: NodeRef) -> NodeRef:
-        return NodeRef(new) if ref.name == old else ref
-
-    nodes = []
-    for node in spec.nodes:
-        if node.name != new and (keep is None or node.name in keep):
-            node = replace(node, args=tuple(map_refs(node.args, swap)), kwargs=map_refs(dict(node.kwargs), swap))
-        nodes.append(node)
-    return spec.with_nodes(nodes)
 
 
 def users_of(spec: GraphSpec, name: str) -> list[str]:

@@ -44,7 +44,6 @@ SPLIT_REASONS = (
     "consumer_distance", "dependency_conflict", "effect_or_storage_release",
     "intervening_collective", "phase_boundary",
 )
-SINGLETON_REASONS = ("oversized",)
 
 ModuleBucketPlans = Sequence[Union[str, Sequence[str]]]
 
@@ -277,17 +276,7 @@ def validate_group_plans(plans_by_rank: Mapping[int, Union[BucketPlan, dict]], g
 
 def consumers_of(wait: fx.Node) -> set[fx.Node]:
     """Real (non-view) users of a wait, reached through immutable view chains."""
-    found: set[fx.Node] = set()
-    seen, stack = {wait}, [wait]
-    while stack:
-        for user in stack.pop().users:
-            if helpers.is_view(user):
-                if user not in seen:
-                    seen.add(user)
-                    stack.append(user)
-            else:
-                found.add(user)
-    return found
+    return set(helpers.view_closure(wait)[1])
 
 
 def _identity_reason(node: fx.Node, kind: str, groups: dict) -> Optional[str]:

@@ -102,6 +102,24 @@ def is_view(node: fx.Node) -> bool:
     return _aliases_without_write(_schema(node.target))
 
 
+def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
+    """(the views reachable from ``node`` through view chains, the non-view readers of ``node`` or
+    of those views), each in discovery order: the one view-chain walk of the reference side."""
+    views: list[fx.Node] = []
+    readers: list[fx.Node] = []
+    seen, stack = {node}, [node]
+    while stack:
+        for user in stack.pop().users:
+            if is_view(user):
+                if user not in seen:
+                    seen.add(user)
+                    views.append(user)
+                    stack.append(user)
+            elif user not in readers:
+                readers.append(user)
+    return views, readers
+
+
 def is_collective(node: fx.Node) -> bool:
     """A functional c10d launch: any ``_c10d_functional`` op except ``wait_tensor``."""
     if node.op != "call_function" or _namespace(node.target) not in _COLLECTIVE_NAMESPACES:

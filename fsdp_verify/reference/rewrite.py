@@ -68,13 +68,8 @@ def _anchor(bucket: Bucket, members: list[_Member], nodes: list[fx.Node], order:
 
 def _views_before(wait: fx.Node, anchor_index: int, order: dict[fx.Node, int]) -> list[fx.Node]:
     """Views of a member result that sit before the insertion point (they must move after it)."""
-    found, stack = [], [wait]
-    while stack:
-        for user in stack.pop().users:
-            if helpers.is_view(user) and user not in found:
-                found.append(user)
-                stack.append(user)
-    return sorted((v for v in found if order.get(v, anchor_index) < anchor_index), key=order.__getitem__)
+    views = helpers.view_closure(wait)[0]
+    return sorted((v for v in views if order.get(v, anchor_index) < anchor_index), key=order.__getitem__)
 
 
 def _new(graph: fx.Graph, target, args: tuple, meta: dict, kwargs: dict | None = None) -> fx.Node:

@@ -17,7 +17,7 @@ from torch import fx
 
 from ..case import Case
 from ..execute.inputs import make_inputs
-from ..graph.ops import is_free_target
+from ..graph.ops import effect_barrier, is_free_target
 from .base import Target
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
@@ -52,7 +52,7 @@ def propagate_fake_values(module: fx.GraphModule, inputs: list[Any]) -> None:
 
     class Propagate(FakeTensorProp):
         def run_node(self, node: fx.Node) -> Any:
-            if node.op == "call_function" and (is_free_target(node.target) or "effect_barrier" in str(node.target)):
+            if node.op == "call_function" and (is_free_target(node.target) or node.target is effect_barrier):
                 node.meta["val"] = None
                 return None
             return super().run_node(node)

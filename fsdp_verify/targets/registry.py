@@ -62,7 +62,7 @@ def get_target(name: str) -> Target:
     if name == "hyper-parallel":
         return _hyper_parallel()
     if name.startswith(MUTANT_PREFIX):
-        from ..mutants import MUTANTS
+        from .mutants import MUTANTS
         if name[len(MUTANT_PREFIX):] in MUTANTS:
             return MUTANTS[name[len(MUTANT_PREFIX):]]
         raise TargetNotFound(f"unknown planted bug {name!r}; available: {', '.join(sorted(MUTANTS))}")

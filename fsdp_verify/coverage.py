@@ -9,9 +9,9 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fsdp_verify.case import Case
-from fsdp_verify.pipeline import build_world
-from fsdp_verify.targets import get_target
+from .case import Case
+from .execute.world import build_world
+from .targets import get_target
 
 
 def decision_counts(case: Case, target_name: str = "reference") -> Counter:

@@ -1,6 +1,6 @@
 """Replay corpus cases on a real cluster with PyTorch's own launcher.
 
-    torchrun --nproc-per-node 8 -m fsdp_verify.execute.torchrun_replay corpus/ [--target reference]
+    torchrun --nproc-per-node 8 -m fsdp_verify.torchrun_replay corpus/ [--target reference]
 
 Every process plans and rewrites the case's graphs for all ranks (the target's simulated
 driver is deterministic), keeps its own rank's pair, registers the case's process groups and
@@ -20,10 +20,10 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from .. import corpus
-from ..pipeline import run_target
-from ..targets import get_target
-from .distributed import _ensure_groups, _run_graph, jobs_for
+from . import corpus
+from .orchestrate import run_target
+from .targets import get_target
+from .execute.distributed import _ensure_groups, _run_graph, jobs_for
 
 
 def main(argv: list[str] | None = None) -> int:

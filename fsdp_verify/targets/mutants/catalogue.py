@@ -10,11 +10,11 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import fx
 
-from ..case import Case
-from ..graph.ops import _free_tensor_storage
-from ..reference import planner, predicates, rewrite
-from ..reference.driver import bucket_world
-from ..targets.reference import ReferenceTarget
+from ...case import Case
+from ...graph.ops import _free_tensor_storage
+from ...reference import planner, predicates, rewrite
+from ...reference.driver import bucket_world
+from ..reference import ReferenceTarget
 
 aten = torch.ops.aten
 Patch = tuple[Any, str, Any]

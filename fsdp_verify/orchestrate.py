@@ -1,51 +1,23 @@
-"""Build a case's per-rank graphs, hand them to a target, and run graphs in the simulated world."""
+"""Running one case: build its per-rank graphs, hand them to a target, and judge the result with
+every registered checker. Campaign, gate, replay, selftest and the pytest plugin all come here;
+``checks/`` and ``execute/`` never import this module.
+"""
 
 from __future__ import annotations
 
-import copy
 import multiprocessing
 import traceback
-from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 from torch import fx
 
 from .case import Case
-from .execute.inputs import make_inputs
-from .execute.simulated import WorldRun, run_world
-from .graph.builder import build_module, localize
+from .checks import CheckContext, Finding, default_checkers, registered
+from .checks.planner_oracle import expected_argument_error
+from .execute.world import build_world
+from .graph.builder import build_module
 from .targets.base import Target
-
-
-def build_world(case: Case) -> dict[int, fx.GraphModule]:
-    """One module per rank, each with that rank's device index in its specs."""
-    return {rank: build_module(localize(case.graph, rank)) for rank in case.graph.world()}
-
-
-@dataclass
-class TargetRun:
-    """What a target did to one case: the untouched originals, its rewrites and plans, or its error."""
-
-    case: Case
-    originals: dict[int, fx.GraphModule]
-    rewritten: dict[int, fx.GraphModule] = field(default_factory=dict)
-    plans: dict[int, list[Any]] = field(default_factory=dict)
-    error: Optional[str] = None
-    error_type: Optional[str] = None
-    error_message: Optional[str] = None  # the first line of the exception message
-
-
-class PlanRecord:
-    """A plan that crossed a process boundary: its ``to_dict()`` report and nothing else."""
-
-    def __init__(self, report: dict):
-        self.report = report
-
-    def to_dict(self) -> dict:
-        return copy.deepcopy(self.report)
-
-    def group_digest(self, group: str) -> str:
-        return self.report["group_digests"][group]
+from .targets.outcome import PlanRecord, TargetRun, TargetTimeout
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
@@ -81,10 +53,6 @@ def run_target(target: Target, case: Case, deadline: Optional[float] = None) -> 
         return _fail(run, exc)
     run.rewritten = modules
     return run
-
-
-class TargetTimeout(RuntimeError):
-    """The target did not finish within the deadline."""
 
 
 def _child(target: Target, case: Case, conn) -> None:
@@ -128,10 +96,43 @@ def _run_isolated(target: Target, case: Case, run: TargetRun, deadline: float) -
     return run
 
 
-def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,
-             mode: str = "exact", observe=None, override=None,
-             inputs: Optional[Mapping[int, list]] = None) -> WorldRun:
-    """Run ``modules`` (one per rank) in the simulated world on the case's inputs."""
-    seed = case.seed if seed is None else seed
-    values = inputs or {rank: make_inputs(case.graph, rank, seed, mode) for rank in modules}
-    return run_world(modules, values, lambda rank, group: case.graph.group_ranks(rank)[group], observe, override)
+def _target_failure(ctx: CheckContext) -> list[Finding]:
+    """A target that raised: the planner oracle judges whether refusing was right; otherwise a finding."""
+    findings = registered()["planner"].run(ctx)
+    first = min(ctx.case.graph.world())
+    refused_rightly = ctx.has_planner and \
+        expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is not None
+    if not refused_rightly:
+        findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
+                                          f"{ctx.run.error_type}: {ctx.run.error_message}",
+                                details={"traceback": ctx.run.error}))
+    return findings
+
+
+def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Finding]:
+    """Every applicable checker on one target run; a crashing checker is itself a finding and a
+    checker that cannot judge the case is recorded in ``ctx.skipped``."""
+    if ctx.run.error is not None:
+        return _target_failure(ctx)
+    findings: list[Finding] = []
+    chosen = registered() if only is not None else default_checkers()
+    for name, checker in chosen.items():
+        if only is not None and name not in only:
+            continue
+        reason = checker.skip_reason(ctx) if checker.skip_reason is not None else None
+        if reason is not None:
+            ctx.skipped[name] = reason
+            continue
+        try:
+            findings.extend(checker.run(ctx))
+        except Exception as exc:  # noqa: BLE001 - a checker crash must not hide other verdicts
+            findings.append(Finding(name, f"checker {name} crashed: {type(exc).__name__}: {exc}",
+                                    details={"kind": "checker_crash"}))
+    return findings
+
+
+def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
+              deadline: float | None = None) -> tuple[list[Finding], CheckContext]:
+    """Run ``target`` on ``case`` (in a killable child when ``deadline`` is set) and every checker."""
+    ctx = CheckContext(run_target(target, case, deadline), target)
+    return check_run(ctx, only), ctx

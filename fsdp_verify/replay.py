@@ -1,0 +1,58 @@
+"""Replaying corpus cases: one rule for the command line and the pytest plugin.
+
+A case recorded against the target under test must give its recorded verdict; a case recorded
+against another target must pass every invariant (a bug found in another planner is a
+regression case for this one). A case that cannot be judged is ``invalid``, never a pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import corpus
+from .orchestrate import check_all
+from .targets.base import Target
+
+
+def replay_entry(target: Target, entry: corpus.Entry) -> corpus.Verdict:
+    """The verdict ``target`` gives the entry's case now."""
+    findings, _ = check_all(target, entry.case)
+    return corpus.Verdict.of(findings)
+
+
+def expected_verdict(target: Target, entry: corpus.Entry) -> corpus.Verdict:
+    """What replaying ``entry`` against ``target`` must give."""
+    return entry.verdict if entry.target == target.name else corpus.Verdict(corpus.PASS)
+
+
+def _label(verdict: corpus.Verdict) -> str:
+    return verdict.status + (f" [{', '.join(verdict.checkers)}]" if verdict.checkers else "")
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One replayed file: what the rule expects, what the target gave, and whether they agree."""
+
+    path: Path
+    entry: corpus.Entry
+    expected: corpus.Verdict
+    got: corpus.Verdict
+
+    @property
+    def agrees(self) -> bool:
+        return self.got.status == self.expected.status and self.got.checkers == self.expected.checkers
+
+    def line(self, target: Target) -> str:
+        """``ok``/``DIFF``, the file, the recorded target and verdict, what was expected and what came."""
+        rule = "its recorded verdict" if self.entry.target == target.name else "pass (recorded against another target)"
+        text = (f"{'ok  ' if self.agrees else 'DIFF'} {self.path}: recorded against {self.entry.target} as "
+                f"{_label(self.entry.verdict)}; expected {rule}; now {_label(self.got)}")
+        if not self.agrees and self.got.findings:
+            text += f"\n     {self.got.findings[0][0]}: {self.got.findings[0][1][:300]}"
+        return text
+
+
+def replay(target: Target, path: Path, entry: corpus.Entry) -> Replayed:
+    """Replay one loaded corpus entry under the rule above."""
+    return Replayed(path, entry, expected_verdict(target, entry), replay_entry(target, entry))

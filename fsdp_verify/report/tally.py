@@ -1,0 +1,39 @@
+"""The tally of a campaign (or one worker of it): counts, failures and decision coverage."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class Result:
+    """What a campaign saw: counts, per-checker failures, decision coverage, saved cases."""
+
+    examples: int = 0
+    seconds: float = 0.0
+    by_checker: Counter = field(default_factory=Counter)
+    decisions: Counter = field(default_factory=Counter)
+    failures: list[dict] = field(default_factory=list)
+    invalid: int = 0
+    first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
+    repeats: int = 0  # failing examples whose bug signature was already shrunk and saved
+    signatures: set = field(default_factory=set)
+
+    def merge(self, other: "Result") -> None:
+        self.examples += other.examples
+        self.seconds = max(self.seconds, other.seconds)
+        self.by_checker.update(other.by_checker)
+        self.decisions.update(other.decisions)
+        self.failures.extend(other.failures)
+        self.invalid += other.invalid
+        self.repeats += other.repeats
+
+    def to_json(self) -> dict:
+        return {"examples": self.examples, "seconds": round(self.seconds, 3),
+                "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
+                "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
+                "repeats_of_known_bugs": self.repeats,
+                "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
+                "failures": self.failures}

@@ -1,0 +1,41 @@
+"""What running a target on a case produced: the data the checkers judge."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from torch import fx
+
+from ..case import Case
+
+
+@dataclass
+class TargetRun:
+    """What a target did to one case: the untouched originals, its rewrites and plans, or its error."""
+
+    case: Case
+    originals: dict[int, fx.GraphModule]
+    rewritten: dict[int, fx.GraphModule] = field(default_factory=dict)
+    plans: dict[int, list[Any]] = field(default_factory=dict)
+    error: Optional[str] = None
+    error_type: Optional[str] = None
+    error_message: Optional[str] = None  # the first line of the exception message
+
+
+class PlanRecord:
+    """A plan that crossed a process boundary: its ``to_dict()`` report and nothing else."""
+
+    def __init__(self, report: dict):
+        self.report = report
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(self.report)
+
+    def group_digest(self, group: str) -> str:
+        return self.report["group_digests"][group]
+
+
+class TargetTimeout(RuntimeError):
+    """The target did not finish within the deadline."""
