@@ -31,7 +31,14 @@ def _findings(target, case, checker):
     return [f for f in findings if f.checker == checker]
 
 
-CASES = {"two_block": two_block_case, "mixed_dtype": _mixed_dtype_case, "barrier": _barrier_case}
+def _expert_case() -> Case:
+    """Two groups over the same two ranks: dense and expert parameters in each block."""
+    blocks = ((ParamDraw((2, 4)), ParamDraw((2, 4), expert=True)), (ParamDraw((2, 2)), ParamDraw((3,), expert=True)))
+    return Case(render(Blueprint(blocks=blocks, expert_degree=2, degree=2)))
+
+
+CASES = {"two_block": two_block_case, "mixed_dtype": _mixed_dtype_case, "barrier": _barrier_case,
+         "expert": _expert_case, "four_ranks": lambda: two_block_case(degree=4)}
 
 
 @pytest.mark.parametrize("case_name", sorted(CASES))
@@ -47,7 +54,16 @@ PLANTED = [
     ("planner", "cap_off_by_one", "two_block", "bucket"),
     ("dependencies", "free_moved_early", "two_block", "after"),
     ("ordering", "barrier_ignored", "barrier", "no legal insertion point"),
-    ("ordering", "free_moved_early", "two_block", "frees storage that"),
+    ("ordering", "free_moved_early", "two_block", "moved after effect"),
+    ("ordering", "fused_launch_early", "two_block", "was hoisted above effect free_ag_blocks_0_w1_wait"),
+    ("ordering", "fused_launch_hoisted", "two_block", "was hoisted above effect"),
+    ("ordering", "owned_free_moved_later", "two_block", "sum_2 moved before effect free_ag_blocks_0_w0_wait"),
+    ("ordering", "compute_across_barrier", "barrier", "effect barrier"),
+    ("ordering", "rs_prep_untagged", "two_block", "not returned by rs_layout_preparation"),
+    ("ordering", "rs_prep_shared", "two_block", "edge cat_default_5 -> sum_default"),
+    ("ordering", "rank_dependent_group_order", "expert", "cycle of blocking waits across ranks [gloo model]"),
+    ("ordering", "last_rank_free_moved_later", "four_ranks", "rank 3: sum_2 moved before effect"),
+    ("numerics", "rank_dependent_group_order", "expert", "deadlock: rank 0 waits at"),
     ("layout", "swapped_copy_out", "two_block", "where the original delivers blocks.0.w0"),
     ("layout", "offsets_off_by_one", "two_block", "has offset"),
     ("numerics", "avg_twice", "two_block", "differs"),

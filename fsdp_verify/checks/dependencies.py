@@ -1,10 +1,9 @@
-"""Dependency preservation: the rewrite keeps every data edge, effect order and free position.
+"""Data dependencies: the rewrite keeps every node and data edge, reads collective results only
+through waits, and never reads storage after a free released it.
 
 Original nodes are matched to rewritten ones by name (FX keeps names; only collective launches
 and waits may disappear, replaced by fused collectives). Each violation names the broken edge.
-Independent compute may be reordered (a scheduler may); effects may not, and no node may read
-storage after a free released it, which is what "frees keep their position relative to the
-consumers before them" requires.
+Order (effects, intervals, fused-launch windows, streams, deadlock) is the ``ordering`` checker's.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ from torch import fx
 
 from .findings import CheckContext, Finding
 from .registry import Checker
-from .graph_facts import (aliases_input, alias_class, by_name, has_effect, is_free, is_launch, is_wait,
-                          positions)
+from .graph_facts import (aliases_input, alias_class, by_name, is_free, is_launch, is_wait)
 
 NAME = "dependencies"
 
@@ -37,19 +35,6 @@ def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
             if source.name in names and not is_wait(source) and source.name not in now:
                 findings.append(Finding(NAME, f"edge {source.name} -> {node.name} is broken: {node.name!r} no "
                                                  f"longer reads {source.name!r}", nodes=(source.name, node.name)))
-    return findings
-
-
-def _order(orig: fx.GraphModule, names: dict[str, fx.Node], pos: dict[str, int], what: str,
-           keep) -> list[Finding]:
-    """Kept nodes selected by ``keep`` appear in the rewrite in their original relative order."""
-    sequence = [n.name for n in orig.graph.nodes if n.name in names and keep(n)]
-    findings = []
-    for earlier, later in zip(sequence, sequence[1:]):
-        if pos[earlier] > pos[later]:
-            findings.append(Finding(NAME, f"{what} order changed: {earlier!r} came before {later!r} in the "
-                                             f"original but after it in the rewrite", nodes=(earlier, later)))
-            break
     return findings
 
 
@@ -86,10 +71,9 @@ def check_dependencies(ctx: CheckContext) -> list[Finding]:
     findings: list[Finding] = []
     for rank in sorted(rewritten):
         orig, new = original[rank], rewritten[rank]
-        names, pos = by_name(new), positions(new)
+        names = by_name(new)
         rank_findings = (
             _lost_nodes(orig, names) + _edges(orig, names)
-            + _order(orig, names, pos, "effect", has_effect)
             + _unwaited_reads(new) + reads_after_free(new))
         findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
                         for f in rank_findings)

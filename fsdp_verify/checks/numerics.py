@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import fx
 
-from ..execute.simulated import Desync, ReadAfterFree
+from ..execute.simulated import Deadlock, Desync, ReadAfterFree
 from .findings import INVALID, CheckContext, Finding
 from .registry import Checker
 
@@ -56,6 +56,9 @@ def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
 
 def run_failure(checker: str, error: Exception) -> Finding:
     """The finding for a rewritten graph that could not run (desync, read after free, crash)."""
+    if isinstance(error, Deadlock):
+        return Finding(checker, f"rewritten graphs deadlock in the simulated world: {error}",
+                       nodes=tuple(step[1] for step in error.cycle), details={"kind": "deadlock"})
     if isinstance(error, Desync):
         return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync"})
     if isinstance(error, ReadAfterFree):

@@ -64,6 +64,17 @@ class Desync(SimulationError):
         super().__init__(f"desync on group {group!r} at collective #{position}: {lines}")
 
 
+class Deadlock(SimulationError):
+    """Every unfinished rank is blocked at a wait whose collective another blocked rank has not launched:
+    the streams agree, but the order of the ranks' waits admits no schedule (a real run hangs)."""
+
+    def __init__(self, cycle: list[tuple[int, str, str, int, int]]):
+        self.cycle = cycle  # (rank, wait node, group, position, rank it waits for)
+        steps = "; ".join(f"rank {r} waits at {w} for {g} #{k}, which rank {o} has not launched"
+                          for r, w, g, k, o in cycle)
+        super().__init__(f"deadlock: {steps}")
+
+
 @dataclass
 class _Slot:
     ranks: tuple[int, ...]
@@ -197,6 +208,7 @@ class RankInterpreter(fx.Interpreter):
         super().__init__(module, garbage_collect_values=True)
         self.rank, self.world, self.observe, self.override = rank, world, observe, override
         self.executed = 0
+        self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
 
     def run_node(self, n: fx.Node) -> Any:
         self.node = n
@@ -247,7 +259,9 @@ class RankInterpreter(fx.Interpreter):
                 handle = self.env.get(node.args[0])
                 handle = handle.handle if isinstance(handle, _OutHandle) else handle
                 while isinstance(handle, _Handle) and not self.world.ready(handle):
+                    self.blocked = (node.name, handle.key)
                     yield None
+                self.blocked = None
             self.env[node] = self.run_node(node)
             if self.override is not None:
                 self.env[node] = self.override(self.rank, node, self.env[node])
@@ -260,6 +274,27 @@ class RankInterpreter(fx.Interpreter):
             if node.op == "output":
                 yield self.env[node]
                 return
+
+
+def _stuck(world: World, blocked: Mapping[int, RankInterpreter]) -> SimulationError:
+    """Why no rank can move: a cycle of blocked ranks is a deadlock; a rank that will never launch
+    the awaited collective (finished, or not a member) is a desync."""
+    waits_for: dict[int, tuple[str, str, int, int]] = {}
+    for rank, interp in blocked.items():
+        if interp.blocked is None:
+            return world.desync()
+        wait, key = interp.blocked
+        slot = world.slots[key]
+        missing = [r for r in slot.ranks if r not in slot.requests]
+        if not missing or missing[0] not in blocked:
+            return world.desync()
+        waits_for[rank] = (wait, key[0], key[2], missing[0])
+    rank, seen = min(waits_for), []
+    while rank not in seen:
+        seen.append(rank)
+        rank = waits_for[rank][3]
+    cycle = seen[seen.index(rank):]
+    return Deadlock([(r, *waits_for[r]) for r in cycle])
 
 
 @dataclass
@@ -291,11 +326,11 @@ def run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[A
                 outputs[rank] = tree_flatten(value)[0]
                 del runners[rank]
         if runners and sum(interp.executed for interp in interpreters.values()) == before:
-            raise world.desync()
+            raise _stuck(world, {rank: interpreters[rank] for rank in runners})
     if any(slot.results is None for slot in world.slots.values()):
         raise world.desync()
     return WorldRun(outputs, world.streams)
 
 
-__all__ = ["CollectiveRecord", "Desync", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
+__all__ = ["CollectiveRecord", "Deadlock", "Desync", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
            "WorldRun", "run_world"]

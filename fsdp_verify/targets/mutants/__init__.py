@@ -7,6 +7,7 @@ rewriter bugs apply the reference rewrite and then damage it the way a real bug 
 
 from __future__ import annotations
 
-from .catalogue import MUTANTS, Mutant, get_mutant
+from .base import Mutant
+from .catalogue import MUTANTS, get_mutant
 
 __all__ = ["MUTANTS", "Mutant", "get_mutant"]

@@ -1,0 +1,71 @@
+"""A planted bug: the reference target with one defect, and the checker(s) meant to kill it."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, Iterator
+
+from torch import fx
+
+from ...case import Case
+from ...reference import planner
+from ...reference.driver import bucket_world
+from ..reference import ReferenceTarget
+
+Patch = tuple[Any, str, Any]
+Damage = Callable[[fx.GraphModule, int], None]
+
+
+@contextlib.contextmanager
+def _patched(patches: list[Patch]) -> Iterator[None]:
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches]
+    try:
+        for owner, name, value in patches:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in reversed(saved):
+            setattr(owner, name, value)
+
+
+class Mutant(ReferenceTarget):
+    """The reference target with one planted bug.
+
+    ``kills`` names the checker(s) whose rule the bug breaks: the self-test counts a kill by any
+    other checker (or by a crash) separately, so a checker that cannot fire shows up.
+    """
+
+    def __init__(self, name: str, summary: str, kills: tuple[str, ...], patches: Callable[[], list[Patch]] = list,
+                 damage: Damage | None = None, rank_patches: Callable[[int], list[Patch]] | None = None,
+                 plan_type: type | None = None, last_rank_only: bool = False):
+        self.name, self.summary, self.kills = f"mutant:{name}", summary, kills
+        self._patches, self._damage, self._rank_patches = patches, damage, rank_patches
+        self._plan_type, self._last_rank_only = plan_type, last_rank_only
+
+    def plan(self, case: Case, module: fx.GraphModule, rank: int) -> planner.BucketPlan:
+        extra = self._rank_patches(rank) if self._rank_patches else []
+        with _patched(self._patches() + extra):
+            plan = super().plan(case, module, rank)
+        if self._plan_type is not None:
+            plan = self._plan_type(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)})
+        return plan
+
+    def rewriters(self) -> tuple:
+        def wrap(apply):
+            def mutated(module, plan):
+                with _patched(self._patches()):
+                    return apply(module, plan)
+            return mutated
+        return tuple(wrap(apply) for apply in super().rewriters())
+
+    def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
+        plans = bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
+        if self._damage is not None:
+            for rank, module in modules.items():
+                if self._last_rank_only and rank != max(modules):
+                    continue
+                self._damage(module, rank)
+                module.graph.lint()
+                module.recompile()
+        return plans

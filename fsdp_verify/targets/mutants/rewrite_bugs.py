@@ -1,0 +1,115 @@
+"""Rewriter bugs: a correct reference rewrite, then damaged the way a real rewriter bug would."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch import fx
+
+from ...graph.ops import _free_tensor_storage
+
+aten = torch.ops.aten
+
+
+
+def _fused(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.Node]:
+    return [n for n in module.graph.nodes if n.meta.get("fsdp_bucket_members") and n.meta.get("comm_type") in kinds
+            and n.op == "call_function"]
+
+
+AG = ("fsdp_all_gather", "fsdp_all_gather_backward")
+RS = ("fsdp_reduce_scatter",)
+
+
+def _copy_outs(launch: fx.Node) -> list[fx.Node]:
+    wait = next(iter(launch.users))
+    rows = next(iter(wait.users))
+    return [u for u in rows.users if u.target is aten.slice.Tensor]
+
+
+def swap_copy_out_offsets(module: fx.GraphModule, rank: int) -> None:
+    """The first member's copy-out reads columns at the second member's offset."""
+    for launch in _fused(module, AG):
+        slices = _copy_outs(launch)
+        if len(slices) >= 2:
+            first, second = slices[0], slices[1]
+            total = first.args[0].args[1][1]
+            width = first.args[3] - first.args[2]
+            start = min(second.args[2], total - width)
+            first.args = (first.args[0], 1, start, start + width)
+            return
+
+
+def free_moved_early(module: fx.GraphModule, rank: int) -> None:
+    """A member's free is moved right after the copy-out, before the member's consumers."""
+    for launch in _fused(module, AG):
+        for copy_slice in _copy_outs(launch):
+            clone = next(iter(copy_slice.users))
+            result = next(iter(clone.users))
+            frees = [u for u in result.users if u.target is _free_tensor_storage]
+            readers = [u for u in result.users if u.target is not _free_tensor_storage]
+            if frees and readers:
+                result.append(frees[0])
+                return
+
+
+def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
+    """Copy-out reads the fused launch's handle instead of its wait."""
+    for launch in _fused(module, AG):
+        wait = next(iter(launch.users))
+        rows = next(iter(wait.users))
+        rows.replace_input_with(wait, launch)
+        return
+
+
+def avg_twice(module: fx.GraphModule, rank: int) -> None:
+    """The fused reduce-scatter averages, then divides by the degree once more."""
+    for launch in _fused(module, RS):
+        if launch.args[1] == "avg":
+            wait = next(iter(launch.users))
+            with module.graph.inserting_after(wait):
+                divided = module.graph.call_function(aten.div.Tensor, (wait, float(launch.args[2])))
+            wait.replace_all_uses_with(divided, delete_user_cb=lambda user: user is not divided)
+            return
+
+
+def wrong_group(module: fx.GraphModule, rank: int) -> None:
+    """The fused launch names the wrong process group."""
+    groups = {n.args[-1] for n in module.graph.nodes if n.op == "call_function" and str(n.target).startswith(
+        "_c10d_functional.") and n.args and isinstance(n.args[-1], str)}
+    for launch in _fused(module, AG + RS):
+        other = sorted(groups - {launch.args[-1]})
+        if other:
+            launch.args = (*launch.args[:-1], other[0])
+            return
+
+
+def drop_fused_meta(module: fx.GraphModule, rank: int) -> None:
+    """Fused launches lose ``fsdp_bucket_members``: re-planning would bucket them again."""
+    for launch in _fused(module, AG + RS):
+        launch.meta.pop("fsdp_bucket_members")
+
+
+def rank_dependent_packing(module: fx.GraphModule, rank: int) -> None:
+    """Odd ranks pack an AG bucket's first two members in the other order (a cross-rank layout bug)."""
+    if rank % 2 == 0:
+        return
+    for launch in _fused(module, AG):
+        cat = launch.args[0]
+        parts = list(cat.args[0])
+        if len(parts) >= 2:
+            parts[0], parts[1] = parts[1], parts[0]
+            cat.args = (parts, *cat.args[1:])
+            return
+
+
+def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
+    """Each fused AG result is copied three times and kept alive to the end of the graph."""
+    output = next(iter(module.graph.find_nodes(op="output")))
+    for launch in _fused(module, AG):
+        wait = next(iter(launch.users))
+        with module.graph.inserting_after(wait):
+            copies = [module.graph.call_function(aten.clone.default, (wait,)) for _ in range(3)]
+        with module.graph.inserting_before(output):
+            module.graph.call_function(operator.getitem, (copies, 0))

@@ -1,0 +1,90 @@
+"""The ordering oracle: what it accepts (independent compute reordered inside an effect interval)
+and the z3 schedule model on hand-built programs (both synchronisation models, cut segments)."""
+
+from __future__ import annotations
+
+from fsdp_verify.checks.graph_facts import aliases_input, has_effect, is_launch, is_wait
+from fsdp_verify.checks.schedule import Event, find_deadlock
+from fsdp_verify.orchestrate import check_all
+from fsdp_verify.targets.reference import ReferenceTarget
+from support import two_block_case
+
+
+class ReorderingTarget(ReferenceTarget):
+    """The reference rewrite, then a scheduler's legal move: two adjacent independent computations
+    of one effect interval swap places."""
+
+    name = "test:reordering"
+    swapped: list = []
+
+    def rewrite(self, case, modules):
+        plans = super().rewrite(case, modules)
+        for module in modules.values():
+            nodes = list(module.graph.nodes)
+            for a, b in zip(nodes, nodes[1:]):
+                plain = all(n.op == "call_function" and not has_effect(n) and not aliases_input(n)
+                            and not is_launch(n) and not is_wait(n) for n in (a, b))
+                if plain and a not in b.all_input_nodes:
+                    a.prepend(b)
+                    self.swapped.append((a.name, b.name))
+                    break
+            module.graph.lint()
+            module.recompile()
+        return plans
+
+
+def test_independent_compute_may_reorder_inside_an_effect_interval():
+    target = ReorderingTarget()
+    findings, _ = check_all(target, two_block_case())
+    assert target.swapped, "the test graph has no independent neighbours to swap"
+    assert findings == []
+
+
+def _program(rank_events: list[tuple[str, str, bool]], ranks=(0, 1)) -> list[Event]:
+    counters: dict[str, int] = {}
+    events, slots = [], {}
+    for node, group, wait in rank_events:
+        if not wait:
+            slots[node] = (group, ranks, counters.get(group, 0))
+            counters[group] = slots[node][2] + 1
+        events.append(Event(f"{node}{'_wait' if wait else ''}", slots[node], wait))
+    return events
+
+
+def test_agreeing_programs_have_a_schedule():
+    same = [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
+    assert find_deadlock({0: _program(same), 1: _program(same)}) is None
+
+
+def test_a_cycle_of_blocking_waits_is_a_deadlock_under_gloo():
+    rank0 = [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
+    rank1 = [("b", "B", False), ("b", "B", True), ("a", "A", False), ("a", "A", True)]
+    found = find_deadlock({0: _program(rank0), 1: _program(rank1)})
+    assert found is not None and found.model == "gloo" and found.ranks == (0, 1)
+    assert "rank 0 waits at a_wait (A #0) until rank 1 launches a" in found.describe()
+
+
+def test_an_order_without_a_wait_cycle_breaks_only_the_nccl_rule():
+    rank0 = [("a", "A", False), ("b", "B", False), ("a", "A", True), ("b", "B", True)]
+    rank1 = [("b", "B", False), ("a", "A", False), ("a", "A", True), ("b", "B", True)]
+    found = find_deadlock({0: _program(rank0), 1: _program(rank1)})
+    assert found is not None and found.model == "nccl"
+    assert "together with" in found.describe()
+
+
+def test_a_late_cycle_in_a_long_program_is_found_across_segment_cuts():
+    prefix = [(f"x{i}", "A", w) for i in range(300) for w in (False, True)]
+    rank0 = prefix + [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
+    rank1 = prefix + [("b", "B", False), ("b", "B", True), ("a", "A", False), ("a", "A", True)]
+    found = find_deadlock({0: _program(rank0), 1: _program(rank1)})
+    assert found is not None and found.model == "gloo"
+    assert set(found.nodes) <= {"a", "a_wait", "b", "b_wait"}
+
+
+def test_the_identity_rewrite_maps_every_node_to_itself():
+    from fsdp_verify.checks.refinement import refine
+    from fsdp_verify.execute.world import build_world
+    module = build_world(two_block_case())[0]
+    ref = refine(module, module)
+    assert ref.unmapped == [] and ref.members == {}
+    assert ref.image == {n.name: i for i, n in enumerate(module.graph.nodes)}
