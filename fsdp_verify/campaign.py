@@ -74,6 +74,7 @@ class Config:
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix) or "hazards" (several planted hazards per graph)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
+    stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
 
 
 STRATEGIES = ("cases", "hazards")
@@ -99,7 +100,8 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
         elapsed = time.monotonic() - start
         return ((config.budget.seconds is not None and elapsed >= config.budget.seconds)
                 or (config.budget.examples is not None and result.examples >= config.budget.examples)
-                or len(result.failures) >= config.max_failures)
+                or len(result.failures) >= config.max_failures
+                or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
     while not spent():
         failing: dict = {}

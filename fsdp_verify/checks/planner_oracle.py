@@ -333,6 +333,15 @@ def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[tu
     return pairs
 
 
+def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
+    """Every rank's first-round plan of its original graph (empty when planning itself raises)."""
+    try:
+        return {rank: [ctx.target.plan(ctx.case, copy.deepcopy(module), rank)]
+                for rank, module in ctx.original.items()}
+    except Exception:  # noqa: BLE001 - a crashing planner is the ``target`` finding's business
+        return {}
+
+
 def check_planner(ctx: CheckContext) -> list[Finding]:
     """Validation, purity, skip/greedy oracles, ids, windows, summary, cross-rank digests."""
     original, plans = ctx.original, ctx.plans
@@ -348,6 +357,8 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
             return [Finding(NAME, f"invalid planner arguments raised the wrong error; expected "
                                      f"{expected_error!r}, got {ctx.run.error_type}: {ctx.run.error_message}")]
         return []
+    if ctx.run.error is not None:
+        plans = _first_round_plans(ctx)  # judge what the planner decided before the target failed
     if not plans:
         return []
     module = copy.deepcopy(original[first])
