@@ -17,7 +17,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from . import corpus, profiles
 from .case import Case
-from .checks import ERROR
+from .checks import ERROR, INVALID
 from .orchestrate import check_all
 from .report.tally import Result
 from .targets import get_target
@@ -123,8 +123,14 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
             first_plans = next(iter(ctx.run.plans.values()), [])  # the first round of the first rank
             if first_plans:
                 result.decisions.update((d["action"], d["reason"]) for d in first_plans[0].to_dict()["decisions"])
-            result.invalid += any(f.severity == "invalid" for f in findings)
+            result.skipped.update(f"{name}: {why}" for name, why in ctx.skipped.items())
+            judged = ctx.metrics.get("numerics", {})
+            result.output_elements += judged.get("output_elements", 0)
+            result.judged_elements += judged.get("judged_elements", 0)
             errors = [f for f in findings if f.severity == ERROR]
+            if not errors and any(f.severity == INVALID for f in findings):
+                result.invalid += 1
+                hypothesis.reject()  # cannot be judged: counted, and Hypothesis draws another case
             if errors and not failing and bug_signature(errors) in result.signatures:
                 result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
                 return

@@ -5,19 +5,20 @@ every registered checker. Campaign, gate, replay, selftest and the pytest plugin
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
+import signal
 import traceback
-from typing import Mapping, Optional
+from typing import Mapping
 
 from torch import fx
 
 from .case import Case
-from .checks import CheckContext, Finding, default_checkers, registered
+from .checks import INVALID, CheckContext, Finding, default_checkers, registered
 from .checks.planner_oracle import expected_argument_error
 from .execute.world import build_world
-from .graph.builder import build_module
 from .targets.base import Target
-from .targets.outcome import PlanRecord, TargetRun, TargetTimeout
+from .targets.outcome import PlanRecord, TargetRun
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
@@ -35,16 +36,9 @@ def _fail(run: TargetRun, exc: BaseException) -> TargetRun:
     return run
 
 
-def run_target(target: Target, case: Case, deadline: Optional[float] = None) -> TargetRun:
-    """Apply ``target`` to fresh copies of the case's graphs; an exception becomes ``error``.
-
-    With a ``deadline`` the target runs in a forked child that is killed when time runs out (a
-    hanging target becomes a ``TargetTimeout`` error, the harness goes on); its rewritten graphs
-    come back as JSON descriptions and its plans as ``PlanRecord`` reports.
-    """
+def run_target(target: Target, case: Case) -> TargetRun:
+    """Apply ``target`` to fresh copies of the case's graphs; an exception becomes ``error``."""
     run = TargetRun(case, build_world(case))
-    if deadline is not None:
-        return _run_isolated(target, case, run, deadline)
     modules = build_world(case)
     try:
         run.plans = target.rewrite(case, modules) or {}
@@ -52,47 +46,6 @@ def run_target(target: Target, case: Case, deadline: Optional[float] = None) -> 
     except Exception as exc:  # noqa: BLE001 - any target failure is a reported outcome
         return _fail(run, exc)
     run.rewritten = modules
-    return run
-
-
-def _child(target: Target, case: Case, conn) -> None:
-    from .graph.importer import import_module
-    try:
-        modules = build_world(case)
-        plans = target.rewrite(case, modules) or {}
-        _lint(modules)
-        conn.send(("ok", {rank: import_module(m).to_json() for rank, m in modules.items()},
-                   {rank: [p.to_dict() for p in rounds] for rank, rounds in plans.items()}))
-    except Exception as exc:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", type(exc).__name__, "".join(traceback.format_exception(exc)).strip(),
-                   (str(exc).strip().splitlines() or [""])[0]))
-
-
-def _run_isolated(target: Target, case: Case, run: TargetRun, deadline: float) -> TargetRun:
-    from .graph.spec import graph_from_json
-    context = multiprocessing.get_context("fork")
-    parent, child = context.Pipe(duplex=False)
-    process = context.Process(target=_child, args=(target, case, child), daemon=True)
-    process.start()
-    child.close()
-    try:
-        if not parent.poll(deadline):
-            raise TargetTimeout(f"target {target.name!r} did not finish within {deadline:g}s")
-        message = parent.recv()
-    except TargetTimeout as exc:
-        return _fail(run, exc)
-    except EOFError:
-        process.join(5)
-        return _fail(run, RuntimeError(f"target {target.name!r} died (exit code {process.exitcode})"))
-    finally:
-        if process.is_alive():
-            process.kill()
-        process.join(10)
-    if message[0] == "error":
-        run.error_type, run.error, run.error_message = message[1], message[2], message[3]
-        return run
-    run.rewritten = {rank: build_module(graph_from_json(doc)) for rank, doc in message[1].items()}
-    run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in message[2].items()}
     return run
 
 
@@ -131,8 +84,76 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     return findings
 
 
+CHECK_DEADLINE_FACTOR = 20  # the checkers of an isolated case get this many times the target's deadline
+
+
 def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
               deadline: float | None = None) -> tuple[list[Finding], CheckContext]:
-    """Run ``target`` on ``case`` (in a killable child when ``deadline`` is set) and every checker."""
-    ctx = CheckContext(run_target(target, case, deadline), target)
-    return check_run(ctx, only), ctx
+    """Run ``target`` on ``case`` and every checker.
+
+    With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
+    needs the target's live plans and rewriters still runs): a target that hangs past the deadline,
+    or dies, is a ``target`` finding; the parent gets the findings, plans, metrics and skips back.
+    """
+    if deadline is None:
+        ctx = CheckContext(run_target(target, case), target)
+        return check_run(ctx, only), ctx
+    return _check_isolated(target, case, only, deadline)
+
+
+def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:
+    faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
+    run = run_target(target, case)
+    conn.send(("target-done",))
+    ctx = CheckContext(run, target)
+    findings = check_run(ctx, only)
+    conn.send(("checked", [f.to_json() for f in findings],
+               {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
+               ctx.metrics, ctx.skipped, run.error_type, run.error_message))
+
+
+def _finding_from(doc: dict) -> Finding:
+    return Finding(doc["checker"], doc["message"], tuple(doc["nodes"]), doc["details"], doc["rank"], doc["severity"])
+
+
+def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None,
+                    deadline: float) -> tuple[list[Finding], CheckContext]:
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe(duplex=False)
+    process = context.Process(target=_check_child, args=(target, case, only, child), daemon=True)
+    process.start()
+    child.close()
+    ctx = CheckContext(TargetRun(case, {}), target)
+    try:
+        if not parent.poll(deadline):
+            return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
+                            details={"kind": "timeout"})], ctx
+        parent.recv()
+        if not parent.poll(deadline * CHECK_DEADLINE_FACTOR):
+            return [Finding("harness", f"the checkers did not finish within {deadline * CHECK_DEADLINE_FACTOR:g}s; "
+                                       f"the case cannot be judged", severity=INVALID,
+                            details={"kind": "checker_timeout"})], ctx
+        message = parent.recv()
+    except (EOFError, ConnectionError):
+        process.join(5)
+        return [Finding("target", f"target {target.name!r} died ({_exit_reason(process.exitcode)})",
+                        details={"kind": "died", "exitcode": process.exitcode})], ctx
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(10)
+    _, findings, plans, metrics, skipped, error_type, error_message = message
+    ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in plans.items()}
+    ctx.run.error_type, ctx.run.error_message = error_type, error_message
+    ctx.metrics.update(metrics)
+    ctx.skipped.update(skipped)
+    return [_finding_from(doc) for doc in findings], ctx
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"

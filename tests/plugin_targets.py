@@ -41,3 +41,21 @@ def reference_copy() -> Target:
     target = ReferenceTarget()
     target.name = "reference-copy"
     return target
+
+
+class Segfaulting(Target):
+    """Dies of a native crash (SIGSEGV) while rewriting."""
+
+    name = "segfaulting"
+
+    def rewrite(self, case, modules):
+        import ctypes
+        ctypes.string_at(0)
+        return {}
+
+
+class Exiting(Target):
+    name = "exiting"
+
+    def rewrite(self, case, modules):
+        raise SystemExit(3)

@@ -109,14 +109,28 @@ def test_every_registered_checker_is_exercised_here():
     assert set(registered()) <= tested
 
 
-def test_bit_difference_matches_nans_of_any_payload_and_nothing_else():
+def test_bit_difference_compares_bits_nan_payloads_and_zero_signs_included():
     import torch
     from fsdp_verify.checks.numerics import bit_difference
     a = torch.tensor([float("nan"), 1.0, -0.0], dtype=torch.bfloat16)
+    assert bit_difference(a, a.clone()) is None
     b = a.clone()
     b.view(torch.int16)[0] = 0x7FC1  # a NaN with another payload than torch's 0x7FC0
-    assert bool(b[0].isnan()) and int(a.view(torch.int16)[0]) != int(b.view(torch.int16)[0])
-    assert bit_difference(a, b) is None
+    assert bit_difference(a, b)["first_index"] == 0
     c = a.clone()
     c[2] = 0.0  # +0.0 vs -0.0: equal as numbers, different bits
     assert bit_difference(a, c)["first_index"] == 2
+
+
+def test_a_case_with_non_finite_outputs_is_invalid_never_a_pass():
+    from fsdp_verify import corpus
+    from fsdp_verify.graph.compose import Composer
+    c = Composer({"fsdp": (0, 1)})
+    x = c.input("x", (4,), "float32")
+    blown = c.call("aten.div.Tensor", x, 0.0)  # inf and nan (0/0) on every rank
+    case = Case(c.finish([blown]))
+    findings, ctx = check_all(get_target("reference"), case)
+    assert [(f.checker, f.severity) for f in findings] == [("numerics", "invalid")]
+    assert "not finite" in findings[0].message
+    assert ctx.metrics["numerics"]["judged_elements"] == 0
+    assert corpus.Verdict.of(findings).status == corpus.INVALID

@@ -80,3 +80,17 @@ def test_torch_inductor_ignores_packet_targets():
     assert findings == []
     before = [n.name for n in ctx.run.originals[0].graph.nodes]
     assert [n.name for n in ctx.run.rewritten[0].graph.nodes] == before
+
+
+def test_deadline_mode_keeps_the_checks_that_need_live_plans():
+    # The stale-plan check re-applies the target's own plan: it runs in the child under --deadline.
+    findings, ctx = check_all(get_target("mutant:stale_plan_accepted"), two_block_case(), deadline=60)
+    assert any(f.checker == "consistency" and "stale plan" in f.message for f in findings)
+    assert ctx.skipped == {}
+
+
+@pytest.mark.parametrize("name,expected", [("plugin_targets:Segfaulting", "killed by signal SIGSEGV"),
+                                           ("plugin_targets:Exiting", "exit code 3")])
+def test_a_target_that_dies_is_a_finding_under_deadline(name, expected):
+    findings, _ = check_all(get_target(name), two_block_case(), deadline=30)
+    assert findings[0].checker == "target" and expected in findings[0].message

@@ -1,4 +1,9 @@
-"""Numerical equality in the simulated world: every output of every rank, bit for bit."""
+"""Numerical equality in the simulated world: every output of every rank, bit for bit.
+
+A case whose original outputs are not all finite cannot be judged (NaN payloads and infinities
+carry no comparable meaning): it is ``invalid``, never a pass. ``ctx.metrics["numerics"]`` counts
+the output elements judged, so a run can say what share of its outputs was actually compared.
+"""
 
 from __future__ import annotations
 
@@ -32,8 +37,7 @@ def output_names(module: fx.GraphModule) -> list[str]:
 
 
 def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
-    """None when ``a`` and ``b`` are bitwise identical (NaNs of any payload match), else where and by
-    how much they differ."""
+    """None when ``a`` and ``b`` are bitwise identical, else where and by how much they differ."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"}
     if a.numel() == 0:
@@ -43,8 +47,7 @@ def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
         return None if torch.equal(x, y) else {"reason": "values differ"}
     ints = _INT_VIEW[x.element_size()]
     xi, yi = x.view(ints).reshape(-1).to(torch.int64), y.view(ints).reshape(-1).to(torch.int64)
-    # NaN payloads carry no meaning (an overflowed reduction may yield either sign): NaN == NaN.
-    differ = (xi != yi) & ~(x.reshape(-1).isnan() & y.reshape(-1).isnan())
+    differ = xi != yi
     if not bool(differ.any()):
         return None
     index = int(differ.nonzero()[0])
@@ -52,6 +55,16 @@ def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
     return {"first_index": index, "expected": float(x.reshape(-1)[index]), "actual": float(y.reshape(-1)[index]),
             "max_abs_diff": float(abs_diff.nan_to_num(float("inf")).max()),
             "max_ulp_diff": int((xi - yi).abs().max()), "elements_differing": int(differ.sum())}
+
+
+def _nonfinite(outputs: dict[int, list], original: dict[int, fx.GraphModule]) -> str:
+    """``"rank R #I name"`` of the first original output holding a NaN or an infinity, else ""."""
+    for rank in sorted(outputs):
+        for index, value in enumerate(outputs[rank]):
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(value.isfinite().all()):
+                names = output_names(original[rank])
+                return f"rank {rank} #{index} {names[index] if index < len(names) else '?'}"
+    return ""
 
 
 def run_failure(checker: str, error: Exception) -> Finding:
@@ -77,6 +90,13 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                         severity=INVALID)]
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
+    total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor))
+    nonfinite = _nonfinite(before.outputs, original)
+    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if nonfinite else total}
+    if nonfinite:
+        return [Finding(NAME, f"the original graph's output {nonfinite} is not finite, so the case cannot be "
+                              f"judged", nodes=(nonfinite.split(" ")[-1],), severity=INVALID,
+                        details={"kind": "non_finite"})]
     findings = []
     for rank in sorted(before.outputs):
         names = output_names(original[rank])

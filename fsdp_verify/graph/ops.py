@@ -57,13 +57,19 @@ def resolve_target(name: str, path: str = "target") -> Callable:
     if parts[0] not in OP_NAMESPACES or len(parts) not in (2, 3):
         raise SpecError(path, f"unknown target {name!r}: expected <namespace>.<op>[.<overload>] "
                               f"with namespace in {OP_NAMESPACES}, or one of {sorted(FUNCTIONS)}")
+    if any(not part.isidentifier() or part.startswith("__") for part in parts[1:]):
+        raise SpecError(path, f"unknown operator {name!r}: operator and overload names are plain identifiers")
     if parts[0] in _REGISTERING_MODULES:
         importlib.import_module(_REGISTERING_MODULES[parts[0]])
     try:
         packet = getattr(getattr(torch.ops, parts[0]), parts[1])
-        return packet if len(parts) == 2 else getattr(packet, parts[2])
+        found = packet if len(parts) == 2 else getattr(packet, parts[2])
     except (AttributeError, RuntimeError):
         raise SpecError(path, f"unknown operator {name!r}") from None
+    # Only registered operators: never a Python attribute that happens to live on a namespace.
+    if not isinstance(found, torch._ops.OpOverload if len(parts) == 3 else torch._ops.OpOverloadPacket):
+        raise SpecError(path, f"unknown operator {name!r}: not a registered operator")
+    return found
 
 
 def target_name(target: Any) -> str:

@@ -22,6 +22,18 @@ def coverage_lines(result: Result) -> list[str]:
     return lines
 
 
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "n/a"
+
+
+def skipped_lines(result: Result) -> list[str]:
+    """Checks that did not run on some cases, and why: a weakened run says so."""
+    if not result.skipped:
+        return ["skipped checks  none"]
+    return ["skipped checks  (these cases were judged without them):",
+            *(f"  {what}: {count} cases" for what, count in sorted(result.skipped.items()))]
+
+
 def summary_text(result: Result, target: str) -> str:
     """The end-of-campaign table."""
     rate = result.examples / result.seconds if result.seconds else 0.0
@@ -32,7 +44,10 @@ def summary_text(result: Result, target: str) -> str:
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
              f"by checker      {by_checker}",
-             f"invalid cases   {result.invalid}",
+             f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
+             f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
+             f"compared bit for bit",
+             *skipped_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result)]
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes): "
@@ -46,7 +61,15 @@ def junit_xml(result: Result, target: str) -> str:
                        failures=str(len(result.failures)), time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
                              time=f"{result.seconds:.3f}")
-    ET.SubElement(campaign, "system-out").text = f"{result.examples} examples"
+    properties = ET.Element("properties")
+    suite.insert(0, properties)
+    for name, value in (("invalid_cases", result.invalid), ("output_elements", result.output_elements),
+                        ("judged_elements", result.judged_elements)):
+        ET.SubElement(properties, "property", name=name, value=str(value))
+    for what, count in sorted(result.skipped.items()):
+        ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
+    ET.SubElement(campaign, "system-out").text = "\n".join(
+        [f"{result.examples} examples", *skipped_lines(result)])
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name=failure["file"])
         ET.SubElement(case, "failure", message=failure["message"][:500],

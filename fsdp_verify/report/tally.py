@@ -20,6 +20,9 @@ class Result:
     first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
     repeats: int = 0  # failing examples whose bug signature was already shrunk and saved
     signatures: set = field(default_factory=set)
+    skipped: Counter = field(default_factory=Counter)  # "checker: why" -> cases it could not judge
+    output_elements: int = 0  # output elements of the cases run
+    judged_elements: int = 0  # of those, the elements the numerics oracle compared
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -29,11 +32,16 @@ class Result:
         self.failures.extend(other.failures)
         self.invalid += other.invalid
         self.repeats += other.repeats
+        self.skipped.update(other.skipped)
+        self.output_elements += other.output_elements
+        self.judged_elements += other.judged_elements
 
     def to_json(self) -> dict:
         return {"examples": self.examples, "seconds": round(self.seconds, 3),
                 "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
                 "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
                 "repeats_of_known_bugs": self.repeats,
+                "skipped_checks": dict(self.skipped),
+                "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures}

@@ -35,7 +35,3 @@ class PlanRecord:
 
     def group_digest(self, group: str) -> str:
         return self.report["group_digests"][group]
-
-
-class TargetTimeout(RuntimeError):
-    """The target did not finish within the deadline."""
