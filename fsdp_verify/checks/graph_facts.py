@@ -16,12 +16,23 @@ FSDP_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward", "fsdp_reduce_scatte
 FREE_KINDS = ("fsdp_reshard_free", "fsdp_reshard_free_backward")
 
 
+_C10D_NAMES: dict = {}  # call target -> its c10d op name or None (str() of an op is slow)
+
+
 def c10d_name(node: fx.Node) -> str | None:
     """``all_gather_into_tensor``, ``wait_tensor``... for functional c10d calls, else None."""
     if node.op != "call_function":
         return None
-    parts = str(node.target).split(".")
-    return parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
+    try:
+        return _C10D_NAMES[node.target]
+    except KeyError:
+        parts = str(node.target).split(".")
+        name = parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
+        _C10D_NAMES[node.target] = name
+        return name
+    except TypeError:  # an unhashable target
+        parts = str(node.target).split(".")
+        return parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
 
 
 def is_launch(node: fx.Node) -> bool:

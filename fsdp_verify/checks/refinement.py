@@ -88,7 +88,9 @@ def refine(original: fx.GraphModule, rewritten: fx.GraphModule) -> Refinement:
     for node in original.graph.nodes:
         if node.name in position:
             ref.image[node.name] = position[node.name]
-    for node in original.graph.nodes:
+    readers = {user for wait in original.graph.nodes if is_wait(wait) and wait.name not in position
+               for user in wait.users}
+    for node in sorted(readers, key=lambda n: n.name):
         now = new.get(node.name)
         if now is None:
             continue
