@@ -5,10 +5,15 @@ one Hypothesis example database so a failure found once is replayed first next t
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
+import queue
+import signal
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 import hypothesis
@@ -44,6 +49,10 @@ class Budget:
 
     seconds: Optional[float] = None
     examples: Optional[int] = None
+
+    def describe(self) -> str:
+        """``90s`` or ``500 examples``."""
+        return f"{self.seconds:g}s" if self.seconds is not None else f"{self.examples} examples"
 
     @staticmethod
     def parse(text: str) -> "Budget":
@@ -94,7 +103,6 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
     start = time.monotonic()
     database = DirectoryBasedExampleDatabase(config.db) if config.db else None
     base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
-    chunk_index = 0
 
     def spent() -> bool:
         elapsed = time.monotonic() - start
@@ -103,8 +111,22 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
                 or len(result.failures) >= config.max_failures
                 or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
+    failing: dict = {}
+    try:
+        _loop(config, target, result, start, database, base, spent, failing, progress)
+    except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
+        result.interrupted = True
+        if failing.get("case") is not None and not failing.get("recorded"):
+            _record(config, result, failing)  # the failure being shrunk, as far as it got
+    result.seconds = time.monotonic() - start
+    return result
+
+
+def _loop(config: Config, target, result: Result, start: float, database, base, spent, failing: dict,
+          progress) -> None:
+    chunk_index = 0
     while not spent():
-        failing: dict = {}
+        failing.clear()
         remaining = CHUNK if config.budget.examples is None else max(1, min(CHUNK, config.budget.examples
                                                                            - result.examples))
 
@@ -148,10 +170,9 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
             fuzz_property()
         except _CaseFailed:
             _record(config, result, failing)
+            failing["recorded"] = True
         except hypothesis.errors.Unsatisfiable:
             continue
-    result.seconds = time.monotonic() - start
-    return result
 
 
 def _record(config: Config, result: Result, failing: dict) -> None:
@@ -160,6 +181,9 @@ def _record(config: Config, result: Result, failing: dict) -> None:
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label))
     path, written = corpus.save(entry, config.corpus_dir)
+    if path.stem != entry.key:
+        result.notes.append(f"{Path(config.corpus_dir) / (entry.key + '.json')} is unreadable or holds another "
+                            f"case; left as it is, this failure was saved as {path.name}")
     result.signatures.add(bug_signature(findings))
     if any(failure["file"] == str(path) for failure in result.failures):
         return  # the same shrunk case again: one failure, not two
@@ -169,19 +193,79 @@ def _record(config: Config, result: Result, failing: dict) -> None:
                             "message": findings[0].message, "nodes": len(case.graph.nodes)})
 
 
-def _worker(config: Config) -> Result:
-    return run(config)
+def install_stop_handlers() -> None:
+    """The first SIGINT or SIGTERM stops the campaign cleanly (its reports are still written); a
+    second one forces the exit at once."""
+    def handler(signum, frame):
+        if Stop.requested:
+            os._exit(128 + signum)
+        Stop.requested = True
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
 
 
-def run_parallel(config: Config, workers: int) -> Result:
-    """``workers`` processes, each with its own seed stream, sharing the database and corpus."""
+class Stop:
+    """Whether a stop was requested in this process."""
+
+    requested = False
+
+
+def _die_with_parent() -> None:
+    """Linux: this process gets SIGTERM when its parent dies, so no worker outlives the campaign."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker(config: Config, results) -> None:
+    _die_with_parent()
+    install_stop_handlers()
+    results.put((config.worker, run(config)))
+
+
+def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
+    """``workers`` processes, each with its own seed stream, sharing the database and corpus. A
+    stop of the parent stops every worker: each returns what it found within ``grace`` seconds,
+    or is killed."""
     if workers <= 1:
         return run(config)
-    configs = [Config(**{**config.__dict__, "worker": index}) for index in range(workers)]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers) as pool:
-        results = pool.map(_worker, configs)
-    merged = Result()
-    for part in results:
-        merged.merge(part)
+    results = context.Queue()
+    # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
+    processes = [context.Process(target=_worker, args=(Config(**{**config.__dict__, "worker": index}), results))
+                 for index in range(workers)]
+    for process in processes:
+        process.start()
+    merged, done = Result(), set()
+    try:
+        while len(done) < workers:
+            try:
+                index, part = results.get(timeout=0.5)
+            except queue.Empty:
+                if not any(p.is_alive() for p in processes):
+                    break  # a worker died without a result
+                continue
+            done.add(index)
+            merged.merge(part)
+    except KeyboardInterrupt:
+        merged.interrupted = True
+        for process in processes:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGINT)
+        deadline = time.monotonic() + grace
+        while len(done) < workers and time.monotonic() < deadline:
+            try:
+                index, part = results.get(timeout=max(0.05, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            done.add(index)
+            merged.merge(part)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join(5)
     return merged

@@ -14,10 +14,65 @@ from pathlib import Path
 from typing import Sequence
 
 from . import campaign, corpus, profiles
+from .strategies.graphs import SIZES
+from .targets.mutants import MUTANTS
+
+DEFAULT_DEADLINE = 600.0  # seconds a target may take on one case before it is a finding
 
 
 class UsageError(Exception):
     """Bad input: exit code 2 with this message."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
+
+
+def _budget(text: str) -> "campaign.Budget":
+    try:
+        budget = campaign.Budget.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if (budget.seconds is not None and budget.seconds <= 0) or (budget.examples is not None and budget.examples < 1):
+        raise argparse.ArgumentTypeError(f"budget {text!r} must be positive")
+    return budget
+
+
+def _writable_file(text: str) -> str:
+    """An output file whose folder exists and is writable, checked before any work starts."""
+    folder = Path(text).resolve().parent
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: folder {folder} is not writable")
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    return text
+
+
+def _writable_folder(text: str) -> str:
+    """A folder to write into: it exists and is writable, or can be created."""
+    path = Path(text).resolve()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text}: {existing} is not a writable folder")
+    return text
 
 
 def _target(name: str):
@@ -44,16 +99,15 @@ def _progress_printer(interactive: bool, every: float = 10.0):
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from .report.summary import junit_xml, summary_text
     _target(args.target)
-    try:
-        budget = campaign.Budget.parse(args.budget)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    budget = args.budget
     config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
-                             max_failures=args.max_failures, deadline=args.deadline, strategy=args.strategy)
+                             max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
+                             strategy=args.strategy)
     interactive = sys.stderr.isatty() and not os.environ.get("CI")
+    campaign.install_stop_handlers()
     if args.workers > 1:
-        print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget}", flush=True)
+        print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget.describe()}", flush=True)
         result = campaign.run_parallel(config, args.workers)
     else:
         result = campaign.run(config, _progress_printer(interactive))
@@ -64,7 +118,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(junit_xml(result, args.target))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
-    return 1 if result.failures else 0
+    code = 1 if result.failures else 130 if result.interrupted else 0
+    if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, corpus.Entry]], list[str]]:
@@ -174,42 +233,49 @@ def build_parser() -> argparse.ArgumentParser:
 
     fuzz = sub.add_parser("fuzz", help="fuzz a target; shrunk failures are saved to the corpus")
     fuzz.add_argument("--target", default="reference", help="target name or module:callable (default reference)")
-    fuzz.add_argument("--budget", default="60s", help="wall clock (90s, 5m, 1h) or an example count (500)")
-    fuzz.add_argument("--workers", type=int, default=1, help="worker processes (they share --db)")
-    fuzz.add_argument("--seed", type=int, default=0)
-    fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev")
-    fuzz.add_argument("--db", help="Hypothesis example database folder, shared between runs and workers")
-    fuzz.add_argument("--corpus", default="corpus/found", help="where shrunk failures are written")
-    fuzz.add_argument("--size", default="default", help="graph size preset: tiny, default, medium, large, scale")
+    fuzz.add_argument("--budget", default=_budget("60s"), type=_budget,
+                      help="wall clock (90s, 5m, 1h) or an example count (500); default 60s")
+    fuzz.add_argument("--workers", type=_positive_int, default=1, help="worker processes (they share --db)")
+    fuzz.add_argument("--seed", type=int, default=0, help="seed of the example stream (each worker derives its own)")
+    fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev", help="Hypothesis settings profile")
+    fuzz.add_argument("--db", type=_writable_folder,
+                      help="Hypothesis example database folder, shared between runs and workers")
+    fuzz.add_argument("--corpus", default="corpus/found", type=_writable_folder,
+                      help="where shrunk failures are written")
+    fuzz.add_argument("--size", default="default", choices=SIZES, help="graph size preset")
     fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
     fuzz.add_argument("--strategy", choices=campaign.STRATEGIES, default="cases",
                       help="cases: valid, mutated, hazard and traced graphs; hazards: several planted hazards "
                            "per graph (finds planner bugs fastest)")
-    fuzz.add_argument("--max-failures", type=int, default=10)
-    fuzz.add_argument("--deadline", type=float, help="seconds per target run; the target then runs in a "
-                                                      "child process, and a hang is reported as a finding")
-    fuzz.add_argument("--junit", help="write a JUnit XML report here")
-    fuzz.add_argument("--json", help="write a JSON summary here")
+    fuzz.add_argument("--max-failures", type=_positive_int, default=10,
+                      help="stop after this many distinct failures")
+    fuzz.add_argument("--deadline", type=_positive_float, default=DEFAULT_DEADLINE,
+                      help=f"seconds a target may take on one case (default {DEFAULT_DEADLINE:g}); target and "
+                           f"checkers run in a forked child, so a hang, crash or exit is a finding")
+    fuzz.add_argument("--in-process", action="store_true",
+                      help="run targets in this process (faster to profile; a native crash then ends the run)")
+    fuzz.add_argument("--junit", type=_writable_file, help="write a JUnit XML report here")
+    fuzz.add_argument("--json", type=_writable_file, help="write a JSON summary here")
     fuzz.set_defaults(func=cmd_fuzz)
 
     replay = sub.add_parser("replay", help="re-run corpus cases; exit 0 only if every verdict is as recorded")
     replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
-    replay.add_argument("--target", default="reference")
+    replay.add_argument("--target", default="reference", help="target to replay against (default reference)")
     replay.set_defaults(func=cmd_replay)
 
     show = sub.add_parser("show", help="a readable account of one case, optionally drawn with Graphviz")
-    show.add_argument("case")
+    show.add_argument("case", help="a corpus file")
     show.add_argument("--target", help="target to replay against (default reference)")
-    show.add_argument("--svg", help="write an SVG picture of original and rewritten graph")
-    show.add_argument("--dot", help="write the Graphviz source")
+    show.add_argument("--svg", type=_writable_file, help="write an SVG picture of original and rewritten graph")
+    show.add_argument("--dot", type=_writable_file, help="write the Graphviz source")
     show.set_defaults(func=cmd_show)
 
     gate = sub.add_parser("gate", help="run the same cases through two targets; fail if the candidate breaks "
                                        "an invariant; report plan differences")
-    gate.add_argument("--baseline", required=True)
-    gate.add_argument("--candidate", required=True)
-    gate.add_argument("--examples", type=int, default=100, help="generated cases (fixed seed)")
-    gate.add_argument("--seed", type=int, default=0)
+    gate.add_argument("--baseline", required=True, help="the target the change starts from")
+    gate.add_argument("--candidate", required=True, help="the changed target")
+    gate.add_argument("--examples", type=_positive_int, default=100, help="generated cases (fixed seed)")
+    gate.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
     gate.set_defaults(func=cmd_gate)
 
@@ -217,16 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
     targets.set_defaults(func=cmd_targets)
 
     coverage = sub.add_parser("coverage", help="print the planner decision histogram of the strategies")
-    coverage.add_argument("--examples", type=int, default=2000)
-    coverage.add_argument("--seed", type=int, default=0)
-    coverage.add_argument("--size", default="tiny")
-    coverage.add_argument("--target", default="reference")
+    coverage.add_argument("--examples", type=_positive_int, default=2000, help="generated cases")
+    coverage.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
+    coverage.add_argument("--size", default="tiny", choices=SIZES, help="graph size preset")
+    coverage.add_argument("--target", default="reference", help="target whose planner is asked")
     coverage.set_defaults(func=cmd_coverage)
 
     selftest = sub.add_parser("selftest", help="fuzz every planted bug and report which checker kills it")
-    selftest.add_argument("--examples", type=int, default=200, help="example budget per planted bug")
-    selftest.add_argument("--seed", type=int, default=0)
-    selftest.add_argument("--mutant", action="append", help="only these planted bugs")
+    selftest.add_argument("--examples", type=_positive_int, default=200, help="example budget per planted bug")
+    selftest.add_argument("--seed", type=int, default=0, help="seed of the hunts")
+    selftest.add_argument("--mutant", action="append", choices=sorted(MUTANTS), metavar="NAME",
+                          help="only this planted bug (repeatable)")
     selftest.set_defaults(func=cmd_selftest)
     return parser
 

@@ -94,19 +94,28 @@ def provenance(seed: Optional[int] = None, **extra: Any) -> dict:
 
 
 def save(entry: Entry, directory: str | os.PathLike) -> tuple[Path, bool]:
-    """Write ``entry`` atomically; returns (path, written). An existing equal case is kept."""
+    """Write ``entry`` atomically, 0644; returns (path, written). An existing equal case is kept. A
+    file in the way (unreadable, corrupt, or another case) is never replaced: the entry goes to the
+    next free name ``<key>-<n>.json``, so the caller can report it (``path.stem != entry.key``)."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{entry.key}.json"
-    if path.exists():
-        existing = load(path)
-        if existing.case.to_json() != entry.case.to_json() or existing.target != entry.target:
-            raise CorpusError(str(path), "", "a different case already has this name (hash collision); not replaced")
-        return path, False
+    for attempt in range(1, 1000):
+        if not path.exists():
+            break
+        try:
+            existing = load(path)
+        except CorpusError:
+            existing = None
+        if existing is not None and existing.case.to_json() == entry.case.to_json() \
+                and existing.target == entry.target:
+            return path, False
+        path = folder / f"{entry.key}-{attempt}.json"
     text = json.dumps(entry.to_json(), indent=1, sort_keys=True, allow_nan=False)
     handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
     with os.fdopen(handle, "w") as out:
         out.write(text + "\n")
+    os.chmod(temp, 0o644)  # mkstemp makes 0600; corpus files are shared
     os.replace(temp, path)
     return path, True
 
@@ -120,12 +129,20 @@ def _require(doc: dict, key: str, kind: type, file: str, where: str = "") -> Any
     return doc[key]
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON; write non-finite numbers as {{\"$float\": \"inf\"}}")
+
+
 def parse(text: str, file: str) -> Entry:
     """Decode one corpus document; every problem is a CorpusError naming file, field and reason."""
     try:
-        doc = json.loads(text)
+        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise CorpusError(file, "", f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CorpusError(file, "", "nested too deeply to read") from None
+    except ValueError as exc:
+        raise CorpusError(file, "", str(exc)) from None
     if not isinstance(doc, dict):
         raise CorpusError(file, "", "a corpus file must hold a JSON object")
     if doc.get("schema") != SCHEMA:

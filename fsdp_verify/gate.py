@@ -11,7 +11,7 @@ from collections import Counter
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from .case import Case
-from .checks import ERROR
+from .checks import ERROR, INVALID
 from .orchestrate import check_all
 from .corpus import Entry
 from .targets.base import Target
@@ -64,7 +64,7 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
                 seed_value: int) -> tuple[str, int]:
     """The report text and the number of candidate violations."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries]
-    violations, baseline_failures, differing = [], 0, []
+    violations, baseline_failures, differing, invalid = [], 0, [], []
     for number, case in enumerate(cases):
         base_findings, base_ctx = check_all(baseline, case)
         cand_findings, cand_ctx = check_all(candidate, case)
@@ -72,12 +72,16 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
         baseline_failures += any(f.severity == ERROR for f in base_findings)
         if errors:
             violations.append(f"  case {number} ({case.label}): [{errors[0].checker}] {errors[0].message[:240]}")
+        elif any(f.severity == INVALID for f in cand_findings):
+            first = next(f for f in cand_findings if f.severity == INVALID)
+            invalid.append(f"  case {number} ({case.label}): [{first.checker}] {first.message[:240]}")
         notes = plan_difference(_plan_shape(base_ctx), _plan_shape(cand_ctx))
         if notes:
             differing.append((number, case.label, notes))
     lines = [f"gate: baseline {baseline.name} vs candidate {candidate.name} on {len(cases)} cases "
              f"({len(cases) - len(entries)} generated with seed {seed_value}, {len(entries)} from the corpus)",
              f"candidate violations: {len(violations)}", *violations[:20],
+             f"cases that cannot be judged (invalid, not passes): {len(invalid)}", *invalid[:20],
              f"baseline violations: {baseline_failures}",
              f"cases whose plans differ: {len(differing)}"]
     for number, label, notes in differing[:20]:

@@ -36,14 +36,27 @@ def _fail(run: TargetRun, exc: BaseException) -> TargetRun:
     return run
 
 
+def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> dict:
+    """What ``rewrite`` returned, if it is the documented shape (rank -> list of plans)."""
+    if returned is None:
+        return {}
+    if not isinstance(returned, dict) or not all(isinstance(v, (list, tuple)) for v in returned.values()):
+        raise TypeError(f"rewrite returned a {type(returned).__name__}; expected a dict of rank -> list of plans")
+    for rank, module in modules.items():
+        if not isinstance(module, fx.GraphModule):
+            raise TypeError(f"rewrite left a {type(module).__name__} for rank {rank}; expected a GraphModule")
+    return dict(returned)
+
+
 def run_target(target: Target, case: Case) -> TargetRun:
-    """Apply ``target`` to fresh copies of the case's graphs; an exception becomes ``error``."""
+    """Apply ``target`` to fresh copies of the case's graphs; an exception (``SystemExit`` too) or a
+    malformed result becomes ``error``."""
     run = TargetRun(case, build_world(case))
     modules = build_world(case)
     try:
-        run.plans = target.rewrite(case, modules) or {}
+        run.plans = _checked_plans(target.rewrite(case, modules), modules)
         _lint(modules)
-    except Exception as exc:  # noqa: BLE001 - any target failure is a reported outcome
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
         return _fail(run, exc)
     run.rewritten = modules
     return run
@@ -103,6 +116,8 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
 
 def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     run = run_target(target, case)
     conn.send(("target-done",))
     ctx = CheckContext(run, target)

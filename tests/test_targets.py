@@ -90,7 +90,7 @@ def test_deadline_mode_keeps_the_checks_that_need_live_plans():
 
 
 @pytest.mark.parametrize("name,expected", [("plugin_targets:Segfaulting", "killed by signal SIGSEGV"),
-                                           ("plugin_targets:Exiting", "exit code 3")])
+                                           ("plugin_targets:Exiting", "raised SystemExit: 3")])
 def test_a_target_that_dies_is_a_finding_under_deadline(name, expected):
     findings, _ = check_all(get_target(name), two_block_case(), deadline=30)
     assert findings[0].checker == "target" and expected in findings[0].message

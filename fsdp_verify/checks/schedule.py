@@ -26,6 +26,8 @@ from typing import Optional
 
 import z3
 
+z3.set_param("ctrl_c", False)  # z3 would swallow Ctrl-C (a cancelled check returns "unknown")
+
 SEGMENT = 48  # events per rank a segment holds at least (z3 time per segment stays in milliseconds)
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import keyword
+import math
 import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from .limits import MAX_DEPTH, MAX_DIM, MAX_INT, MAX_NODES, MAX_NUMEL, MAX_RANKS
 from .ops import resolve_target
 from .values import DTYPES, NodeRef, SpecError, decode, encode, node_refs
 
@@ -154,7 +156,10 @@ def graph_from_json(doc: Any) -> GraphSpec:
     groups = _groups(_field(doc, "groups", dict, ""))
     params = tuple(_param(item, f"params[{i}]") for i, item in enumerate(_field(doc, "params", list, "")))
     inputs = tuple(_input(item, f"inputs[{i}]") for i, item in enumerate(_field(doc, "inputs", list, "")))
-    nodes = tuple(_node(item, f"nodes[{i}]") for i, item in enumerate(_field(doc, "nodes", list, "")))
+    node_docs = _field(doc, "nodes", list, "")
+    if len(node_docs) > MAX_NODES:
+        raise SpecError("nodes", f"{len(node_docs)} nodes; the limit is {MAX_NODES}")
+    nodes = tuple(_node(item, f"nodes[{i}]") for i, item in enumerate(node_docs))
     attrs = decode(doc.get("attrs", {}), "attrs")
     if not isinstance(attrs, dict):
         raise SpecError("attrs", "must be an object")
@@ -223,6 +228,10 @@ def _field(doc: dict, key: str, kind: type, path: str) -> Any:
 def _shape(value: Any, path: str) -> tuple[int, ...]:
     if not isinstance(value, list) or any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in value):
         raise SpecError(path, "must be a list of non-negative integers")
+    if len(value) > MAX_DEPTH or any(d > MAX_DIM for d in value):
+        raise SpecError(path, f"at most {MAX_DEPTH} dimensions of at most 2**31 each")
+    if math.prod(value) > MAX_NUMEL:
+        raise SpecError(path, f"{math.prod(value)} elements; the limit is {MAX_NUMEL} (2**26) per tensor")
     return tuple(value)
 
 
@@ -243,6 +252,8 @@ def _groups(doc: dict) -> dict[str, tuple[tuple[int, ...], ...]]:
                     or any(not isinstance(r, int) or isinstance(r, bool) or r < 0 for r in part)):
                 raise SpecError(path, "must be a non-empty list of non-negative integer ranks, "
                                       "or a list of such lists (one per subgroup)")
+            if any(r >= MAX_RANKS for r in part):
+                raise SpecError(path, f"ranks must be below {MAX_RANKS} (the simulated world's limit)")
             subgroups.append(tuple(part))
         groups[name] = tuple(subgroups)
     return groups
@@ -263,7 +274,7 @@ def _input(doc: Any, path: str) -> InputSpec:
     if not isinstance(doc, dict):
         raise SpecError(path, "must be an object")
     high = doc.get("high", 0)
-    if not isinstance(high, int) or isinstance(high, bool) or high < 0:
+    if not isinstance(high, int) or isinstance(high, bool) or high < 0 or high > MAX_INT:
         raise SpecError(f"{path}.high", "must be a non-negative integer")
     return InputSpec(placeholder=_field(doc, "placeholder", str, path),
                      shape=_shape(_field(doc, "shape", list, path), f"{path}.shape"),

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from .limits import MAX_DEPTH, MAX_INT
+
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
@@ -108,24 +110,30 @@ def encode(value: Any, path: str = "") -> Any:
     raise SpecError(path, f"cannot encode value of type {type(value).__name__}")
 
 
-def decode(value: Any, path: str = "") -> Any:
-    """Decode typed JSON back to Python values; raises SpecError on anything unknown."""
+def decode(value: Any, path: str = "", depth: int = 0) -> Any:
+    """Decode typed JSON back to Python values; raises SpecError on anything unknown or out of bounds."""
+    if depth > MAX_DEPTH:
+        raise SpecError(path, f"nested deeper than {MAX_DEPTH} levels")
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise SpecError(path, f"integer {value} is beyond the limit of +-2**53")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(path, "non-finite numbers must be written as {\"$float\": \"inf\"|\"-inf\"|\"nan\"}")
     if value is None or isinstance(value, (bool, str, int, float)):
         return value
     if isinstance(value, list):
-        return [decode(item, f"{path}[{i}]") for i, item in enumerate(value)]
+        return [decode(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
     if not isinstance(value, dict):
         raise SpecError(path, f"unexpected JSON value of type {type(value).__name__}")
     tags = [key for key in value if key.startswith("$")]
     if not tags:
-        return {key: decode(item, f"{path}.{key}") for key, item in value.items()}
+        return {key: decode(item, f"{path}.{key}", depth + 1) for key, item in value.items()}
     if len(value) != 1:
         raise SpecError(path, f"a tagged value must have exactly one key, got {sorted(value)}")
     tag, body = tags[0], value[tags[0]]
-    return _decode_tagged(tag, body, path)
+    return _decode_tagged(tag, body, path, depth + 1)
 
 
-def _decode_tagged(tag: str, body: Any, path: str) -> Any:
+def _decode_tagged(tag: str, body: Any, path: str, depth: int) -> Any:
     if tag == "$node":
         if not isinstance(body, str) or not body:
             raise SpecError(path, "$node must name a node")
@@ -133,11 +141,11 @@ def _decode_tagged(tag: str, body: Any, path: str) -> Any:
     if tag == "$tuple":
         if not isinstance(body, list):
             raise SpecError(path, "$tuple must hold a list")
-        return tuple(decode(item, f"{path}[{i}]") for i, item in enumerate(body))
+        return tuple(decode(item, f"{path}[{i}]", depth) for i, item in enumerate(body))
     if tag == "$dict":
         if not isinstance(body, dict):
             raise SpecError(path, "$dict must hold an object")
-        return {key: decode(item, f"{path}.{key}") for key, item in body.items()}
+        return {key: decode(item, f"{path}.{key}", depth) for key, item in body.items()}
     if tag == "$dtype":
         return dtype_from_name(body, path)
     if tag == "$device":

@@ -38,7 +38,9 @@ def summary_text(result: Result, target: str) -> str:
     """The end-of-campaign table."""
     rate = result.examples / result.seconds if result.seconds else 0.0
     by_checker = ", ".join(f"{c} {n}" for c, n in sorted(result.by_checker.items())) or "none"
-    lines = [f"target          {target}",
+    lines = [*(["STOPPED EARLY by a signal: the figures cover the examples run until then"]
+               if result.interrupted else []),
+             f"target          {target}",
              f"examples        {result.examples}",
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
@@ -48,7 +50,8 @@ def summary_text(result: Result, target: str) -> str:
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
              f"compared bit for bit",
              *skipped_lines(result),
-             "reason coverage (first round, rank 0):", *coverage_lines(result)]
+             "reason coverage (first round, rank 0):", *coverage_lines(result),
+             *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes): "
                      f"{failure['message'][:200]}")

@@ -23,6 +23,8 @@ class Result:
     skipped: Counter = field(default_factory=Counter)  # "checker: why" -> cases it could not judge
     output_elements: int = 0  # output elements of the cases run
     judged_elements: int = 0  # of those, the elements the numerics oracle compared
+    interrupted: bool = False  # stopped early by SIGINT/SIGTERM
+    notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -35,13 +37,15 @@ class Result:
         self.skipped.update(other.skipped)
         self.output_elements += other.output_elements
         self.judged_elements += other.judged_elements
+        self.interrupted = self.interrupted or other.interrupted
+        self.notes.extend(other.notes)
 
     def to_json(self) -> dict:
         return {"examples": self.examples, "seconds": round(self.seconds, 3),
                 "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
                 "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
                 "repeats_of_known_bugs": self.repeats,
-                "skipped_checks": dict(self.skipped),
+                "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "notes": self.notes,
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures}

@@ -31,7 +31,10 @@ def available() -> dict[str, str]:
 
 
 def _instantiate(obj: object, name: str) -> Target:
-    target = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Target)) else obj
+    try:
+        target = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Target)) else obj
+    except Exception as exc:  # noqa: BLE001 - a broken factory is a usage error, not a harness crash
+        raise TargetNotFound(f"target {name!r}: its factory raised {type(exc).__name__}: {exc}") from None
     if not isinstance(target, Target):
         raise TargetNotFound(f"{name!r} did not produce a Target (got {type(target).__name__})")
     return target
@@ -73,7 +76,7 @@ def get_target(name: str) -> Target:
         module_name, _, attr = name.partition(":")
         try:
             obj = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure to load is a usage error
             raise TargetNotFound(f"cannot load target {name!r}: {exc}") from None
         return _instantiate(obj, name)
     known = ", ".join(sorted(available()))
