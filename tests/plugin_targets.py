@@ -59,3 +59,21 @@ class Exiting(Target):
 
     def rewrite(self, case, modules):
         raise SystemExit(3)
+
+
+class Garbage(Target):
+    name = "garbage"
+
+    def rewrite(self, case, modules):
+        return "not a plan"
+
+
+class Interrupting(Target):
+    name = "interrupting"
+
+    def rewrite(self, case, modules):
+        raise KeyboardInterrupt
+
+
+def broken_factory() -> Target:
+    raise RuntimeError("factory exploded on purpose")
