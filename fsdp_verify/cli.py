@@ -136,6 +136,18 @@ def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, corpus.Entry]], li
     return entries, errors
 
 
+def _deadline(args: argparse.Namespace) -> float | None:
+    return None if args.in_process else args.deadline
+
+
+def _isolation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--deadline", type=_positive_float, default=DEFAULT_DEADLINE,
+                        help=f"seconds a target may take on one case (default {DEFAULT_DEADLINE:g}); target and "
+                             f"checkers run in a forked child, so a hang, crash or exit is a finding")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run targets in this process (faster to profile; a native crash then ends the run)")
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
     target = _target(args.target)
@@ -147,7 +159,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
     disagreements = 0
     for path, entry in entries:
-        outcome = replay(target, path, entry)
+        outcome = replay(target, path, entry, _deadline(args))
         disagreements += not outcome.agrees
         print(outcome.line(target))
     print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
@@ -211,7 +223,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed)
+    text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
+                                   _deadline(args))
     print(text)
     if errors:
         return 2
@@ -249,11 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "per graph (finds planner bugs fastest)")
     fuzz.add_argument("--max-failures", type=_positive_int, default=10,
                       help="stop after this many distinct failures")
-    fuzz.add_argument("--deadline", type=_positive_float, default=DEFAULT_DEADLINE,
-                      help=f"seconds a target may take on one case (default {DEFAULT_DEADLINE:g}); target and "
-                           f"checkers run in a forked child, so a hang, crash or exit is a finding")
-    fuzz.add_argument("--in-process", action="store_true",
-                      help="run targets in this process (faster to profile; a native crash then ends the run)")
+    _isolation_options(fuzz)
     fuzz.add_argument("--junit", type=_writable_file, help="write a JUnit XML report here")
     fuzz.add_argument("--json", type=_writable_file, help="write a JSON summary here")
     fuzz.set_defaults(func=cmd_fuzz)
@@ -261,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay = sub.add_parser("replay", help="re-run corpus cases; exit 0 only if every verdict is as recorded")
     replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
     replay.add_argument("--target", default="reference", help="target to replay against (default reference)")
+    _isolation_options(replay)
     replay.set_defaults(func=cmd_replay)
 
     show = sub.add_parser("show", help="a readable account of one case, optionally drawn with Graphviz")
@@ -277,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--examples", type=_positive_int, default=100, help="generated cases (fixed seed)")
     gate.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
+    _isolation_options(gate)
     gate.set_defaults(func=cmd_gate)
 
     targets = sub.add_parser("targets", help="list the available targets")

@@ -34,8 +34,9 @@ def generated_cases(examples: int, seed_value: int) -> list[Case]:
 
 
 def _plan_shape(ctx) -> list[dict]:
-    first = min(ctx.run.originals)
-    return [plan.to_dict() for plan in ctx.run.plans.get(first, [])]
+    if not ctx.run.plans:
+        return []
+    return [plan.to_dict() for plan in ctx.run.plans[min(ctx.run.plans)]]
 
 
 def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
@@ -61,13 +62,13 @@ def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
 
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
-                seed_value: int) -> tuple[str, int]:
+                seed_value: int, deadline: float | None = None) -> tuple[str, int]:
     """The report text and the number of candidate violations."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries]
     violations, baseline_failures, differing, invalid = [], 0, [], []
     for number, case in enumerate(cases):
-        base_findings, base_ctx = check_all(baseline, case)
-        cand_findings, cand_ctx = check_all(candidate, case)
+        base_findings, base_ctx = check_all(baseline, case, deadline=deadline)
+        cand_findings, cand_ctx = check_all(candidate, case, deadline=deadline)
         errors = [f for f in cand_findings if f.severity == ERROR]
         baseline_failures += any(f.severity == ERROR for f in base_findings)
         if errors:

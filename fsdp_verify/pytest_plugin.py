@@ -19,6 +19,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fsdp-verify")
     group.addoption("--fsdp-target", default="reference",
                     help="target (planner + rewriter) that corpus cases and property tests run against")
+    group.addoption("--fsdp-deadline", type=float, default=600.0,
+                    help="seconds a target may take on one corpus case; it runs in a forked child, so a hang "
+                         "or crash fails that item only (0: run in the pytest process)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,7 +53,8 @@ class CorpusItem(pytest.Item):
         from .targets import get_target
         entry = corpus.load(self.path)  # a CorpusError names file, field and reason
         target = get_target(self.config.getoption("--fsdp-target"))
-        outcome = replay(target, self.path, entry)
+        deadline = self.config.getoption("--fsdp-deadline") or None
+        outcome = replay(target, self.path, entry, deadline)
         if not outcome.agrees:
             raise CorpusMismatch(outcome.line(target))
 

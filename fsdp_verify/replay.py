@@ -15,9 +15,9 @@ from .orchestrate import check_all
 from .targets.base import Target
 
 
-def replay_entry(target: Target, entry: corpus.Entry) -> corpus.Verdict:
-    """The verdict ``target`` gives the entry's case now."""
-    findings, _ = check_all(target, entry.case)
+def replay_entry(target: Target, entry: corpus.Entry, deadline: float | None = None) -> corpus.Verdict:
+    """The verdict ``target`` gives the entry's case now (in a killable child when ``deadline`` is set)."""
+    findings, _ = check_all(target, entry.case, deadline=deadline)
     return corpus.Verdict.of(findings)
 
 
@@ -53,6 +53,6 @@ class Replayed:
         return text
 
 
-def replay(target: Target, path: Path, entry: corpus.Entry) -> Replayed:
+def replay(target: Target, path: Path, entry: corpus.Entry, deadline: float | None = None) -> Replayed:
     """Replay one loaded corpus entry under the rule above."""
-    return Replayed(path, entry, expected_verdict(target, entry), replay_entry(target, entry))
+    return Replayed(path, entry, expected_verdict(target, entry), replay_entry(target, entry, deadline))
