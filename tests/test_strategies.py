@@ -45,7 +45,7 @@ def test_most_valid_graphs_have_multi_member_buckets():
     counted = {"cases": 0, "fused": 0}
 
     # Drawn, not shrunk or replayed: the share of what a campaign generates (fixed seed).
-    @settings(max_examples=60, database=None, suppress_health_check=list(HealthCheck), deadline=None,
+    @settings(max_examples=100, database=None, suppress_health_check=list(HealthCheck), deadline=None,
               phases=[Phase.generate])
     @hypothesis.seed(0)
     @given(fsdp_graphs("default"))
