@@ -34,13 +34,35 @@ class _CaseFailed(AssertionError):
     """Raised inside the property so Hypothesis shrinks the case."""
 
 
+class _BudgetSpent(BaseException):
+    """Raised inside the property when the budget ends: Hypothesis lets a BaseException through at
+    once, without shrinking (as it does for KeyboardInterrupt)."""
+
+
+def _template(finding) -> str:
+    """The message with the finding's node names, quoted values and numbers blanked; rule and reason
+    tokens (``phase_mismatch``, ``unknown_device``...) stay, since they tell bugs apart."""
+    text = finding.message
+    for name in sorted(finding.nodes, key=len, reverse=True):
+        text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<node>", text)
+    text = re.sub(r"'[^']*'", "'_'", text)
+    return re.sub(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?", "#", text)
+
+
+def _origin(finding) -> str:
+    """For a target crash: the exception type and the frame that raised it (Hypothesis's origin)."""
+    trace = finding.details.get("traceback") or ""
+    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', trace)
+    kind = trace.strip().splitlines()[-1].split(":")[0] if trace.strip() else ""
+    return f"{kind} at {frames[-1][0].rsplit('/', 1)[-1]}:{frames[-1][1]}" if frames else kind
+
+
 def bug_signature(findings: list) -> tuple:
-    """What makes two failures "the same bug": the checkers that fired and the first message with
-    node names, numbers and quoted values blanked. A campaign shrinks each signature once and then
-    keeps exploring for different bugs."""
-    first = findings[0].message
-    template = re.sub(r"'[^']*'|\d+(\.\d+)?|\b\w+_\w+\b", "_", first)
-    return (tuple(sorted({f.checker for f in findings})), template)
+    """What makes two failures "the same bug": per error finding, its checker, the rule or kind it
+    names, the raising frame of a target crash, and its message with node names and numbers blanked.
+    A campaign saves one shrunk case per signature."""
+    return tuple(sorted({(f.checker, str(f.details.get("rule") or f.details.get("kind") or ""), _origin(f),
+                          _template(f)) for f in findings}))
 
 
 @dataclass(frozen=True)
@@ -117,7 +139,7 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
     except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
         result.interrupted = True
         if failing.get("case") is not None and not failing.get("recorded"):
-            _record(config, result, failing)  # the failure being shrunk, as far as it got
+            _record(config, result, failing["case"], failing["findings"])  # shrunk as far as it got
     result.seconds = time.monotonic() - start
     return result
 
@@ -125,6 +147,7 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
 def _loop(config: Config, target, result: Result, start: float, database, base, spent, failing: dict,
           progress) -> None:
     chunk_index = 0
+    pending: dict = {}  # signature -> (case, findings) of other bugs met while shrinking one
     while not spent():
         failing.clear()
         remaining = CHUNK if config.budget.examples is None else max(1, min(CHUNK, config.budget.examples
@@ -139,29 +162,41 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
         @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
         @hypothesis.given(_strategy(config))
         def fuzz_property(case: Case) -> None:
+            left = _time_left(config, start)
+            if (left is not None and left <= 0) or (not failing and config.budget.examples is not None
+                                                    and result.examples >= config.budget.examples):
+                raise _BudgetSpent
+            deadline = config.deadline if left is None or config.deadline is None else min(config.deadline,
+                                                                                          max(left, 0.5))
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
-            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=config.deadline)
-            result.examples += 1
-            first_plans = next(iter(ctx.run.plans.values()), [])  # the first round of the first rank
-            if first_plans:
-                result.decisions.update((d["action"], d["reason"]) for d in first_plans[0].to_dict()["decisions"])
-            result.skipped.update(f"{name}: {why}" for name, why in ctx.skipped.items())
-            judged = ctx.metrics.get("numerics", {})
-            result.output_elements += judged.get("output_elements", 0)
-            result.judged_elements += judged.get("judged_elements", 0)
+            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline)
+            if left is not None and _time_left(config, start) <= 0:
+                raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
+            if failing:
+                result.shrink_steps += 1
+            else:
+                _count(result, ctx)
             errors = [f for f in findings if f.severity == ERROR]
             if not errors and any(f.severity == INVALID for f in findings):
                 result.invalid += 1
                 hypothesis.reject()  # cannot be judged: counted, and Hypothesis draws another case
-            if errors and not failing and bug_signature(errors) in result.signatures:
-                result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
-                return
             if errors:
+                signature = bug_signature(errors)
+                if failing:
+                    if signature == failing["signature"]:
+                        failing["case"], failing["findings"] = case, errors
+                        _fail(signature)
+                    if signature not in result.signatures:
+                        pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
+                    return  # not this bug: the shrinker must not slip from one bug to another
+                if signature in result.signatures or signature in pending:
+                    result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
+                    return
                 if result.first_failure is None:
                     result.first_failure = (result.examples, time.monotonic() - start)
-                failing["case"], failing["findings"] = case, errors
-                failing.setdefault("checkers", tuple(sorted({f.checker for f in errors} - {"target"})) or None)
-                raise _CaseFailed("; ".join(f"{f.checker}: {f.message}" for f in errors))
+                failing.update(case=case, findings=errors, signature=signature,
+                               checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
+                _fail(signature)
             if progress is not None:
                 progress(result, time.monotonic() - start)
 
@@ -169,28 +204,62 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
         try:
             fuzz_property()
         except _CaseFailed:
-            _record(config, result, failing)
+            _record(config, result, failing["case"], failing["findings"])
             failing["recorded"] = True
         except hypothesis.errors.Unsatisfiable:
             continue
+        except _BudgetSpent:
+            if failing and not failing.get("recorded"):
+                _record(config, result, failing["case"], failing["findings"])  # shrunk as far as time allowed
+                failing["recorded"] = True
+            return
+        finally:
+            for case, errors in pending.values():
+                _record(config, result, case, errors, while_shrinking=True)
+            pending.clear()
 
 
-def _record(config: Config, result: Result, failing: dict) -> None:
-    """Save the shrunk failure (the last failing case Hypothesis replayed) to the corpus."""
-    case, findings = failing["case"], failing["findings"]
+def _fail(signature: tuple) -> None:
+    """The one place the property fails from: Hypothesis tells failures apart by where they are
+    raised, and one campaign run shrinks one signature."""
+    raise _CaseFailed(signature)
+
+
+def _time_left(config: Config, start: float) -> float | None:
+    """Seconds of the budget left (None for an example-count budget)."""
+    return None if config.budget.seconds is None else config.budget.seconds - (time.monotonic() - start)
+
+
+def _count(result: Result, ctx) -> None:
+    """Account one generated example (not a shrink step)."""
+    result.examples += 1
+    first_plans = next(iter(ctx.run.plans.values()), [])  # the first round of the first rank
+    if first_plans:
+        result.decisions.update((d["action"], d["reason"]) for d in first_plans[0].to_dict()["decisions"])
+    result.skipped.update(f"{name}: {why}" for name, why in ctx.skipped.items())
+    judged = ctx.metrics.get("numerics", {})
+    result.output_elements += judged.get("output_elements", 0)
+    result.judged_elements += judged.get("judged_elements", 0)
+
+
+def _record(config: Config, result: Result, case: Case, findings: list, while_shrinking: bool = False) -> None:
+    """Save one failure per bug signature to the corpus (the shrunk case, or one met while shrinking
+    another bug, saved as found)."""
+    signature = bug_signature(findings)
+    if signature in result.signatures:
+        return  # the same bug again: one failure, not two
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label))
     path, written = corpus.save(entry, config.corpus_dir)
     if path.stem != entry.key:
         result.notes.append(f"{Path(config.corpus_dir) / (entry.key + '.json')} is unreadable or holds another "
                             f"case; left as it is, this failure was saved as {path.name}")
-    result.signatures.add(bug_signature(findings))
-    if any(failure["file"] == str(path) for failure in result.failures):
-        return  # the same shrunk case again: one failure, not two
+    result.signatures.add(signature)
     for checker in entry.verdict.checkers:
         result.by_checker[checker] += 1
     result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
-                            "message": findings[0].message, "nodes": len(case.graph.nodes)})
+                            "message": findings[0].message, "nodes": len(case.graph.nodes),
+                            "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking})
 
 
 def install_stop_handlers() -> None:

@@ -77,3 +77,26 @@ class Interrupting(Target):
 
 def broken_factory() -> Target:
     raise RuntimeError("factory exploded on purpose")
+
+
+class TwoBugs(Target):
+    """Bug B on graphs with three or more parameters; bug A on every other graph."""
+
+    name = "two-bugs"
+
+    def rewrite(self, case, modules):
+        if len(case.graph.params) >= 3:
+            raise TypeError("bug B: three or more parameters")
+        raise ValueError("bug A: every other graph")
+
+
+class SlowFailing(Target):
+    """Fails on graphs with two or more parameters, slowly (a long shrink)."""
+
+    name = "slow-failing"
+
+    def rewrite(self, case, modules):
+        time.sleep(0.4)
+        if len(case.graph.params) >= 2:
+            raise RuntimeError("slow bug")
+        return {}

@@ -41,7 +41,7 @@ def summary_text(result: Result, target: str) -> str:
     lines = [*(["STOPPED EARLY by a signal: the figures cover the examples run until then"]
                if result.interrupted else []),
              f"target          {target}",
-             f"examples        {result.examples}",
+             f"examples        {result.examples} generated (+{result.shrink_steps} shrink steps)",
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",

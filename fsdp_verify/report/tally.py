@@ -11,7 +11,8 @@ from typing import Optional
 class Result:
     """What a campaign saw: counts, per-checker failures, decision coverage, saved cases."""
 
-    examples: int = 0
+    examples: int = 0  # generated examples judged (shrink steps are counted apart)
+    shrink_steps: int = 0
     seconds: float = 0.0
     by_checker: Counter = field(default_factory=Counter)
     decisions: Counter = field(default_factory=Counter)
@@ -28,6 +29,7 @@ class Result:
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
+        self.shrink_steps += other.shrink_steps
         self.seconds = max(self.seconds, other.seconds)
         self.by_checker.update(other.by_checker)
         self.decisions.update(other.decisions)
@@ -41,7 +43,7 @@ class Result:
         self.notes.extend(other.notes)
 
     def to_json(self) -> dict:
-        return {"examples": self.examples, "seconds": round(self.seconds, 3),
+        return {"examples": self.examples, "shrink_steps": self.shrink_steps, "seconds": round(self.seconds, 3),
                 "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
                 "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
                 "repeats_of_known_bugs": self.repeats,
