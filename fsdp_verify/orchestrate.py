@@ -5,12 +5,14 @@ every registered checker. Campaign, gate, replay, selftest and the pytest plugin
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import multiprocessing
 import signal
 import traceback
 from typing import Mapping
 
+import torch
 from torch import fx
 
 from .case import Case
@@ -115,6 +117,10 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
 
 
 def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:
+    # A forked child must not enter the parent's OpenMP team: libgomp is not fork-safe, and the
+    # first parallel op (layer_norm, matmul) would wait forever on the parent's threads.
+    torch.set_num_threads(1)
+    _die_with_parent()
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -125,6 +131,14 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
     conn.send(("checked", [f.to_json() for f in findings],
                {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
                ctx.metrics, ctx.skipped, run.error_type, run.error_message))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this child when its parent dies, so a hung case never outlives the harness."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _finding_from(doc: dict) -> Finding:

@@ -61,6 +61,11 @@ def resolve_target(name: str, path: str = "target") -> Callable:
         raise SpecError(path, f"unknown operator {name!r}: operator and overload names are plain identifiers")
     if parts[0] in _REGISTERING_MODULES:
         importlib.import_module(_REGISTERING_MODULES[parts[0]])
+    # The dispatcher's operator registry decides what exists: (namespace::op, overload) pairs.
+    overloads = {schema.overload_name or "default"
+                 for schema in torch._C._jit_get_schemas_for_operator(f"{parts[0]}::{parts[1]}")}
+    if not overloads or (len(parts) == 3 and parts[2] not in overloads):
+        raise SpecError(path, f"unknown operator {name!r}: not a registered operator")
     try:
         packet = getattr(getattr(torch.ops, parts[0]), parts[1])
         found = packet if len(parts) == 2 else getattr(packet, parts[2])
