@@ -155,7 +155,10 @@ def parse(text: str, file: str) -> Entry:
     if status not in STATUSES:
         raise CorpusError(file, "verdict.status", f"must be one of {', '.join(STATUSES)}, got {status!r}")
     findings = []
-    for index, item in enumerate(verdict_doc.get("findings", [])):
+    items = verdict_doc.get("findings", [])
+    if not isinstance(items, list):
+        raise CorpusError(file, "verdict.findings", f"must be a list, got {type(items).__name__}")
+    for index, item in enumerate(items):
         if not isinstance(item, dict) or not isinstance(item.get("checker"), str) \
                 or not isinstance(item.get("message"), str):
             raise CorpusError(file, f"verdict.findings[{index}]", "must be {checker: str, message: str}")
