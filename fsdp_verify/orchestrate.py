@@ -127,7 +127,11 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
     run = run_target(target, case)
     conn.send(("target-done",))
     ctx = CheckContext(run, target)
-    findings = check_run(ctx, only)
+    try:
+        findings = check_run(ctx, only)
+    except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
+        conn.send(("harness-error", traceback.format_exc()))
+        return
     conn.send(("checked", [f.to_json() for f in findings],
                {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
                ctx.metrics, ctx.skipped, run.error_type, run.error_message))
@@ -171,6 +175,9 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None,
         if process.is_alive():
             process.kill()
         process.join(10)
+    if message[0] == "harness-error":
+        return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,
+                        details={"kind": "harness_error", "traceback": message[1]})], ctx
     _, findings, plans, metrics, skipped, error_type, error_message = message
     ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in plans.items()}
     ctx.run.error_type, ctx.run.error_message = error_type, error_message
