@@ -169,13 +169,18 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             deadline = config.deadline if left is None or config.deadline is None else min(config.deadline,
                                                                                           max(left, 0.5))
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
-            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline)
+            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline,
+                                      check_limit=left)
             if left is not None and _time_left(config, start) <= 0:
                 raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
             if failing:
                 result.shrink_steps += 1
             else:
-                _count(result, ctx)
+                try:
+                    _count(result, ctx)
+                except Exception as exc:  # noqa: BLE001 - a harness bug is reported, never shrunk
+                    result.harness_errors += 1
+                    result.notes.append(f"harness error while accounting an example: {type(exc).__name__}: {exc}")
             errors = [f for f in findings if f.severity == ERROR]
             if not errors and any(f.severity == INVALID for f in findings):
                 result.invalid += 1
@@ -208,6 +213,12 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             failing["recorded"] = True
         except hypothesis.errors.Unsatisfiable:
             continue
+        except hypothesis.errors.Flaky as exc:
+            result.notes.append(f"a failure did not reproduce when replayed (flaky target or deadline): {exc}"
+                                .splitlines()[0])
+            if failing and not failing.get("recorded"):
+                _record(config, result, failing["case"], failing["findings"])  # keep it: it failed once
+                failing["recorded"] = True
         except _BudgetSpent:
             if failing and not failing.get("recorded"):
                 _record(config, result, failing["case"], failing["findings"])  # shrunk as far as time allowed
@@ -337,4 +348,9 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
             if process.is_alive():
                 process.kill()
             process.join(5)
+    lost = [p for index, p in enumerate(processes) if index not in done]
+    if lost and not merged.interrupted:
+        merged.harness_errors += len(lost)
+        merged.notes.append(f"{len(lost)} worker(s) ended without a result (exit codes "
+                            f"{', '.join(str(p.exitcode) for p in lost)}); their examples are not counted")
     return merged

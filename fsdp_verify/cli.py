@@ -118,7 +118,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(junit_xml(result, args.target))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
-    code = 1 if result.failures else 130 if result.interrupted else 0
+    code = 1 if result.failures or result.harness_errors else 130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
         sys.stdout.flush()
         sys.stderr.flush()

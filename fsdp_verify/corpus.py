@@ -111,6 +111,8 @@ def save(entry: Entry, directory: str | os.PathLike) -> tuple[Path, bool]:
                 and existing.target == entry.target:
             return path, False
         path = folder / f"{entry.key}-{attempt}.json"
+    else:
+        raise CorpusError(str(path), "", "999 files already hold this case's names; nothing was replaced")
     text = json.dumps(entry.to_json(), indent=1, sort_keys=True, allow_nan=False)
     handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
     with os.fdopen(handle, "w") as out:

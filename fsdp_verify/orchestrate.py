@@ -44,6 +44,8 @@ def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> d
         return {}
     if not isinstance(returned, dict) or not all(isinstance(v, (list, tuple)) for v in returned.values()):
         raise TypeError(f"rewrite returned a {type(returned).__name__}; expected a dict of rank -> list of plans")
+    if not all(callable(getattr(plan, "to_dict", None)) for plans in returned.values() for plan in plans):
+        raise TypeError("rewrite returned plans without to_dict(); return {} when the target has no such plans")
     for rank, module in modules.items():
         if not isinstance(module, fx.GraphModule):
             raise TypeError(f"rewrite left a {type(module).__name__} for rank {rank}; expected a GraphModule")
@@ -103,7 +105,7 @@ CHECK_DEADLINE_FACTOR = 20  # the checkers of an isolated case get this many tim
 
 
 def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
-              deadline: float | None = None) -> tuple[list[Finding], CheckContext]:
+              deadline: float | None = None, check_limit: float | None = None) -> tuple[list[Finding], CheckContext]:
     """Run ``target`` on ``case`` and every checker.
 
     With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
@@ -113,7 +115,7 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
     if deadline is None:
         ctx = CheckContext(run_target(target, case), target)
         return check_run(ctx, only), ctx
-    return _check_isolated(target, case, only, deadline)
+    return _check_isolated(target, case, only, deadline, check_limit)
 
 
 def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:
@@ -129,12 +131,11 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
     ctx = CheckContext(run, target)
     try:
         findings = check_run(ctx, only)
+        conn.send(("checked", [f.to_json() for f in findings],
+                   {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
+                   ctx.metrics, ctx.skipped, run.error_type, run.error_message))
     except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
         conn.send(("harness-error", traceback.format_exc()))
-        return
-    conn.send(("checked", [f.to_json() for f in findings],
-               {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
-               ctx.metrics, ctx.skipped, run.error_type, run.error_message))
 
 
 def _die_with_parent() -> None:
@@ -149,26 +150,34 @@ def _finding_from(doc: dict) -> Finding:
     return Finding(doc["checker"], doc["message"], tuple(doc["nodes"]), doc["details"], doc["rank"], doc["severity"])
 
 
-def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None,
-                    deadline: float) -> tuple[list[Finding], CheckContext]:
+def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, deadline: float,
+                    check_limit: float | None = None) -> tuple[list[Finding], CheckContext]:
+    """``check_limit`` caps the checkers' time too (a campaign passes what is left of its budget)."""
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe(duplex=False)
     process = context.Process(target=_check_child, args=(target, case, only, child), daemon=True)
     process.start()
     child.close()
     ctx = CheckContext(TargetRun(case, {}), target)
+    target_done = False
+    checks = deadline * CHECK_DEADLINE_FACTOR if check_limit is None else min(deadline * CHECK_DEADLINE_FACTOR,
+                                                                              max(check_limit, 0.1))
     try:
         if not parent.poll(deadline):
             return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
                             details={"kind": "timeout"})], ctx
         parent.recv()
-        if not parent.poll(deadline * CHECK_DEADLINE_FACTOR):
-            return [Finding("harness", f"the checkers did not finish within {deadline * CHECK_DEADLINE_FACTOR:g}s; "
-                                       f"the case cannot be judged", severity=INVALID,
-                            details={"kind": "checker_timeout"})], ctx
+        target_done = True
+        if not parent.poll(checks):
+            return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be judged",
+                            severity=INVALID, details={"kind": "checker_timeout"})], ctx
         message = parent.recv()
     except (EOFError, ConnectionError):
         process.join(5)
+        if target_done:  # the target had finished: the checkers' process died, not the target
+            return [Finding("harness", f"the checkers' process died ({_exit_reason(process.exitcode)}); the case "
+                                       f"cannot be judged", severity=INVALID,
+                            details={"kind": "checker_died", "exitcode": process.exitcode})], ctx
         return [Finding("target", f"target {target.name!r} died ({_exit_reason(process.exitcode)})",
                         details={"kind": "died", "exitcode": process.exitcode})], ctx
     finally:

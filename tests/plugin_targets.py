@@ -100,3 +100,15 @@ class SlowFailing(Target):
         if len(case.graph.params) >= 2:
             raise RuntimeError("slow bug")
         return {}
+
+
+class Flaky(Target):
+    """Fails on about half of its runs, whatever the graph (a nondeterministic target)."""
+
+    name = "flaky"
+
+    def rewrite(self, case, modules):
+        import os
+        if os.urandom(1)[0] < 128:
+            raise RuntimeError("sometimes")
+        return {}

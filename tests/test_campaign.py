@@ -50,3 +50,9 @@ def test_the_budget_holds_with_a_hanging_target_under_a_deadline(tmp_path):
     spent = time.monotonic() - start
     assert spent < 5 + 3, spent
     assert result.failures == []  # the example cut by the budget gives no verdict
+
+
+def test_a_failure_that_does_not_reproduce_is_kept_and_reported(tmp_path):
+    result = campaign.run(_config(tmp_path, "plugin_targets:Flaky", budget=campaign.Budget(examples=20)))
+    assert result.failures, "a failure seen once must be saved"
+    assert all("sometimes" in f["message"] for f in result.failures)

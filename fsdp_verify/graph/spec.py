@@ -281,6 +281,16 @@ def _input(doc: Any, path: str) -> InputSpec:
                      dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"), high=high)
 
 
+def _bound_sizes(value: Any, path: str) -> None:
+    """A list of integers in an argument may be a size (``aten.ones``, ``view``): bound its elements."""
+    if isinstance(value, (list, tuple)):
+        if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value) \
+                and math.prod(abs(v) for v in value) > MAX_NUMEL:
+            raise SpecError(path, f"a size of {math.prod(abs(v) for v in value)} elements; the limit is {MAX_NUMEL}")
+        for index, item in enumerate(value):
+            _bound_sizes(item, f"{path}[{index}]")
+
+
 def _node(doc: Any, path: str) -> NodeSpec:
     if not isinstance(doc, dict):
         raise SpecError(path, "must be an object")
@@ -297,6 +307,7 @@ def _node(doc: Any, path: str) -> NodeSpec:
     target = doc.get("target", "")
     if not isinstance(target, str):
         raise SpecError(f"{path}.target", "must be a string")
+    _bound_sizes(args, f"{path}.args")
     return NodeSpec(_field(doc, "name", str, path), _field(doc, "op", str, path), target,
                     tuple(args), kwargs, meta)
 

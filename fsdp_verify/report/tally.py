@@ -25,6 +25,7 @@ class Result:
     output_elements: int = 0  # output elements of the cases run
     judged_elements: int = 0  # of those, the elements the numerics oracle compared
     interrupted: bool = False  # stopped early by SIGINT/SIGTERM
+    harness_errors: int = 0  # the harness itself failed (a lost worker, an accounting error): never a pass
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
 
     def merge(self, other: "Result") -> None:
@@ -40,6 +41,7 @@ class Result:
         self.output_elements += other.output_elements
         self.judged_elements += other.judged_elements
         self.interrupted = self.interrupted or other.interrupted
+        self.harness_errors += other.harness_errors
         self.notes.extend(other.notes)
 
     def to_json(self) -> dict:
@@ -47,7 +49,7 @@ class Result:
                 "examples_per_second": round(self.examples / self.seconds, 3) if self.seconds else None,
                 "failures_by_checker": dict(self.by_checker), "invalid_cases": self.invalid,
                 "repeats_of_known_bugs": self.repeats,
-                "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "notes": self.notes,
+                "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "harness_errors": self.harness_errors, "notes": self.notes,
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures}
