@@ -273,12 +273,14 @@ def _record(config: Config, result: Result, case: Case, findings: list, while_sh
                             "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking})
 
 
-def install_stop_handlers() -> None:
+def install_stop_handlers(force_on_second: bool = True) -> None:
     """The first SIGINT or SIGTERM stops the campaign cleanly (its reports are still written); a
-    second one forces the exit at once."""
+    second one forces the exit at once (a worker ignores it: its parent kills it after a grace)."""
     def handler(signum, frame):
         if Stop.requested:
-            os._exit(128 + signum)
+            if force_on_second:
+                os._exit(128 + signum)
+            return
         Stop.requested = True
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, handler)
@@ -302,7 +304,7 @@ def _die_with_parent() -> None:
 
 def _worker(config: Config, results) -> None:
     _die_with_parent()
-    install_stop_handlers()
+    install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
     results.put((config.worker, run(config)))
 
 

@@ -200,10 +200,13 @@ def _prep_chains(ref: Refinement, rank: int) -> list[Finding]:
 
 
 def _fingerprint(module: fx.GraphModule) -> str:
+    """Ranks with equal fingerprints get equal verdicts: names, targets, arguments and the meta the
+    rules read (phase, comm_type, fsdp_* tags)."""
     digest = hashlib.sha1()
     for node in module.graph.nodes:
-        digest.update(f"{node.name}|{node.target}|{[a.name for a in node.all_input_nodes]}|"
-                      f"{node.meta.get('autograd_backward')}\n".encode())
+        tags = sorted((k, str(v)) for k, v in node.meta.items()
+                      if k in ("autograd_backward", "comm_type") or k.startswith("fsdp_"))
+        digest.update(f"{node.name}|{node.target}|{node.args}|{node.kwargs}|{tags}\n".encode())
     return digest.hexdigest()
 
 
