@@ -5,7 +5,6 @@ one Hypothesis example database so a failure found once is replayed first next t
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import queue
@@ -23,7 +22,7 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 from . import corpus, profiles
 from .case import Case
 from .checks import ERROR, INVALID
-from .orchestrate import check_all
+from .orchestrate import check_all, die_with_parent
 from .report.tally import Result
 from .targets import get_target
 
@@ -293,17 +292,8 @@ class Stop:
     requested = False
 
 
-def _die_with_parent() -> None:
-    """Linux: this process gets SIGTERM when its parent dies, so no worker outlives the campaign."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
 def _worker(config: Config, results) -> None:
-    _die_with_parent()
+    die_with_parent(signal.SIGTERM)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
     results.put((config.worker, run(config)))
 

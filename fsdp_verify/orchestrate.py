@@ -122,7 +122,7 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
     # A forked child must not enter the parent's OpenMP team: libgomp is not fork-safe, and the
     # first parallel op (layer_norm, matmul) would wait forever on the parent's threads.
     torch.set_num_threads(1)
-    _die_with_parent()
+    die_with_parent()
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -138,10 +138,10 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
         conn.send(("harness-error", traceback.format_exc()))
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this child when its parent dies, so a hung case never outlives the harness."""
+def die_with_parent(signum: int = signal.SIGKILL) -> None:
+    """Linux: this process gets ``signum`` when its parent dies, so no child outlives the harness."""
     try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None).prctl(1, signum)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
 

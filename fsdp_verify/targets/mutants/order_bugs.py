@@ -12,6 +12,7 @@ from torch import fx
 
 from ...graph.ops import is_free_target
 from ...reference.predicates import is_barrier, is_view
+from .rewrite_bugs import fused_launches
 
 aten = torch.ops.aten
 AG = ("fsdp_all_gather", "fsdp_all_gather_backward")
@@ -19,11 +20,6 @@ AG = ("fsdp_all_gather", "fsdp_all_gather_backward")
 
 def _c10d(node: fx.Node) -> bool:
     return node.op == "call_function" and str(node.target).startswith(("_c10d_functional.", "c10d_functional."))
-
-
-def _fused(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.Node]:
-    return [n for n in module.graph.nodes if n.op == "call_function" and n.meta.get("fsdp_bucket_members")
-            and n.meta.get("comm_type") in kinds]
 
 
 _COPY_NODES = (aten.clone.default, aten.slice.Tensor, aten.cat.default)  # what the rewriter itself adds
@@ -55,7 +51,7 @@ def _effect_before(node: fx.Node) -> Optional[fx.Node]:
 
 def fused_launch_early(module: fx.GraphModule, rank: int) -> None:
     """A fused all-gather (with its copy-in) is placed one step early, above the effect before it."""
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         block = _copy_in(launch)
         effect = _effect_before(block[0])
         if effect is not None:
@@ -66,7 +62,7 @@ def fused_launch_early(module: fx.GraphModule, rank: int) -> None:
 
 def fused_launch_hoisted(module: fx.GraphModule, rank: int) -> None:
     """The last fused all-gather (with its copy-in) is hoisted to the top of the graph."""
-    launches = _fused(module, AG)
+    launches = fused_launches(module, AG)
     if not launches:
         return
     top = next(n for n in module.graph.nodes if n.op != "placeholder")
@@ -119,7 +115,7 @@ def compute_across_effect(module: fx.GraphModule, rank: int) -> None:
 
 def rs_prep_untagged(module: fx.GraphModule, rank: int) -> None:
     """A fused reduce-scatter's preparation chain loses its tags below the last node."""
-    for launch in _fused(module, ("fsdp_reduce_scatter",)):
+    for launch in fused_launches(module, ("fsdp_reduce_scatter",)):
         cat = launch.args[0].args[0]
         for node in (cat, *cat.args[0]):
             node.meta.pop("fsdp_bucket_prepare", None)
@@ -128,7 +124,7 @@ def rs_prep_untagged(module: fx.GraphModule, rank: int) -> None:
 
 def rs_prep_shared(module: fx.GraphModule, rank: int) -> None:
     """A node outside the bucket also reads a fused reduce-scatter's packed gradients."""
-    for launch in _fused(module, ("fsdp_reduce_scatter",)):
+    for launch in fused_launches(module, ("fsdp_reduce_scatter",)):
         cat = launch.args[0].args[0]
         with module.graph.inserting_after(cat):
             module.graph.call_function(aten.sum.default, (cat,), {}).meta["autograd_backward"] = True

@@ -13,7 +13,8 @@ aten = torch.ops.aten
 
 
 
-def _fused(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.Node]:
+def fused_launches(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.Node]:
+    """The rewrite's fused launches of ``kinds`` (those marked with ``fsdp_bucket_members``)."""
     return [n for n in module.graph.nodes if n.meta.get("fsdp_bucket_members") and n.meta.get("comm_type") in kinds
             and n.op == "call_function"]
 
@@ -30,7 +31,7 @@ def _copy_outs(launch: fx.Node) -> list[fx.Node]:
 
 def swap_copy_out_offsets(module: fx.GraphModule, rank: int) -> None:
     """The first member's copy-out reads columns at the second member's offset."""
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         slices = _copy_outs(launch)
         if len(slices) >= 2:
             first, second = slices[0], slices[1]
@@ -43,7 +44,7 @@ def swap_copy_out_offsets(module: fx.GraphModule, rank: int) -> None:
 
 def free_moved_early(module: fx.GraphModule, rank: int) -> None:
     """A member's free is moved right after the copy-out, before the member's consumers."""
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         for copy_slice in _copy_outs(launch):
             clone = next(iter(copy_slice.users))
             result = next(iter(clone.users))
@@ -56,7 +57,7 @@ def free_moved_early(module: fx.GraphModule, rank: int) -> None:
 
 def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
     """Copy-out reads the fused launch's handle instead of its wait."""
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         wait = next(iter(launch.users))
         rows = next(iter(wait.users))
         rows.replace_input_with(wait, launch)
@@ -65,7 +66,7 @@ def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
 
 def avg_twice(module: fx.GraphModule, rank: int) -> None:
     """The fused reduce-scatter averages, then divides by the degree once more."""
-    for launch in _fused(module, RS):
+    for launch in fused_launches(module, RS):
         if launch.args[1] == "avg":
             wait = next(iter(launch.users))
             with module.graph.inserting_after(wait):
@@ -78,7 +79,7 @@ def wrong_group(module: fx.GraphModule, rank: int) -> None:
     """The fused launch names the wrong process group."""
     groups = {n.args[-1] for n in module.graph.nodes if n.op == "call_function" and str(n.target).startswith(
         "_c10d_functional.") and n.args and isinstance(n.args[-1], str)}
-    for launch in _fused(module, AG + RS):
+    for launch in fused_launches(module, AG + RS):
         other = sorted(groups - {launch.args[-1]})
         if other:
             launch.args = (*launch.args[:-1], other[0])
@@ -87,7 +88,7 @@ def wrong_group(module: fx.GraphModule, rank: int) -> None:
 
 def drop_fused_meta(module: fx.GraphModule, rank: int) -> None:
     """Fused launches lose ``fsdp_bucket_members``: re-planning would bucket them again."""
-    for launch in _fused(module, AG + RS):
+    for launch in fused_launches(module, AG + RS):
         launch.meta.pop("fsdp_bucket_members")
 
 
@@ -95,7 +96,7 @@ def rank_dependent_packing(module: fx.GraphModule, rank: int) -> None:
     """Odd ranks pack an AG bucket's first two members in the other order (a cross-rank layout bug)."""
     if rank % 2 == 0:
         return
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         cat = launch.args[0]
         parts = list(cat.args[0])
         if len(parts) >= 2:
@@ -107,7 +108,7 @@ def rank_dependent_packing(module: fx.GraphModule, rank: int) -> None:
 def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
     """Each fused AG result is copied three times and kept alive to the end of the graph."""
     output = next(iter(module.graph.find_nodes(op="output")))
-    for launch in _fused(module, AG):
+    for launch in fused_launches(module, AG):
         wait = next(iter(launch.users))
         with module.graph.inserting_after(wait):
             copies = [module.graph.call_function(aten.clone.default, (wait,)) for _ in range(3)]
