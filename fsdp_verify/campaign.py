@@ -102,18 +102,23 @@ class Config:
     max_failures: int = 10
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
-    strategy: str = "cases"  # "cases" (the full mix) or "hazards" (several planted hazards per graph)
+    strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
+    # each) or "skip:REASON" (one defect for that skip rule: how the self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
 
 
-STRATEGIES = ("cases", "hazards")
+STRATEGIES = ("cases", "hazards", "mutations")
 
 
 def _strategy(config: Config):
-    from .strategies import cases, hazard_graphs
+    from .strategies import cases, hazard_graphs, mutated_graphs
     if config.strategy == "hazards":
         return hazard_graphs(config.size, max_hazards=6)
+    if config.strategy == "mutations":
+        return mutated_graphs(config.size)
+    if config.strategy.startswith("skip:"):
+        return mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     return cases(config.size, modules=config.modules)
 
 

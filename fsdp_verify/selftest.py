@@ -46,7 +46,7 @@ def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = Tr
     intended = MUTANTS[name].kills
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=4,
-                             strategy="hazards", shrink=shrink, stop_on=intended)
+                             strategy=MUTANTS[name].hunt, shrink=shrink, stop_on=intended)
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, intended, None, None, None, ())

@@ -33,15 +33,17 @@ class Mutant(ReferenceTarget):
     """The reference target with one planted bug.
 
     ``kills`` names the checker(s) whose rule the bug breaks: the self-test counts a kill by any
-    other checker (or by a crash) separately, so a checker that cannot fire shows up.
+    other checker (or by a crash) separately, so a checker that cannot fire shows up. ``hunt`` is
+    the campaign strategy the self-test hunts it with (``skip:REASON`` for a bug in one skip rule).
     """
 
     def __init__(self, name: str, summary: str, kills: tuple[str, ...], patches: Callable[[], list[Patch]] = list,
                  damage: Damage | None = None, rank_patches: Callable[[int], list[Patch]] | None = None,
-                 plan_type: type | None = None, last_rank_only: bool = False):
-        self.name, self.summary, self.kills = f"mutant:{name}", summary, kills
+                 plan_type: type | None = None, last_rank_only: bool = False,
+                 plan_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None, hunt: str = "hazards"):
+        self.name, self.summary, self.kills, self.hunt = f"mutant:{name}", summary, kills, hunt
         self._patches, self._damage, self._rank_patches = patches, damage, rank_patches
-        self._plan_type, self._last_rank_only = plan_type, last_rank_only
+        self._plan_type, self._last_rank_only, self._plan_edit = plan_type, last_rank_only, plan_edit
 
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> planner.BucketPlan:
         extra = self._rank_patches(rank) if self._rank_patches else []
@@ -49,7 +51,7 @@ class Mutant(ReferenceTarget):
             plan = super().plan(case, module, rank)
         if self._plan_type is not None:
             plan = self._plan_type(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)})
-        return plan
+        return self._plan_edit(plan) if self._plan_edit is not None else plan
 
     def rewriters(self) -> tuple:
         def wrap(apply):

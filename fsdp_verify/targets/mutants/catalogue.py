@@ -7,11 +7,20 @@ from . import order_bugs, rewrite_bugs
 from .base import Mutant
 from .planner_bugs import (
     _cap_off_by_one,
+    _ConstantDigestPlan,
+    _describe_patched,
     _device_dependent,
+    _fqns_flattened,
     _graph_order_members,
     _key_without,
+    _LayoutOnlyDigestPlan,
     _OffByOnePlan,
+    _shapes_swapped,
     _suppress,
+    misreported_skip,
+    parameters_counted_per_collective,
+    skip_listed_twice,
+    splits_before_skips,
 )
 
 MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
@@ -41,6 +50,20 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),
            lambda: _suppress("repeated_parameter_instance")),
+    # -- plan content: the grouping is right, what the plan reports is not
+    Mutant("constant_group_digest", "every group digest is one constant", ("planner",),
+           plan_type=_ConstantDigestPlan),
+    Mutant("digest_without_wire_records", "group digests leave out the wire records", ("planner",),
+           plan_type=_LayoutOnlyDigestPlan),
+    Mutant("describe_fqns_flattened", "describe() reports module_fqns as one dotted string", ("planner",),
+           plan_edit=_describe_patched(_fqns_flattened)),
+    Mutant("describe_shapes_swapped", "describe() swaps input_shape and output_shape", ("planner",),
+           plan_edit=_describe_patched(_shapes_swapped)),
+    Mutant("splits_before_skips", "split decisions are listed before the skips", ("planner",),
+           plan_edit=splits_before_skips),
+    Mutant("skip_listed_twice", "the first skip decision is listed twice", ("planner",), plan_edit=skip_listed_twice),
+    Mutant("parameters_counted_per_collective", "summary counts selected collectives as parameters", ("planner",),
+           plan_edit=parameters_counted_per_collective),
     # -- rewriter contract
     Mutant("stale_plan_accepted", "the rewriter applies plans made for another graph", ("consistency",),
            lambda: [(rewrite, "check_fresh", lambda module, plan: None)]),
@@ -77,6 +100,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            ("ordering",), damage=order_bugs.rank_dependent_group_order),
     Mutant("last_rank_free_moved_later", "only the highest rank moves a member free later", ("ordering",),
            damage=order_bugs.owned_free_moved_later, last_rank_only=True),
+    # -- each skip rule of spec 2.5: its skips reported under another rule's name
+    *(Mutant(f"skip_{reason}_misreported", f"skips for {reason} are reported as the next rule", ("planner",),
+             plan_edit=misreported_skip(reason), hunt=f"skip:{reason}")
+      for reason in planner.SKIP_REASONS),
 )}
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
+from typing import Callable
 
 from ...reference import planner
 from .base import Patch
@@ -59,3 +61,79 @@ def _device_dependent(rank: int) -> list[Patch]:
         return []
     original = planner.split_reason
     return [(planner, "split_reason", lambda *args: original(*args) or "capacity")]
+
+
+# -- plan content: what the plan reports, with the grouping itself right ----------------------
+
+def _with_decisions(plan: planner.BucketPlan, decisions: list[dict]) -> planner.BucketPlan:
+    """``plan`` with other decisions and the reason counts its summary derives from them."""
+    counts = {action: dict(Counter(d["reason"] for d in decisions if d["action"] == action))
+              for action in ("skip", "split", "singleton")}
+    return dataclasses.replace(plan, decisions=tuple(decisions), summary={**plan.summary, "reason_counts": counts})
+
+
+def misreported_skip(reason: str) -> Callable[[planner.BucketPlan], planner.BucketPlan]:
+    """Skips for ``reason`` are reported under the next rule's name (the rule's identity is lost)."""
+    wrong = planner.SKIP_REASONS[(planner.SKIP_REASONS.index(reason) + 1) % len(planner.SKIP_REASONS)]
+
+    def edit(plan: planner.BucketPlan) -> planner.BucketPlan:
+        return _with_decisions(plan, [{**d, "reason": wrong} if d["action"] == "skip" and d["reason"] == reason
+                                      else d for d in plan.decisions])
+    return edit
+
+
+def splits_before_skips(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """Split and singleton decisions listed before the skips (spec 2.8 orders skips first)."""
+    return _with_decisions(plan, sorted(plan.decisions, key=lambda d: d["action"] == "skip"))
+
+
+def skip_listed_twice(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """The first skip decision appears twice (counted twice too)."""
+    skips = [d for d in plan.decisions if d["action"] == "skip"]
+    return _with_decisions(plan, [*plan.decisions, dict(skips[0])]) if skips else plan
+
+
+def parameters_counted_per_collective(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """``selected_parameters`` counts collectives, not distinct names."""
+    return dataclasses.replace(plan, summary={**plan.summary,
+                                              "selected_parameters": plan.summary["selected_collectives"]})
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConstantDigestPlan(planner.BucketPlan):
+    """Every group digest is one constant: ranks always agree, whatever they planned."""
+
+    def group_digest(self, group: str) -> str:
+        return "0" * 64
+
+
+@dataclasses.dataclass(frozen=True)
+class _LayoutOnlyDigestPlan(planner.BucketPlan):
+    """Group digests leave out the wire records: skipped collectives no longer have to agree."""
+
+    def group_digest(self, group: str) -> str:
+        layouts = [[member.describe() for member in bucket.members]
+                   for bucket in self.buckets if bucket.members[0].group == group]
+        return planner._digest((self.group_ranks[group], layouts, []))
+
+
+def _describe_patched(change: Callable[[dict], dict]) -> Callable[[planner.BucketPlan], planner.BucketPlan]:
+    """Members whose ``describe()`` is altered by ``change`` (in the plan's report and its digests)."""
+    class Altered(planner.Candidate):
+        def describe(self) -> dict:
+            return change(super().describe())
+
+    def edit(plan: planner.BucketPlan) -> planner.BucketPlan:
+        def alter(member: planner.Candidate) -> planner.Candidate:
+            return Altered(**{f.name: getattr(member, f.name) for f in dataclasses.fields(member)})
+        return dataclasses.replace(plan, buckets=tuple(dataclasses.replace(b, members=tuple(map(alter, b.members)))
+                                                       for b in plan.buckets))
+    return edit
+
+
+def _fqns_flattened(described: dict) -> dict:
+    return {**described, "module_fqns": ".".join(described["module_fqns"])}
+
+
+def _shapes_swapped(described: dict) -> dict:
+    return {**described, "input_shape": described["output_shape"], "output_shape": described["input_shape"]}
