@@ -46,18 +46,21 @@ def _plan_findings(plans: dict[int, list]) -> list[Finding]:
     return findings
 
 
-class _Codes:
+class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
-    def __init__(self, original: fx.GraphModule) -> None:
-        self.sources: dict[str, tuple[str, str]] = {}  # source node -> (param, kind)
-        for node in original.graph.nodes:
-            kind = node.meta.get("comm_type")
-            if kind in FSDP_KINDS and node.args and isinstance(node.args[0], fx.Node):
-                self.sources[node.args[0].name] = (str(node.meta.get("param_name")), kind)
+    def __init__(self, sources: dict[str, tuple[str, str]]) -> None:
+        self.sources = dict(sources)  # source node -> (param, kind)
         self.table: dict[tuple, tuple[str, int, int]] = {}
         self.bases: dict[tuple[str, int], int] = {}
         self.next_base = 1
+
+    @classmethod
+    def of(cls, original: fx.GraphModule) -> "IdentityCodes":
+        """Codes for the sources of every tagged collective of ``original``."""
+        return cls({node.args[0].name: (str(node.meta.get("param_name")), node.meta["comm_type"])
+                    for node in original.graph.nodes if node.meta.get("comm_type") in FSDP_KINDS
+                    and node.args and isinstance(node.args[0], fx.Node)})
 
     def _base(self, param: str, rank: int, count: int) -> int:
         """Code ranges are handed out on first use (the original's run) and reused for the rewrite."""
@@ -104,7 +107,7 @@ def _watched(original: fx.GraphModule) -> dict[str, str]:
             for wait in node.users if is_wait(wait) for consumer in real_consumers(wait)}
 
 
-def _capture(ctx: CheckContext, modules: dict[int, fx.GraphModule], codes: _Codes, watched: dict[str, str],
+def _capture(ctx: CheckContext, modules: dict[int, fx.GraphModule], codes: IdentityCodes, watched: dict[str, str],
              contributor_index: int) -> dict:
     seen: dict = {}
 
@@ -123,7 +126,7 @@ def _capture(ctx: CheckContext, modules: dict[int, fx.GraphModule], codes: _Code
     return seen
 
 
-def _compare(before: dict, after: dict, codes: _Codes, watched: dict[str, str]) -> list[Finding]:
+def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str, str]) -> list[Finding]:
     for (rank, name), inputs in sorted(before.items()):
         if (rank, name) not in after:
             continue
@@ -155,7 +158,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
     if findings:
         return findings
     first = min(original)
-    codes = _Codes(original[first])
+    codes = IdentityCodes.of(original[first])
     watched = _watched(original[first])
     if not codes.sources or not watched:
         return []

@@ -40,10 +40,12 @@ class Mutant(ReferenceTarget):
     def __init__(self, name: str, summary: str, kills: tuple[str, ...], patches: Callable[[], list[Patch]] = list,
                  damage: Damage | None = None, rank_patches: Callable[[int], list[Patch]] | None = None,
                  plan_type: type | None = None, last_rank_only: bool = False,
-                 plan_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None, hunt: str = "hazards"):
+                 plan_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None, hunt: str = "hazards",
+                 apply_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None):
         self.name, self.summary, self.kills, self.hunt = f"mutant:{name}", summary, kills, hunt
         self._patches, self._damage, self._rank_patches = patches, damage, rank_patches
         self._plan_type, self._last_rank_only, self._plan_edit = plan_type, last_rank_only, plan_edit
+        self._apply_edit = apply_edit  # the rewriter acts on this edit of the plan it reports
 
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> planner.BucketPlan:
         extra = self._rank_patches(rank) if self._rank_patches else []
@@ -57,7 +59,7 @@ class Mutant(ReferenceTarget):
         def wrap(apply):
             def mutated(module, plan):
                 with _patched(self._patches()):
-                    return apply(module, plan)
+                    return apply(module, self._apply_edit(plan) if self._apply_edit else plan)
             return mutated
         return tuple(wrap(apply) for apply in super().rewriters())
 

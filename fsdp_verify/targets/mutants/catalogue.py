@@ -17,6 +17,8 @@ from .planner_bugs import (
     _OffByOnePlan,
     _shapes_swapped,
     _suppress,
+    last_member_left_out,
+    members_reversed,
     misreported_skip,
     parameters_counted_per_collective,
     skip_listed_twice,
@@ -83,6 +85,13 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.rank_dependent_packing),
     Mutant("leaked_buffers", "fused AG buffers are copied and kept alive to the end", ("memory",),
            damage=rewrite_bugs.leak_fused_buffers),
+    # -- plan conformance (values unchanged: the rewrite does other than the plan it reported)
+    Mutant("rewrite_packs_reversed", "the rewriter packs bucket members in reverse plan order", ("conformance",),
+           apply_edit=members_reversed),
+    Mutant("rewrite_leaves_last_member", "the rewriter leaves each bucket's last member unfused", ("conformance",),
+           apply_edit=last_member_left_out),
+    Mutant("gather_in_float64", "fused all-gathers send float64 instead of the members' dtype", ("conformance",),
+           damage=rewrite_bugs.gather_in_float64),
     # -- order (values unchanged: only the ordering oracle can tell)
     Mutant("fused_launch_early", "a fused all-gather is placed one step early, across an effect", ("ordering",),
            damage=order_bugs.fused_launch_early),

@@ -137,3 +137,20 @@ def _fqns_flattened(described: dict) -> dict:
 
 def _shapes_swapped(described: dict) -> dict:
     return {**described, "input_shape": described["output_shape"], "output_shape": described["input_shape"]}
+
+
+# -- plans the rewriter does not follow (it applies an edit of the plan it reported) ----------
+
+def _edit_buckets(plan: planner.BucketPlan, change: Callable[[tuple], tuple]) -> planner.BucketPlan:
+    return dataclasses.replace(plan, buckets=tuple(
+        dataclasses.replace(b, members=change(b.members)) if len(b.members) > 1 else b for b in plan.buckets))
+
+
+def members_reversed(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """Members packed in reverse order (the copy-outs agree, so every value is right)."""
+    return _edit_buckets(plan, lambda members: tuple(reversed(members)))
+
+
+def last_member_left_out(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """The last member of each multi-member bucket stays its own launch."""
+    return _edit_buckets(plan, lambda members: members[:-1])

@@ -114,3 +114,19 @@ def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
             copies = [module.graph.call_function(aten.clone.default, (wait,)) for _ in range(3)]
         with module.graph.inserting_before(output):
             module.graph.call_function(operator.getitem, (copies, 0))
+
+
+def gather_in_float64(module: fx.GraphModule, rank: int) -> None:
+    """Fused all-gathers of narrower floats send float64 (exact both ways: the values survive, the
+    plan's dtype and bytes on the wire do not)."""
+    for launch in fused_launches(module, AG):
+        source, wait = launch.args[0], next(iter(launch.users))
+        dtype = launch.meta["fsdp_bucket_spec"]["dtype"]
+        if dtype == torch.float64:
+            continue
+        with module.graph.inserting_before(launch):
+            wide = module.graph.call_function(aten._to_copy.default, (source,), {"dtype": torch.float64})
+        launch.args = (wide, *launch.args[1:])
+        with module.graph.inserting_after(wait):
+            narrow = module.graph.call_function(aten._to_copy.default, (wait,), {"dtype": dtype})
+        wait.replace_all_uses_with(narrow, delete_user_cb=lambda user: user is not narrow)

@@ -1,0 +1,182 @@
+"""Plan conformance: what each plan says is what the rewritten graph launches and sends.
+
+The planner oracle proves a plan right against the spec and the layout checker proves that every
+consumer still gets its own elements; neither notices a rewrite that is correct but does
+something other than the plan it reported (and exchanged with the other ranks as a digest). Here
+each fusable bucket of a round is matched, through the refinement map (no plan ids or meta), to
+the one launch of the rewrite that now delivers exactly its members, and every quantity the plan
+states is read back from the rewritten world: kind, group, reduce op, dtype and element count
+from the simulated collective stream, and each member's offset from an identity-tensor run that
+records what the fused launch really sends (spec 2.10 offset rule, rank-major for RS).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional
+
+import torch
+from torch import fx
+
+from ..execute.simulated import WorldRun
+from ..execute.world import simulate
+from .findings import CheckContext, Finding
+from .graph_facts import FSDP_KINDS
+from .layout import IdentityCodes
+from .refinement import refine
+from .registry import Checker
+
+NAME = "conformance"
+ROUND_KINDS = (("fsdp_all_gather", "fsdp_all_gather_backward"), ("fsdp_reduce_scatter",))  # AG round, RS round
+OPS = {"fsdp_all_gather": "all_gather_into_tensor", "fsdp_all_gather_backward": "all_gather_into_tensor",
+       "fsdp_reduce_scatter": "reduce_scatter_tensor"}
+_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _key(param: Any, kind: Any, index: Any) -> tuple:
+    return (str(param), str(kind), str(index))
+
+
+def applied_buckets(plans: list) -> list[dict]:
+    """The fusable buckets each round's rewriter acts on (AG in round 1, RS in round 2; spec 3.5)."""
+    return [bucket for plan, kinds in zip(plans, ROUND_KINDS) for bucket in plan.to_dict()["buckets"]
+            if bucket["fusable"] and bucket["members"][0]["kind"] in kinds]
+
+
+def _launches(original: fx.GraphModule, rewritten: fx.GraphModule) -> dict[str, list[fx.Node]]:
+    """New launch of the rewrite -> the original tagged launches whose values it now delivers."""
+    return {name: nodes for name, nodes in refine(original, rewritten).members.items()
+            if all(n.meta.get("comm_type") in FSDP_KINDS for n in nodes)}
+
+
+def _match(bucket: dict, launches: dict[str, list[fx.Node]]) -> Optional[str]:
+    want = Counter(_key(m["param_name"], m["kind"], m["state_idx"]) for m in bucket["members"])
+    for name, nodes in launches.items():
+        if Counter(_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx"))
+                   for n in nodes) == want:
+            return name
+    return None
+
+
+def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
+    """Kind, group, reduce op, dtype, element count and bytes of the launch against the plan."""
+    first = bucket["members"][0]
+    rs = first["kind"] == "fsdp_reduce_scatter"
+    packed = sum(m["local_numel"] for m in bucket["members"])
+    numel = packed * degree if rs else packed
+    sent = 1
+    for dim in record.shape:
+        sent *= dim
+    itemsize = torch.empty((), dtype=getattr(torch, record.dtype.split(".")[-1])).element_size()
+    facts = [("op", OPS[first["kind"]], record.op), ("group", first["group"], record.group),
+             ("reduce op", first["reduce_op"], record.reduce_op if rs else None),
+             ("dtype", first["dtype"], record.dtype), ("elements sent", numel, sent),
+             ("bytes of the full buffer", bucket["size_bytes"], packed * degree * itemsize)]
+    wrong = [f"{what} {got} (plan: {want})" for what, want, got in facts if want != got]
+    return "; ".join(wrong) or None
+
+
+def _identity_run(ctx: CheckContext, sources: dict[str, tuple[str, str]], launches: set[str]) -> dict:
+    """Each rank's source codes and the tensors its fused launches were handed."""
+    codes = IdentityCodes(sources)
+    seen: dict = {}
+
+    def observe(rank: int, node: fx.Node, inputs: tuple, result: Any) -> None:
+        if node.name in sources and isinstance(result, torch.Tensor):
+            seen[(rank, node.name)] = result.detach().clone()
+        elif node.name in launches and inputs and isinstance(inputs[0], torch.Tensor):
+            seen[(rank, node.name)] = inputs[0].detach().clone()
+
+    simulate(ctx.case, ctx.rewritten, observe=observe,
+             override=lambda rank, node, value: codes.value(rank, node, value, contributor=rank))
+    return seen
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    ints = _BITS.get(a.element_size())
+    return a.dtype == b.dtype and a.shape == b.shape and ints is not None and \
+        torch.equal(a.contiguous().view(ints), b.contiguous().view(ints))
+
+
+def _offset_problem(bucket: dict, sent: torch.Tensor, sources: list[Optional[torch.Tensor]], degree: int) -> Optional[str]:
+    """The first member whose elements are not where the plan's offsets put them."""
+    flat = sent.reshape(-1)
+    packed = sum(m["local_numel"] for m in bucket["members"])
+    rs = bucket["members"][0]["kind"] == "fsdp_reduce_scatter"
+    for member, source in zip(bucket["members"], sources):
+        if source is None:
+            continue
+        offset, numel, own = member["local_offset"], member["local_numel"], source.reshape(-1)
+        blocks = [(r * packed + offset, own[r * numel:(r + 1) * numel]) for r in range(degree)] if rs \
+            else [(offset, own)]
+        for start, expected in blocks:
+            if start + numel > flat.numel() or not _same_bits(flat[start:start + numel], expected):
+                return (f"member {member['param_name']} is not sent at its plan offset {offset} "
+                        f"({numel} elements{', rank-major' if rs else ''}; plan order "
+                        f"{[m['param_name'] for m in bucket['members']]})")
+    return None
+
+
+def check_conformance(ctx: CheckContext) -> list[Finding]:
+    """Every applied bucket is one launch of the rewrite that sends what the plan says, where it says."""
+    if not ctx.has_planner or ctx.run.error is not None or not ctx.plans:
+        return []
+    run = ctx.rewritten_sim
+    if not isinstance(run, WorldRun):
+        return []  # the numerics checker reports a rewrite that cannot run
+    findings: list[Finding] = []
+    matched: dict[int, list[tuple[dict, str, list[fx.Node]]]] = {}
+    for rank in sorted(ctx.plans):
+        launches = _launches(ctx.original[rank], ctx.rewritten[rank])
+        records = {record.node: record for record in run.streams.get(rank, [])}
+        used: set[str] = set()
+        for bucket in applied_buckets(ctx.plans[rank]):
+            name = _match(bucket, launches)
+            names = [m["param_name"] for m in bucket["members"]]
+            if name is None:
+                findings.append(Finding(NAME, f"rank {rank}: the plan fuses {names} ({bucket['members'][0]['kind']}) "
+                                              f"but no launch of the rewrite delivers exactly these members",
+                                        rank=rank))
+                continue
+            used.add(name)
+            degree = len(bucket["members"][0]["ranks"])
+            problem = _stream_problems(bucket, records[name], degree) if name in records else "never ran"
+            if problem:
+                findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
+                                        rank=rank))
+                continue
+            matched.setdefault(rank, []).append((bucket, name, launches[name]))
+        for name in sorted(set(launches) - used):
+            members = sorted(str(n.meta.get("param_name")) for n in launches[name])
+            findings.append(Finding(NAME, f"rank {rank}: launch fuses {members}, which no applied plan bucket names",
+                                    nodes=(name,), rank=rank))
+    if findings or not matched:
+        return findings
+    return _offset_findings(ctx, matched)
+
+
+def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str, list[fx.Node]]]]) -> list[Finding]:
+    sources = {node.args[0].name: (str(node.meta.get("param_name")), str(node.meta.get("comm_type")))
+               for rank in matched for _, _, nodes in matched[rank] for node in nodes
+               if node.args and isinstance(node.args[0], fx.Node)}
+    seen = _identity_run(ctx, sources, {name for rank in matched for _, name, _ in matched[rank]})
+    unverified = 0
+    for rank in sorted(matched):
+        for bucket, name, nodes in matched[rank]:
+            by_key = {_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx")): n
+                      for n in nodes}
+            members = [by_key[_key(m["param_name"], m["kind"], m["state_idx"])] for m in bucket["members"]]
+            values = [seen.get((rank, n.args[0].name)) for n in members]
+            unverified += sum(v is None for v in values)
+            if (rank, name) not in seen:
+                unverified += len(values)
+                continue
+            problem = _offset_problem(bucket, seen[(rank, name)], values, len(bucket["members"][0]["ranks"]))
+            if problem:
+                return [Finding(NAME, f"rank {rank}: fused launch {name}: {problem}", nodes=(name,), rank=rank)]
+    ctx.metrics[NAME] = {"members_unverified": unverified}
+    return []
+
+
+CHECKER = Checker(NAME, check_conformance, order=45,
+                  summary="each applied bucket is one launch sending what and where its plan says")
