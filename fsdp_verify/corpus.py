@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Optional
 
 from .case import Case, case_from_json
 from .graph.values import SpecError
+from .reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 SCHEMA = "fsdp-verify/case"
 VERSION = 1
@@ -70,10 +71,12 @@ class Entry:
     target: str
     verdict: Verdict
     provenance: dict = field(default_factory=dict)
+    expected: Optional[dict] = None  # the spec's decision for this case (see ``EXPECTED_KEYS``)
 
     def to_json(self) -> dict:
-        return {"schema": SCHEMA, "version": VERSION, "target": self.target, "case": self.case.to_json(),
-                "verdict": self.verdict.to_json(), "provenance": self.provenance}
+        doc = {"schema": SCHEMA, "version": VERSION, "target": self.target, "case": self.case.to_json(),
+               "verdict": self.verdict.to_json(), "provenance": self.provenance}
+        return doc if self.expected is None else {**doc, "expected": self.expected}
 
     @property
     def key(self) -> str:
@@ -93,8 +96,9 @@ def provenance(seed: Optional[int] = None, **extra: Any) -> dict:
             **extra}
 
 
-def save(entry: Entry, directory: str | os.PathLike) -> tuple[Path, bool]:
-    """Write ``entry`` atomically, 0644; returns (path, written). An existing equal case is kept. A
+def save(entry: Entry, directory: str | os.PathLike, refresh: bool = False) -> tuple[Path, bool]:
+    """Write ``entry`` atomically, 0644; returns (path, written). An existing equal case is kept
+    (``refresh``: rewritten with this entry's verdict and expectation, for hand-made cases). A
     file in the way (unreadable, corrupt, or another case) is never replaced: the entry goes to the
     next free name ``<key>-<n>.json``, so the caller can report it (``path.stem != entry.key``)."""
     folder = Path(directory)
@@ -109,6 +113,8 @@ def save(entry: Entry, directory: str | os.PathLike) -> tuple[Path, bool]:
             existing = None
         if existing is not None and existing.case.to_json() == entry.case.to_json() \
                 and existing.target == entry.target:
+            if refresh and (existing.verdict, existing.expected) != (entry.verdict, entry.expected):
+                break
             return path, False
         path = folder / f"{entry.key}-{attempt}.json"
     else:
@@ -172,7 +178,51 @@ def parse(text: str, file: str) -> Entry:
         case = case_from_json(_require(doc, "case", dict, file), "case")
     except SpecError as exc:
         raise CorpusError(file, exc.path, exc.reason) from None
-    return Entry(case, target, Verdict(status, tuple(findings)), prov)
+    expected = _expected(doc["expected"], case, file) if "expected" in doc else None
+    return Entry(case, target, Verdict(status, tuple(findings)), prov, expected)
+
+
+EXPECTED_KEYS = {
+    "skips": "{launch: reason}: each launch is skipped for exactly this rule (spec 2.5)",
+    "splits": "[{node, previous_node, reason}]: each split decision is made (spec 2.7)",
+    "singletons": "[launch]: each gets an oversized singleton decision (spec 2.7)",
+    "together": "[[launch, ...]]: each list is exactly one bucket's members",
+    "error": "text the planner's ValueError must contain (spec 2.1-2.3)",
+}
+
+
+def _expected(doc: Any, case: Case, file: str) -> dict:
+    """Validate the ``expected`` decisions: known keys, known reasons, launches the graph has."""
+    if not isinstance(doc, dict) or set(doc) - set(EXPECTED_KEYS):
+        raise CorpusError(file, "expected", f"must be an object with keys among {', '.join(EXPECTED_KEYS)}")
+    names = {node.name for node in case.graph.nodes}
+
+    def launch(value: Any, where: str) -> None:
+        if not isinstance(value, str) or value not in names:
+            raise CorpusError(file, f"expected.{where}", f"{value!r} is not a node of the case's graph")
+    skips = doc.get("skips", {})
+    if not isinstance(skips, dict):
+        raise CorpusError(file, "expected.skips", "must be an object {launch: reason}")
+    for node, reason in skips.items():
+        launch(node, f"skips.{node}")
+        if reason not in SKIP_REASONS:
+            raise CorpusError(file, f"expected.skips.{node}", f"{reason!r} is not a skip reason")
+    splits = doc.get("splits", [])
+    for index, split in enumerate(splits if isinstance(splits, list) else [None]):
+        if not isinstance(split, dict) or split.get("reason") not in SPLIT_REASONS:
+            raise CorpusError(file, f"expected.splits[{index}]", "must be {node, previous_node, reason: a split reason}")
+        launch(split.get("node"), f"splits[{index}].node")
+        launch(split.get("previous_node"), f"splits[{index}].previous_node")
+    for where in ("singletons", "together"):
+        items = doc.get(where, [])
+        if not isinstance(items, list):
+            raise CorpusError(file, f"expected.{where}", "must be a list")
+        for index, item in enumerate(items):
+            for member in (item if where == "together" and isinstance(item, list) else [item]):
+                launch(member, f"{where}[{index}]")
+    if not isinstance(doc.get("error", ""), str):
+        raise CorpusError(file, "expected.error", "must be a string")
+    return doc
 
 
 def load(path: str | os.PathLike) -> Entry:
