@@ -11,12 +11,13 @@ import queue
 import signal
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import hypothesis
 from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
 from . import corpus, profiles
@@ -106,20 +107,27 @@ class Config:
     # each) or "skip:REASON" (one defect for that skip rule: how the self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
+    spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
+    draw_spec: bool = False  # draw the other [I] settings per example (recorded in each case)
 
 
 STRATEGIES = ("cases", "hazards", "mutations")
 
 
 def _strategy(config: Config):
-    from .strategies import cases, hazard_graphs, mutated_graphs
+    from .strategies import cases, hazard_graphs, mutated_graphs, spec_settings
     if config.strategy == "hazards":
-        return hazard_graphs(config.size, max_hazards=6)
-    if config.strategy == "mutations":
-        return mutated_graphs(config.size)
-    if config.strategy.startswith("skip:"):
-        return mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
-    return cases(config.size, modules=config.modules)
+        graphs = hazard_graphs(config.size, max_hazards=6)
+    elif config.strategy == "mutations":
+        graphs = mutated_graphs(config.size)
+    elif config.strategy.startswith("skip:"):
+        graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
+    else:
+        graphs = cases(config.size, modules=config.modules)
+    if not config.spec and not config.draw_spec:
+        return graphs
+    drawn = spec_settings(dict(config.spec), config.draw_spec)
+    return st.tuples(graphs, drawn).map(lambda pair: replace(pair[0], spec=pair[1]))
 
 
 def run(config: Config, progress: Optional[Callable[[Result, float], None]] = None) -> Result:

@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .graph.spec import GraphSpec, graph_from_json
 from .graph.values import SpecError, decode, encode
+from .spec_params import SpecParams, from_json as spec_params_from_json
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Case:
     plan_args: PlanArgs = field(default_factory=PlanArgs)
     seed: int = 0
     label: str = ""
+    spec: SpecParams = field(default_factory=SpecParams)  # the [I] settings it is judged under
 
     def group_ranks(self, rank: int) -> dict:
         """What the planner is told on ``rank``."""
@@ -75,8 +77,10 @@ class Case:
 
     def to_json(self) -> dict:
         """Typed JSON document of the case."""
-        return {"graph": self.graph.to_json(), "plan_args": self.plan_args.to_json(), "seed": self.seed,
-                "label": self.label}
+        doc = {"graph": self.graph.to_json(), "plan_args": self.plan_args.to_json(), "seed": self.seed,
+               "label": self.label}
+        settings = self.spec.to_json()
+        return {**doc, "spec_params": settings} if settings else doc
 
 
 def case_from_json(doc: Any, path: str = "") -> Case:
@@ -96,4 +100,8 @@ def case_from_json(doc: Any, path: str = "") -> Case:
     label = doc.get("label", "")
     if not isinstance(label, str):
         raise SpecError(f"{where}label", "must be a string")
-    return Case(graph, plan_args_from_json(doc.get("plan_args", {}), f"{where}plan_args"), seed, label)
+    try:
+        spec = spec_params_from_json(doc.get("spec_params", {}))
+    except ValueError as exc:
+        raise SpecError(f"{where}spec_params", str(exc)) from None
+    return Case(graph, plan_args_from_json(doc.get("plan_args", {}), f"{where}plan_args"), seed, label, spec)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import campaign, corpus, profiles
+from . import campaign, corpus, profiles, spec_params
 from .strategies.graphs import SIZES
 from .targets.mutants import MUTANTS
 
@@ -103,7 +103,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
-                             strategy=args.strategy)
+                             strategy=args.strategy, spec=tuple(args.spec_param or ()),
+                             draw_spec=args.draw_spec_params)
+    if config.spec or config.draw_spec:
+        print(f"spec settings: pinned {dict(config.spec) or 'none'}; "
+              f"{'the others drawn per example (recorded in each case)' if config.draw_spec else 'the others default'}",
+              flush=True)
     interactive = sys.stderr.isatty() and not os.environ.get("CI")
     campaign.install_stop_handlers()
     if args.workers > 1:
@@ -238,6 +243,13 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     return 1 if survivors else 0
 
 
+def _spec_param(text: str) -> tuple:
+    try:
+        return spec_params.parse_assignment(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="fsdp-verify", description=__doc__,
@@ -260,6 +272,11 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--strategy", choices=campaign.STRATEGIES, default="cases",
                       help="cases: valid, mutated, hazard and traced graphs; hazards: several planted hazards "
                            "per graph (finds planner bugs fastest)")
+    fuzz.add_argument("--spec-param", action="append", type=_spec_param, metavar="NAME=VALUE",
+                      help="pin one of the spec's [I] settings for planner and oracles alike (repeatable): "
+                           + ", ".join(sorted(spec_params.CHOICES)))
+    fuzz.add_argument("--draw-spec-params", action="store_true",
+                      help="draw the [I] settings that are not pinned per example (each case records its own)")
     fuzz.add_argument("--max-failures", type=_positive_int, default=10,
                       help="stop after this many distinct failures")
     _isolation_options(fuzz)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 
+from . import spec_params
 from .checks.findings import Finding
 from .corpus import Entry
 from .execute.world import build_world
@@ -32,7 +33,8 @@ def check_expected(target: Target, entry: Entry) -> list[Finding]:
     rank = min(case.graph.world())
     module = copy.deepcopy(build_world(case)[rank])
     try:
-        plan = target.plan(case, module, rank).to_dict()
+        with spec_params.use(case.spec):
+            plan = target.plan(case, module, rank).to_dict()
     except ValueError as exc:
         if expected.get("error") and expected["error"] in str(exc):
             return []

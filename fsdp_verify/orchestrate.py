@@ -17,6 +17,7 @@ from torch import fx
 
 from .case import Case
 from .checks import INVALID, CheckContext, Finding, default_checkers, registered
+from . import spec_params
 from .checks.planner_oracle import expected_argument_error
 from .execute.world import build_world
 from .targets.base import Target
@@ -111,11 +112,13 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
     With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
     needs the target's live plans and rewriters still runs): a target that hangs past the deadline,
     or dies, is a ``target`` finding; the parent gets the findings, plans, metrics and skips back.
+    Target and checkers run under the case's [I] settings (``case.spec``).
     """
-    if deadline is None:
-        ctx = CheckContext(run_target(target, case), target)
-        return check_run(ctx, only), ctx
-    return _check_isolated(target, case, only, deadline, check_limit)
+    with spec_params.use(case.spec):
+        if deadline is None:
+            ctx = CheckContext(run_target(target, case), target)
+            return check_run(ctx, only), ctx
+        return _check_isolated(target, case, only, deadline, check_limit)
 
 
 def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:

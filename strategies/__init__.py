@@ -4,7 +4,8 @@
 - ``mutated_graphs``: a valid graph with one targeted defect (each skip/split reason, bad args);
 - ``graphs_from_modules``: real small ``nn.Module``s traced to joint graphs, then FSDP-tagged;
 - ``hazard_graphs``: several planted hazards at once (more chances per example);
-- ``cases``: what a fuzz campaign draws from.
+- ``cases``: what a fuzz campaign draws from;
+- ``spec_settings``: the spec's [I] settings, pinned or drawn per example.
 """
 
 from .blueprint import Blueprint, ParamDraw, render
@@ -16,3 +17,7 @@ __all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fs
 from .modules import MODELS, fsdp_module_graph, graphs_from_modules  # noqa: E402
 
 __all__ += ["MODELS", "fsdp_module_graph", "graphs_from_modules"]
+
+from .spec_settings import spec_settings  # noqa: E402
+
+__all__ += ["spec_settings"]

@@ -72,6 +72,11 @@ PLANTED = [
     ("consistency", "fused_meta_dropped", "two_block", "lacks the fused-node meta"),
     ("consistency", "stale_plan_accepted", "two_block", "stale plan"),
     ("memory", "leaked_buffers", "two_block", "peak live bytes"),
+    ("conformance", "rewrite_packs_reversed", "two_block", "is not sent at its plan offset"),
+    ("conformance", "rewrite_leaves_last_member", "two_block", "no launch of the rewrite delivers exactly"),
+    ("conformance", "gather_in_float64", "two_block", "dtype torch.float64 (plan: torch.float32)"),
+    ("planner", "constant_group_digest", "two_block", "plan group_digests.fsdp is"),
+    ("planner", "splits_before_skips", "barrier", "decision order"),
 ]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fsdp_verify import spec_params
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 from fsdp_verify.strategies import mutations
 from support import decision_for, plan, two_block_case
@@ -83,12 +84,11 @@ def test_oversized_is_recorded_after_the_split_and_stays_alone():
 
 
 def test_prep_chain_nodes_are_crossable_only_when_recognised():
-    from fsdp_verify.reference import predicates
 
     case = two_block_case(prep_chains=True)
     a, b = _pair(case, "fsdp_reduce_scatter")
     assert decision_for(plan(case), b, "split") is None
-    with predicates.use(predicates.HelperModel(rs_owner_is_bucket_id=False)):
+    with spec_params.use(spec_params.SpecParams(rs_owner_is_bucket_id=False)):
         assert decision_for(plan(case), b, "split") is None
     # A launch whose bucket id is not the chain owner no longer owns its chain: the untagged
     # (forward-phase) chain node inside the span is then a phase boundary.

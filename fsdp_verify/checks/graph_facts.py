@@ -11,28 +11,37 @@ import torch
 from torch import fx
 
 from ..graph.ops import is_free_target
+from ..spec_params import active
 
 FSDP_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward", "fsdp_reduce_scatter")
 FREE_KINDS = ("fsdp_reshard_free", "fsdp_reshard_free_backward")
 
 
-_C10D_NAMES: dict = {}  # call target -> its c10d op name or None (str() of an op is slow)
+_C10D_NAMES: dict = {}  # call target -> (namespace, op name) (str() of an op is slow)
 
 
-def c10d_name(node: fx.Node) -> str | None:
-    """``all_gather_into_tensor``, ``wait_tensor``... for functional c10d calls, else None."""
+def _split(target) -> tuple[str, str | None]:
+    parts = str(target).split(".")
+    return parts[0], parts[1] if len(parts) > 1 else None
+
+
+def c10d_name(node: fx.Node, namespaces: tuple[str, ...] | None = None) -> str | None:
+    """``all_gather_into_tensor``, ``wait_tensor``... for functional c10d calls (the collective
+    namespaces of the spec settings, or ``namespaces``), else None."""
     if node.op != "call_function":
         return None
     try:
-        return _C10D_NAMES[node.target]
+        namespace, name = _C10D_NAMES[node.target]
     except KeyError:
-        parts = str(node.target).split(".")
-        name = parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
-        _C10D_NAMES[node.target] = name
-        return name
+        namespace, name = _C10D_NAMES[node.target] = _split(node.target)
     except TypeError:  # an unhashable target
-        parts = str(node.target).split(".")
-        return parts[1] if parts[0] in ("_c10d_functional", "c10d_functional") and len(parts) > 1 else None
+        namespace, name = _split(node.target)
+    return name if namespace in (namespaces or active().collective_namespaces) else None
+
+
+def launch_name(node: fx.Node) -> str | None:
+    """The op name when ``node`` may be a tagged kind's launch (spec 1.2 ``is_op`` namespaces)."""
+    return c10d_name(node, active().launch_namespaces)
 
 
 def is_launch(node: fx.Node) -> bool:
@@ -58,13 +67,14 @@ def _schema(node: fx.Node):
     return target._schema if isinstance(target, torch._ops.OpOverload) else None
 
 
-def aliases_input(node: fx.Node) -> bool:
-    """The result shares storage with its first input (a view, or getitem of a multi-output view)."""
+def aliases_input(node: fx.Node, getitem_views: bool = True) -> bool:
+    """The result shares storage with its first input (a view, or, with ``getitem_views``, getitem of
+    a multi-output view)."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         source = node.args[0]
-        return isinstance(source, fx.Node) and aliases_input(source)
+        return getitem_views and isinstance(source, fx.Node) and aliases_input(source)
     schema = _schema(node)
     if schema is None or not schema.returns:
         return False
@@ -84,7 +94,7 @@ def has_effect(node: fx.Node) -> bool:
     return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 
-def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
+def view_closure(node: fx.Node, getitem_views: bool = True) -> tuple[list[fx.Node], list[fx.Node]]:
     """(the views reachable from ``node``, the non-view readers of ``node`` or of those views), in
     discovery order: the one view-chain walk of the oracle side."""
     views: list[fx.Node] = []
@@ -92,7 +102,7 @@ def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
     seen, stack = {node}, [node]
     while stack:
         for user in stack.pop().users:
-            if aliases_input(user):
+            if aliases_input(user, getitem_views):
                 if user not in seen:
                     seen.add(user)
                     views.append(user)
@@ -102,9 +112,9 @@ def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
     return views, readers
 
 
-def real_consumers(wait: fx.Node) -> list[fx.Node]:
+def real_consumers(wait: fx.Node, getitem_views: bool = True) -> list[fx.Node]:
     """Non-view readers of ``wait``, reached through view chains (spec 2.5's consumer set)."""
-    return view_closure(wait)[1]
+    return view_closure(wait, getitem_views)[1]
 
 
 def storage_root(node: fx.Node) -> fx.Node:
@@ -136,7 +146,7 @@ def rs_prep_chain(launch: fx.Node) -> set[fx.Node]:
     if len(inputs) != 1 or set(inputs[0].users) != {launch} or inputs[0].meta.get("autograd_backward") is False:
         return set()
     owner = inputs[0].meta.get("fsdp_reduce_scatter_prepare")
-    if not owner or owner != launch.meta.get("fsdp_bucket_id"):
+    if not owner or (active().rs_owner_is_bucket_id and owner != launch.meta.get("fsdp_bucket_id")):
         return set()
     chain, stack = set(), [inputs[0]]
     while stack:

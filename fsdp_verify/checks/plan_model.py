@@ -17,8 +17,9 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
-from .graph_facts import (FREE_KINDS, FSDP_KINDS, c10d_name, has_effect, is_free, is_launch,
-                          is_wait, real_consumers, rs_prep_chain)
+from ..spec_params import active
+from .graph_facts import (FREE_KINDS, FSDP_KINDS, has_effect, is_free, is_launch, launch_name,
+                          real_consumers, rs_prep_chain)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 RS_KIND = "fsdp_reduce_scatter"
@@ -78,7 +79,7 @@ def _skip_reason(node: fx.Node, groups: dict, scope: Optional[tuple], args: Any)
     rs = kind == "fsdp_reduce_scatter"
     if args.pp_degree != 1 or args.dp_mode != "fsdp":
         return "unsupported_parallel_mode"
-    if c10d_name(node) != ("reduce_scatter_tensor" if rs else "all_gather_into_tensor") \
+    if launch_name(node) != ("reduce_scatter_tensor" if rs else "all_gather_into_tensor") \
             or meta.get("fsdp_bucket_members"):
         return "unsupported_or_already_bucketed"
     if bool(meta.get("autograd_backward", False)) == (kind == "fsdp_all_gather"):
@@ -107,9 +108,9 @@ def _skip_reason(node: fx.Node, groups: dict, scope: Optional[tuple], args: Any)
     if list(large) != [small[0] * degree, *small[1:]]:
         return "invalid_dim0_layout"
     users = list(node.users)
-    if len(users) != 1 or not is_wait(users[0]):
+    if len(users) != 1 or launch_name(users[0]) != "wait_tensor":
         return "unsupported_wait_users"
-    consumers = real_consumers(users[0])
+    consumers = real_consumers(users[0], active().getitem_views)
     if not consumers:
         return "no_consumer"
     if rs and node.args[1] not in ("sum", "avg"):
@@ -152,7 +153,7 @@ def expected_scan(module: fx.GraphModule, groups: dict, args: Any, plans: Option
         model.keys[node] = (meta["comm_type"], bool(meta.get("autograd_backward", False)), scope[0], node.args[-1],
                             tuple(groups[node.args[-1]]), spec["dtype"], spec["device"], node.args[1] if rs else None)
         model.ready[node] = index[node.args[0]]
-        model.first_use[node] = min(index[c] for c in real_consumers(next(iter(node.users))))
+        model.first_use[node] = min(index[c] for c in real_consumers(next(iter(node.users)), active().getitem_views))
         model.size[node] = max(math.prod(spec["input_shape"]), math.prod(spec["output_shape"])) * spec["dtype"].itemsize
     return model
 
@@ -177,13 +178,16 @@ def split_check(current: list[fx.Node], candidate: fx.Node, model: Expected, nod
     prep = set().union(*(rs_prep_chain(n) for n in combined)) if rs else set()
     waits = {next(iter(n.users)) for n in combined}
     backward = bool(candidate.meta.get("autograd_backward", False))
+    settings = active()
     for node in nodes[index[current[0]] + 1:index[candidate]]:
         if node in prep:
             continue
         if node.meta.get("comm_type") in FREE_KINDS:
             if rs or not is_free(node) or node.kwargs or len(node.args) != 1 or node.args[0] not in waits:
                 return "effect_or_storage_release"
-        elif has_effect(node):
+        elif has_effect(node) and (settings.opaque_calls_are_barriers or node.op == "call_function"):
+            return "effect_or_storage_release"
+        elif settings.foreign_waits_are_barriers and launch_name(node) == "wait_tensor" and node.args[0] not in combined:
             return "effect_or_storage_release"
         if is_launch(node) and node not in combined:
             return "intervening_collective"

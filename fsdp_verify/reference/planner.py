@@ -21,6 +21,7 @@ import torch
 from torch import fx, nn
 
 from ..graph.ops import C10D, is_free_target
+from ..spec_params import active
 from . import predicates as helpers
 
 _LOG = logging.getLogger(__name__)
@@ -414,6 +415,11 @@ def _owned_free(node: fx.Node, candidate: Candidate, combined: list[Candidate]) 
             and not node.kwargs and any(node.args == (member.wait,) for member in combined))
 
 
+def _foreign_wait(node: fx.Node, owned: set) -> bool:
+    """The wait of a collective that is not one of the bucket's launches."""
+    return helpers.is_op(node, C10D.wait_tensor) and bool(node.args) and node.args[0] not in owned
+
+
 def _span_reason(current: list[Candidate], candidate: Candidate, nodes: list, order: dict) -> Optional[str]:
     combined = [*current, candidate]
     owned = {m.launch for m in combined}
@@ -427,7 +433,7 @@ def _span_reason(current: list[Candidate], candidate: Candidate, nodes: list, or
         if node.meta.get("comm_type") in FREE_KINDS:
             if not _owned_free(node, candidate, combined):
                 return "effect_or_storage_release"
-        elif helpers.is_barrier(node):
+        elif helpers.is_barrier(node) or (active().foreign_waits_are_barriers and _foreign_wait(node, owned)):
             return "effect_or_storage_release"
         if helpers.is_collective(node) and node not in owned:
             return "intervening_collective"

@@ -1,58 +1,23 @@
 """The helper predicates of spec section 1.6, explicit and replaceable.
 
-The originals (``passes/overlap/utils.py``) are not public, so their behaviour is a model with
-knobs for the points the spec leaves open (section 6.1, 6.2). The planner and rewriter read
-the active model through :func:`active`; :func:`use` swaps it for a block of code.
+The originals (``passes/overlap/utils.py``) are not public, so their behaviour is a model whose
+open points are the [I] settings of ``fsdp_verify.spec_params``; the oracles read the same
+settings, so a pinned or drawn setting changes both sides at once.
 """
 
 from __future__ import annotations
 
-import contextlib
 import operator
-from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import fx
 from torch.fx.node import _side_effectful_functions
 
 from ..graph.ops import is_free_target
+from ..spec_params import active
 
-_COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional")
 _PREP_SCHEMAS = ("aten::reshape", "aten::cat", "aten::contiguous")
-
-
-@dataclass(frozen=True)
-class HelperModel:
-    """Knobs for the inferred [I] parts of the helper predicates.
-
-    getitem_views: ``getitem`` of a multi-output view op (split, unbind, chunk) is a view.
-    opaque_calls_are_barriers: ``call_module``/``call_method`` nodes count as barriers.
-    rs_owner_is_bucket_id: a prep chain's owner must equal its launch's ``fsdp_bucket_id``;
-        when False, any truthy owner is accepted and used as the chain id.
-    """
-
-    getitem_views: bool = True
-    opaque_calls_are_barriers: bool = True
-    rs_owner_is_bucket_id: bool = True
-
-
-_ACTIVE = [HelperModel()]
-
-
-def active() -> HelperModel:
-    """The helper model in force."""
-    return _ACTIVE[-1]
-
-
-@contextlib.contextmanager
-def use(model: HelperModel) -> Iterator[HelperModel]:
-    """Run a block under another helper model."""
-    _ACTIVE.append(model)
-    try:
-        yield model
-    finally:
-        _ACTIVE.pop()
 
 
 def _schema(target: Any) -> torch._C.FunctionSchema | None:
@@ -73,13 +38,17 @@ def _namespace(target: Any) -> str | None:
 
 
 def is_op(node: fx.Node, packet: torch._ops.OpOverloadPacket) -> bool:
-    """A call of ``packet`` itself or of any of its overloads (the FSDP pass uses packets)."""
+    """A call of ``packet`` itself or of any of its overloads (the FSDP pass uses packets), or of the
+    same op in another of the accepted launch namespaces."""
     if node.op != "call_function":
         return False
     target = node.target
-    if target is packet:
+    if target is packet or (isinstance(target, torch._ops.OpOverload) and target.overloadpacket is packet):
         return True
-    return isinstance(target, torch._ops.OpOverload) and target.overloadpacket is packet
+    name = packet._qualified_op_name.split("::")[-1]
+    own = target.overloadpacket if isinstance(target, torch._ops.OpOverload) else target
+    return (isinstance(own, torch._ops.OpOverloadPacket) and own._qualified_op_name.split("::")[-1] == name
+            and _namespace(own) in active().launch_namespaces)
 
 
 def _aliases_without_write(schema: torch._C.FunctionSchema | None) -> bool:
@@ -122,7 +91,7 @@ def view_closure(node: fx.Node) -> tuple[list[fx.Node], list[fx.Node]]:
 
 def is_collective(node: fx.Node) -> bool:
     """A functional c10d launch: any ``_c10d_functional`` op except ``wait_tensor``."""
-    if node.op != "call_function" or _namespace(node.target) not in _COLLECTIVE_NAMESPACES:
+    if node.op != "call_function" or _namespace(node.target) not in active().collective_namespaces:
         return False
     return not str(node.target).split(".")[1] == "wait_tensor"
 
@@ -134,7 +103,7 @@ def is_barrier(node: fx.Node) -> bool:
         return active().opaque_calls_are_barriers
     if node.op != "call_function" or is_collective(node):
         return False
-    if _namespace(node.target) in _COLLECTIVE_NAMESPACES:
+    if _namespace(node.target) in active().collective_namespaces:
         return False  # wait_tensor
     if node.target in _side_effectful_functions or is_free_target(node.target):
         return True
