@@ -25,6 +25,7 @@ from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all, die_with_parent
 from .report.tally import Result
+from .triage import classify
 from .targets import get_target
 
 CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
@@ -109,12 +110,15 @@ class Config:
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
     draw_spec: bool = False  # draw the other [I] settings per example (recorded in each case)
+    raw_forms: bool = False  # keep graph forms the target never receives in practice (contract probing)
 
 
 STRATEGIES = ("cases", "hazards", "mutations")
 
 
-def _strategy(config: Config):
+def _strategy(config: Config, target: Optional[Any] = None):
+    """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
+    harness's own forms), each with one draw of the target's open options and of the [I] settings."""
     from .strategies import cases, hazard_graphs, mutated_graphs, spec_settings
     if config.strategy == "hazards":
         graphs = hazard_graphs(config.size, max_hazards=6)
@@ -124,6 +128,13 @@ def _strategy(config: Config):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:
         graphs = cases(config.size, modules=config.modules)
+    if target is not None and not config.raw_forms:
+        graphs = graphs.map(target.normalise)
+    space = target.options() if target is not None else {}
+    if space:
+        choices = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in space.items()})
+        graphs = st.tuples(graphs, choices).map(
+            lambda pair: replace(pair[0], target_options=tuple(sorted(pair[1].items()))))
     if not config.spec and not config.draw_spec:
         return graphs
     drawn = spec_settings(dict(config.spec), config.draw_spec)
@@ -151,7 +162,7 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
     except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
         result.interrupted = True
         if failing.get("case") is not None and not failing.get("recorded"):
-            _record(config, result, failing["case"], failing["findings"])  # shrunk as far as it got
+            _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
     result.seconds = time.monotonic() - start
     return result
 
@@ -172,7 +183,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
         @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
                   suppress_health_check=list(HealthCheck), print_blob=False)
         @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
-        @hypothesis.given(_strategy(config))
+        @hypothesis.given(_strategy(config, target))
         def fuzz_property(case: Case) -> None:
             left = _time_left(config, start)
             if (left is not None and left <= 0) or (not failing and config.budget.examples is not None
@@ -221,7 +232,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
         try:
             fuzz_property()
         except _CaseFailed:
-            _record(config, result, failing["case"], failing["findings"])
+            _record(config, target, result, failing["case"], failing["findings"])
             failing["recorded"] = True
         except hypothesis.errors.Unsatisfiable:
             continue
@@ -229,16 +240,16 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             result.notes.append(f"a failure did not reproduce when replayed (flaky target or deadline): {exc}"
                                 .splitlines()[0])
             if failing and not failing.get("recorded"):
-                _record(config, result, failing["case"], failing["findings"])  # keep it: it failed once
+                _record(config, target, result, failing["case"], failing["findings"])  # keep it: it failed once
                 failing["recorded"] = True
         except _BudgetSpent:
             if failing and not failing.get("recorded"):
-                _record(config, result, failing["case"], failing["findings"])  # shrunk as far as time allowed
+                _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as time allowed
                 failing["recorded"] = True
             return
         finally:
             for case, errors in pending.values():
-                _record(config, result, case, errors, while_shrinking=True)
+                _record(config, target, result, case, errors, while_shrinking=True)
             pending.clear()
 
 
@@ -265,7 +276,8 @@ def _count(result: Result, ctx) -> None:
     result.judged_elements += judged.get("judged_elements", 0)
 
 
-def _record(config: Config, result: Result, case: Case, findings: list, while_shrinking: bool = False) -> None:
+def _record(config: Config, target: Any, result: Result, case: Case, findings: list,
+            while_shrinking: bool = False) -> None:
     """Save one failure per bug signature to the corpus (the shrunk case, or one met while shrinking
     another bug, saved as found)."""
     signature = bug_signature(findings)
@@ -280,9 +292,11 @@ def _record(config: Config, result: Result, case: Case, findings: list, while_sh
     result.signatures.add(signature)
     for checker in entry.verdict.checkers:
         result.by_checker[checker] += 1
+    kind, why = classify(target, case, tuple(entry.verdict.checkers))
     result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
                             "message": findings[0].message, "nodes": len(case.graph.nodes),
-                            "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking})
+                            "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking,
+                            "class": kind, "class_reasons": why, "target_options": dict(case.target_options)})
 
 
 def install_stop_handlers(force_on_second: bool = True) -> None:

@@ -63,6 +63,7 @@ class Case:
     seed: int = 0
     label: str = ""
     spec: SpecParams = field(default_factory=SpecParams)  # the [I] settings it is judged under
+    target_options: tuple[tuple[str, Any], ...] = ()  # the target configuration drawn for it (sorted)
 
     def group_ranks(self, rank: int) -> dict:
         """What the planner is told on ``rank``."""
@@ -80,7 +81,11 @@ class Case:
         doc = {"graph": self.graph.to_json(), "plan_args": self.plan_args.to_json(), "seed": self.seed,
                "label": self.label}
         settings = self.spec.to_json()
-        return {**doc, "spec_params": settings} if settings else doc
+        if settings:
+            doc["spec_params"] = settings
+        if self.target_options:
+            doc["target_options"] = dict(self.target_options)
+        return doc
 
 
 def case_from_json(doc: Any, path: str = "") -> Case:
@@ -104,4 +109,9 @@ def case_from_json(doc: Any, path: str = "") -> Case:
         spec = spec_params_from_json(doc.get("spec_params", {}))
     except ValueError as exc:
         raise SpecError(f"{where}spec_params", str(exc)) from None
-    return Case(graph, plan_args_from_json(doc.get("plan_args", {}), f"{where}plan_args"), seed, label, spec)
+    options = doc.get("target_options", {})
+    if not isinstance(options, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, (str, bool, int, float))) for k, v in options.items()):
+        raise SpecError(f"{where}target_options", "must be an object of option name -> JSON scalar")
+    return Case(graph, plan_args_from_json(doc.get("plan_args", {}), f"{where}plan_args"), seed, label, spec,
+                tuple(sorted(options.items())))

@@ -104,7 +104,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
                              strategy=args.strategy, spec=tuple(args.spec_param or ()),
-                             draw_spec=args.draw_spec_params)
+                             draw_spec=args.draw_spec_params, raw_forms=args.raw_forms)
     if config.spec or config.draw_spec:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "
               f"{'the others drawn per example (recorded in each case)' if config.draw_spec else 'the others default'}",
@@ -123,7 +123,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(junit_xml(result, args.target))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
-    code = 1 if result.failures or result.harness_errors else 130 if result.interrupted else 0
+    bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
+    code = 1 if bugs or result.harness_errors else 130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
         sys.stdout.flush()
         sys.stderr.flush()
@@ -277,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
                            + ", ".join(sorted(spec_params.CHOICES)))
     fuzz.add_argument("--draw-spec-params", action="store_true",
                       help="draw the [I] settings that are not pinned per example (each case records its own)")
+    fuzz.add_argument("--raw-forms", action="store_true",
+                      help="hand the target the harness's own graph forms, also those it never receives in practice "
+                           "(findings on them are counted as contract mismatches, not bugs)")
     fuzz.add_argument("--max-failures", type=_positive_int, default=10,
                       help="stop after this many distinct failures")
     _isolation_options(fuzz)

@@ -112,8 +112,15 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
     With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
     needs the target's live plans and rewriters still runs): a target that hangs past the deadline,
     or dies, is a ``target`` finding; the parent gets the findings, plans, metrics and skips back.
-    Target and checkers run under the case's [I] settings (``case.spec``).
+    Target and checkers run under the case's [I] settings (``case.spec``), and the target under the
+    configuration drawn for the case (``case.target_options``, when the target has options).
     """
+    if case.target_options and type(target).configure is not Target.configure:
+        try:
+            target = target.configure(dict(case.target_options))
+        except ValueError as exc:
+            return [Finding("harness", f"the case's target_options cannot configure {target.name!r}: {exc}",
+                            severity=INVALID)], CheckContext(TargetRun(case, {}), target)
     with spec_params.use(case.spec):
         if deadline is None:
             ctx = CheckContext(run_target(target, case), target)

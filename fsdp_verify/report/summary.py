@@ -22,6 +22,15 @@ def coverage_lines(result: Result) -> list[str]:
     return lines
 
 
+def class_line(result: Result) -> str:
+    """Failures per triage class: only defects (and external defect candidates) count as bugs."""
+    counts: dict[str, int] = {}
+    for failure in result.failures:
+        counts[failure.get("class", "defect")] = counts.get(failure.get("class", "defect"), 0) + 1
+    bugs = counts.get("defect", 0) + counts.get("defect candidate", 0)
+    return f"{bugs} bugs" + "".join(f", {n} {kind}" for kind, n in sorted(counts.items())) if counts else "none"
+
+
 def _share(part: int, whole: int) -> str:
     return f"{part / whole:.1%}" if whole else "n/a"
 
@@ -45,6 +54,7 @@ def summary_text(result: Result, target: str) -> str:
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
+             f"by class        {class_line(result)}",
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
@@ -53,21 +63,27 @@ def summary_text(result: Result, target: str) -> str:
              "reason coverage (first round, rank 0):", *coverage_lines(result),
              *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
-        lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes): "
-                     f"{failure['message'][:200]}")
+        lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes; "
+                     f"{failure.get('class', 'defect')}): {failure['message'][:200]}")
     return "\n".join(lines)
 
 
 def junit_xml(result: Result, target: str) -> str:
     """A JUnit report: one test case per saved failure, plus the campaign itself."""
+    bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
-                       failures=str(len(result.failures)), time=f"{result.seconds:.3f}")
+                       failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs)),
+                       time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
                              time=f"{result.seconds:.3f}")
     properties = ET.Element("properties")
     suite.insert(0, properties)
+    classes = [f.get("class", "defect") for f in result.failures]
     for name, value in (("invalid_cases", result.invalid), ("output_elements", result.output_elements),
-                        ("judged_elements", result.judged_elements)):
+                        ("judged_elements", result.judged_elements),
+                        ("bugs", sum(c in ("defect", "defect candidate") for c in classes)),
+                        ("contract_mismatches", classes.count("contract mismatch")),
+                        ("invalid_inputs", classes.count("invalid input"))):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
@@ -75,6 +91,8 @@ def junit_xml(result: Result, target: str) -> str:
         [f"{result.examples} examples", *skipped_lines(result)])
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name=failure["file"])
-        ET.SubElement(case, "failure", message=failure["message"][:500],
+        kind = failure.get("class", "defect")
+        verdict = "failure" if kind in ("defect", "defect candidate") else "skipped"  # not a bug of the target
+        ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
                       type=",".join(failure["checkers"])).text = failure["message"]
     return ET.tostring(suite, encoding="unicode")

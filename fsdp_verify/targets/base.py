@@ -15,6 +15,7 @@ class Target(ABC):
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    external: ClassVar[bool] = False  # code this project does not own: a finding is a defect candidate
 
     @abstractmethod
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
@@ -31,6 +32,26 @@ class Target(ABC):
     def rewriters(self) -> tuple:
         """The per-round ``apply(module, plan)`` functions, for stale-plan and idempotence checks."""
         return ()
+
+    def options(self) -> dict[str, tuple]:
+        """The target's configuration space still open (option -> choices): a campaign draws one
+        configuration per example and records it in the case; empty when nothing is left to draw."""
+        return {}
+
+    def configure(self, options: dict[str, Any]) -> "Target":
+        """This target under one drawn configuration (``options`` as :meth:`options` offers them)."""
+        if options:
+            raise ValueError(f"target {self.name!r} takes no options, got {sorted(options)}")
+        return self
+
+    def normalise(self, case: Case) -> Case:
+        """``case`` in the form this target receives in practice (as a real pipeline would hand it over)."""
+        return case
+
+    def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = ()) -> list[str]:
+        """Forms in ``case`` that this target never receives in practice, as far as they bear on a
+        failure found by ``checkers`` (such a failure is a contract mismatch, not a defect)."""
+        return []
 
     @property
     def has_planner(self) -> bool:

@@ -35,6 +35,7 @@ class HyperParallelTarget(Target):
 
     name = "hyper-parallel"
     summary = "the original hyper_parallel planner and rewriters"
+    external = True
 
     def __init__(self) -> None:
         self.module = importlib.import_module(MODULE)

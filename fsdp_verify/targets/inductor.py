@@ -10,6 +10,7 @@ These passes produce no reference-format plan: the plan-independent checkers jud
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from typing import Any, Iterator
 
 import torch.distributed as dist
@@ -21,7 +22,7 @@ from ..graph.ops import effect_barrier, is_free_target
 from .base import Target
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
-ENTRY_POINTS = ("bucket", "fsdp")  # bucket_all_gather + bucket_reduce_scatter, or the fsdp.py entry points
+ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket_fsdp_all_gather
 
 
 @contextlib.contextmanager
@@ -60,29 +61,119 @@ def propagate_fake_values(module: fx.GraphModule, inputs: list[Any]) -> None:
     Propagate(module, mode).propagate(*[mode.from_tensor(t) for t in inputs])
 
 
+# Inductor's own options (torch._inductor.config) that route post-grad graphs to the bucketing passes,
+# with the choices each may take; ``bucket_cap_mb`` stands for both ``*_bucket_size_determinator``
+# callables (None: inductor's default caps; a number: that many MB per bucket, to force splits).
+CONFIG_SPACE: dict[str, tuple] = {
+    "bucket_all_gathers_fx": ("all", "only_fsdp", "none"),
+    "bucket_all_gathers_bucket_mode": ("default", "custom_ops", "custom_ops_multidtype"),
+    "bucket_reduce_scatters_fx": ("all", "none"),
+    "bucket_reduce_scatters_bucket_mode": ("default", "custom_ops", "custom_ops_multidtype"),
+    "dedup_reduce_scatters": (False, True),
+    "bucket_cap_mb": (None, 0.001),
+}
+DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}
+_HARNESS_ONLY = ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
+
+
+def _pins(mode: str, entry: str) -> dict[str, Any]:
+    """``torch-inductor:MODE@ENTRY`` as the options it fixes (``coalesced`` is a pass mode that no
+    config literal names: pinning it is a direct-call configuration)."""
+    if mode and mode not in MODES or entry and entry not in ENTRY_POINTS:
+        raise ValueError(f"torch-inductor: mode must be one of {MODES}, entry one of {ENTRY_POINTS}")
+    pins: dict[str, Any] = {}
+    if mode:
+        pins.update(bucket_all_gathers_bucket_mode=mode, bucket_reduce_scatters_bucket_mode=mode)
+    if entry:
+        pins["bucket_all_gathers_fx"] = "only_fsdp" if entry == "fsdp" else "all"
+    return pins
+
+
 class TorchInductorTarget(Target):
-    """PyTorch's bucketing passes in one ``mode`` through one entry point."""
+    """PyTorch's bucketing passes as inductor's post-grad pipeline routes to them from its config.
 
-    summary = "PyTorch's torch._inductor.fx_passes bucketing (modes: " + ", ".join(MODES) + ")"
+    The configuration space is ``CONFIG_SPACE`` minus what the name pins; each example of a
+    campaign draws the rest (recorded in the case). Unconfigured options take ``DEFAULTS``.
+    """
 
-    def __init__(self, mode: str = "default", entry: str = "bucket"):
-        if mode not in MODES or entry not in ENTRY_POINTS:
-            raise ValueError(f"torch-inductor: mode must be one of {MODES}, entry one of {ENTRY_POINTS}")
-        self.mode, self.entry = mode, entry
-        self.name = "torch-inductor" + ("" if mode == "default" else f":{mode}") + ("" if entry == "bucket" else
-                                                                                    f"@{entry}")
+    summary = "PyTorch's torch._inductor.fx_passes bucketing, routed by inductor config options"
+    external = True
+
+    def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
+        self.pins, self.drawn = dict(pins or {}), dict(drawn or {})
+        modes = {self.pins.get("bucket_all_gathers_bucket_mode")} - {None}
+        entry = "@fsdp" if self.pins.get("bucket_all_gathers_fx") == "only_fsdp" else ""
+        self.name = "torch-inductor" + (f":{modes.pop()}" if modes else "") + entry
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The options this run uses."""
+        return {**DEFAULTS, **self.drawn, **self.pins}
+
+    def options(self) -> dict[str, tuple]:
+        return {name: choices for name, choices in CONFIG_SPACE.items() if name not in self.pins}
+
+    def configure(self, options: dict[str, Any]) -> "TorchInductorTarget":
+        unknown = {k: v for k, v in options.items() if k not in CONFIG_SPACE or v not in CONFIG_SPACE[k]}
+        if unknown:
+            raise ValueError(f"torch-inductor: unknown options or values {unknown}; the space is {CONFIG_SPACE}")
+        return TorchInductorTarget(self.pins, options)
+
+    def normalise(self, case: Case) -> Case:
+        """What make_fx/aot_autograd hand inductor: ``.default`` overloads, positional group names, and
+        no storage frees or barriers (post-grad graphs are functional)."""
+        kept = {n.name for n in case.graph.nodes if n.target not in _HARNESS_ONLY}
+        nodes = []
+        for node in case.graph.nodes:
+            if node.name not in kept:
+                continue
+            target, args, kwargs = node.target, node.args, dict(node.kwargs)
+            if target.startswith("_c10d_functional.") and target.count(".") == 1:
+                target += ".default"
+            if target.startswith("_c10d_functional.") and "group_name" in kwargs:
+                args = (*args, kwargs.pop("group_name"))
+            nodes.append(replace(node, target=target, args=args, kwargs=kwargs))
+        return replace(case, graph=case.graph.with_nodes(nodes))
+
+    def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = ()) -> list[str]:
+        found = []
+        phases = {bool(n.meta.get("autograd_backward")) for n in case.graph.nodes
+                  if n.target.startswith("_c10d_functional.") and "wait_tensor" not in n.target}
+        if len(phases) == 2 and checkers and set(checkers) <= {"ordering", "dependencies"}:
+            found.append("a joint forward+backward graph: inductor compiles the two as separate graphs, so its "
+                         "scheduling never has to respect the phase boundary the ordering rules enforce")
+        targets = [n.target for n in case.graph.nodes]
+        if any(t.startswith("_c10d_functional.") and t.count(".") == 1 for t in targets):
+            found.append("op packets (inductor only sees .default overloads)")
+        if any(t in _HARNESS_ONLY for t in targets):
+            found.append("storage frees or effect barriers (post-grad graphs are functional)")
+        if any(n.target.startswith("_c10d_functional.") and "group_name" in n.kwargs for n in case.graph.nodes):
+            found.append("group_name passed by keyword (make_fx passes it positionally)")
+        return found
 
     def _bucket(self, module: fx.GraphModule) -> None:
-        """The passes, then the stable topological sort inductor's post-grad pipeline runs after them."""
+        """Inductor's post-grad routing (post_grad.py): dedup, then RS, then AG bucketing, then the
+        stable topological sort, each pass reading the patched config as it would in a compile."""
+        import torch._inductor.config as inductor_config
         from torch._inductor.fx_passes import bucketing, fsdp
         from torch._inductor.pattern_matcher import stable_topological_sort
-        if self.entry == "fsdp":
-            fsdp.bucket_fsdp_all_gather(module, mode=self.mode)
-            fsdp.bucket_fsdp_reduce_scatter(module, mode=self.mode)
-        else:
-            bucketing.bucket_all_gather(module, mode=self.mode)
-            bucketing.bucket_reduce_scatter(module, mode=self.mode)
-        stable_topological_sort(module.graph)
+        config = self.config
+        cap = config["bucket_cap_mb"]
+        determinator = None if cap is None else (lambda index: cap)
+        patch = {name: value for name, value in config.items() if name != "bucket_cap_mb"}
+        with inductor_config.patch(patch):
+            if config["dedup_reduce_scatters"]:
+                fsdp.dedup_fsdp_reduce_scatter(module)
+            if config["bucket_reduce_scatters_fx"] != "none":
+                rs = fsdp.bucket_fsdp_reduce_scatter if "fsdp" in config["bucket_reduce_scatters_fx"] \
+                    else bucketing.bucket_reduce_scatter
+                rs(module, determinator, config["bucket_reduce_scatters_bucket_mode"])
+            if config["bucket_all_gathers_fx"] != "none":
+                ag = fsdp.bucket_fsdp_all_gather if "fsdp" in config["bucket_all_gathers_fx"] \
+                    else bucketing.bucket_all_gather
+                ag(module, determinator, config["bucket_all_gathers_bucket_mode"])
+            if config["bucket_reduce_scatters_fx"] != "none" or config["bucket_all_gathers_fx"] != "none":
+                stable_topological_sort(module.graph)
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         world = case.graph.world()
@@ -96,6 +187,6 @@ class TorchInductorTarget(Target):
 
 
 def make(spec: str = "") -> TorchInductorTarget:
-    """``torch-inductor[:mode][@entry]`` -> the target."""
+    """``torch-inductor[:mode][@entry]`` -> the target, with what the name pins."""
     mode, _, entry = spec.partition("@")
-    return TorchInductorTarget(mode or "default", entry or "bucket")
+    return TorchInductorTarget(_pins(mode, entry))

@@ -1,0 +1,51 @@
+"""What kind of finding a failure is: a defect, a contract mismatch, or a finding on invalid input.
+
+Only a finding on input the target accepts in practice can be a defect of the target. A case
+whose graph holds forms the target never receives (its ``contract_mismatches``) is a contract
+mismatch; one whose collectives could not run in any real world (a degree that is not its
+group's size, an unknown group) is invalid input. A defect of an external target is still only a
+*candidate* until a standalone reproduction that imports only torch shows it (docs/findings.md).
+"""
+
+from __future__ import annotations
+
+from .case import Case
+from .targets.base import Target
+
+DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT = "defect", "defect candidate", "contract mismatch", "invalid input"
+CLASSES = (DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT)
+_SIZED = {"all_gather_into_tensor": -2, "reduce_scatter_tensor": -2, "all_reduce": None}
+
+
+def invalid_collectives(case: Case) -> list[str]:
+    """Launches that no real world could run: an unknown group, or a size argument that is not the
+    group's size (checked on every rank, since groups are rank-local)."""
+    found = []
+    for node in case.graph.nodes:
+        parts = node.target.split(".")
+        if parts[0] != "_c10d_functional" or len(parts) < 2 or parts[1] not in _SIZED:
+            continue
+        group = node.kwargs.get("group_name", node.args[-1] if node.args else None)
+        for rank in case.graph.world():
+            ranks = case.graph.group_ranks(rank).get(group) if isinstance(group, str) else None
+            position = _SIZED[parts[1]]
+            if ranks is None:
+                found.append(f"{node.name}: group {group!r} is not a group of rank {rank}")
+            elif position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
+                found.append(f"{node.name}: size argument {node.args[position]!r} on a group of {len(ranks)} ranks")
+            else:
+                continue
+            break
+    return found
+
+
+def classify(target: Target, case: Case, checkers: tuple[str, ...] = ()) -> tuple[str, list[str]]:
+    """The class of a failure of ``target`` on ``case`` found by ``checkers``, with the reasons."""
+    invalid = invalid_collectives(case)
+    if invalid:
+        return INVALID_INPUT, invalid
+    mismatches = target.contract_mismatches(case, checkers)
+    if mismatches:
+        return MISMATCH, mismatches
+    external = getattr(target, "external", False)
+    return (CANDIDATE, ["needs a standalone reproduction that imports only torch"]) if external else (DEFECT, [])

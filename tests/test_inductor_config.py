@@ -1,0 +1,95 @@
+"""torch-inductor's configuration space: drawn per example, recorded in the case, used on replay;
+graphs normalised to what inductor receives; failures triaged into defect / mismatch / invalid."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from fsdp_verify import campaign
+from fsdp_verify.case import case_from_json
+from fsdp_verify.orchestrate import check_all
+from fsdp_verify.report.summary import junit_xml, summary_text
+from fsdp_verify.report.tally import Result
+from fsdp_verify.targets import get_target
+from fsdp_verify.targets.inductor import CONFIG_SPACE
+from fsdp_verify.triage import CANDIDATE, INVALID_INPUT, MISMATCH, classify
+from support import two_block_case
+
+
+def _options(**changes):
+    return tuple(sorted({**{k: v[0] for k, v in CONFIG_SPACE.items()}, **changes}.items()))
+
+
+def test_the_name_pins_part_of_the_space_and_the_rest_is_open():
+    assert set(get_target("torch-inductor").options()) == set(CONFIG_SPACE)
+    pinned = get_target("torch-inductor:custom_ops@fsdp")
+    assert pinned.config["bucket_all_gathers_bucket_mode"] == "custom_ops"
+    assert pinned.config["bucket_all_gathers_fx"] == "only_fsdp"
+    assert "bucket_all_gathers_bucket_mode" not in pinned.options()
+    with pytest.raises(ValueError, match="unknown options"):
+        get_target("torch-inductor").configure({"bucket_all_gathers_fx": "sometimes"})
+
+
+def test_a_campaign_draws_a_configuration_per_example_on_normalised_graphs():
+    target = get_target("torch-inductor")
+    config = campaign.Config(target="torch-inductor", size="tiny", modules=False)
+    seen = set()
+
+    @settings(max_examples=25, database=None, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(campaign._strategy(config, target))
+    def draw(case):
+        assert dict(case.target_options).keys() == CONFIG_SPACE.keys()
+        targets = [n.target for n in case.graph.nodes]
+        assert not any(t.startswith("_c10d_functional.") and t.count(".") == 1 for t in targets)
+        assert "fsdp_verify.free_tensor_storage" not in targets
+        assert target.contract_mismatches(case) == []
+        seen.add(case.target_options)
+
+    draw()
+    assert len(seen) > 3
+
+
+def test_replay_uses_the_recorded_configuration():
+    case = get_target("torch-inductor").normalise(two_block_case(overload="default"))
+    off = replace(case, target_options=_options(bucket_all_gathers_fx="none", bucket_reduce_scatters_fx="none"))
+    on = case_from_json(replace(case, target_options=_options()).to_json())  # the options survive JSON
+    _, ctx_off = check_all(get_target("torch-inductor"), off)
+    _, ctx_on = check_all(get_target("torch-inductor"), on)
+    count = [sum("all_gather_into_tensor" in str(n.target) for n in ctx.run.rewritten[0].graph.nodes)
+             for ctx in (ctx_off, ctx_on)]
+    assert count[0] == 8 and count[1] < 8
+
+
+def test_an_upstream_crash_on_accepted_input_is_a_defect_candidate():
+    case = get_target("torch-inductor").normalise(two_block_case(overload="default"))
+    case = replace(case, target_options=_options(bucket_reduce_scatters_bucket_mode="custom_ops_multidtype"))
+    findings, _ = check_all(get_target("torch-inductor"), case)
+    assert findings[0].checker == "target" and "multidtype" in findings[0].message
+    assert classify(get_target("torch-inductor"), case, ("target",))[0] == CANDIDATE
+
+
+def test_forms_inductor_never_receives_are_contract_mismatches_and_bad_sizes_invalid_input():
+    inductor = get_target("torch-inductor")
+    kind, why = classify(inductor, two_block_case(), ("numerics",))
+    assert kind == MISMATCH and "op packets" in why[0]
+    joint = inductor.normalise(two_block_case(overload="default"))
+    assert classify(inductor, joint, ("ordering",))[0] == MISMATCH
+    assert classify(inductor, joint, ("numerics",))[0] == CANDIDATE
+    case = two_block_case()
+    node = next(n for n in case.graph.nodes if "all_gather" in n.target)
+    bad = replace(case, graph=case.graph.with_nodes([replace(n, args=(n.args[0], 3, n.args[2])) if n is node else n
+                                                     for n in case.graph.nodes]))
+    assert classify(inductor, bad, ("target",))[0] == INVALID_INPUT
+
+
+def test_only_bugs_fail_the_junit_report_and_the_summary_counts_each_class():
+    result = Result(examples=3, seconds=1.0)
+    for kind in ("defect candidate", "contract mismatch", "invalid input"):
+        result.failures.append({"file": f"{kind}.json", "checkers": ["target"], "message": "m", "nodes": 3,
+                                "class": kind})
+    xml = junit_xml(result, "torch-inductor")
+    assert 'failures="1"' in xml and 'skipped="2"' in xml and "[contract mismatch]" in xml
+    assert "1 bugs, 1 contract mismatch, 1 defect candidate, 1 invalid input" in summary_text(result, "t")
