@@ -130,8 +130,12 @@ def _strategy(config: Config):
     return st.tuples(graphs, drawn).map(lambda pair: replace(pair[0], spec=pair[1]))
 
 
-def run(config: Config, progress: Optional[Callable[[Result, float], None]] = None) -> Result:
-    """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved."""
+Tick = Callable[[int, int], None]  # progress callback: (examples judged, distinct failures saved)
+
+
+def run(config: Config, progress: Optional[Tick] = None) -> Result:
+    """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved; ``progress``
+    hears the counts after every example."""
     target = get_target(config.target)
     result = Result()
     start = time.monotonic()
@@ -146,6 +150,8 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
                 or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
     failing: dict = {}
+    if progress is not None:
+        progress(0, 0)  # the work starts now
     try:
         _loop(config, target, result, start, database, base, spent, failing, progress)
     except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
@@ -215,7 +221,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                                checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
                 _fail(signature)
             if progress is not None:
-                progress(result, time.monotonic() - start)
+                progress(result.examples, len(result.failures))
 
         chunk_index += 1
         try:
@@ -240,6 +246,8 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             for case, errors in pending.values():
                 _record(config, result, case, errors, while_shrinking=True)
             pending.clear()
+            if progress is not None:
+                progress(result.examples, len(result.failures))
 
 
 def _fail(signature: tuple) -> None:
@@ -305,18 +313,27 @@ class Stop:
     requested = False
 
 
+TICK_EVERY = 0.5  # seconds between a worker's progress messages
+
+
 def _worker(config: Config, results) -> None:
     die_with_parent(signal.SIGTERM)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
-    results.put((config.worker, run(config)))
+    last = [0.0]
+
+    def tick(examples: int, failures: int) -> None:
+        if time.monotonic() - last[0] >= TICK_EVERY:
+            last[0] = time.monotonic()
+            results.put(("tick", config.worker, (examples, failures)))
+    results.put(("done", config.worker, run(config, tick)))
 
 
-def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
+def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Optional[Tick] = None) -> Result:
     """``workers`` processes, each with its own seed stream, sharing the database and corpus. A
     stop of the parent stops every worker: each returns what it found within ``grace`` seconds,
-    or is killed."""
+    or is killed. ``progress`` hears the counts summed over the workers."""
     if workers <= 1:
-        return run(config)
+        return run(config, progress)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
@@ -324,17 +341,30 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
                  for index in range(workers)]
     for process in processes:
         process.start()
-    merged, done = Result(), set()
+    merged, done, counts = Result(), set(), {}
+
+    def receive(timeout: float) -> None:
+        kind, index, part = results.get(timeout=timeout)
+        if kind == "tick":
+            counts[index] = part
+        else:
+            done.add(index)
+            merged.merge(part)
+            counts[index] = (part.examples, len(part.failures))
+        report()
+
+    def report() -> None:
+        if progress is not None and counts:
+            progress(sum(n for n, _ in counts.values()), sum(f for _, f in counts.values()))
+
     try:
         while len(done) < workers:
             try:
-                index, part = results.get(timeout=0.5)
+                receive(0.5)
             except queue.Empty:
                 if not any(p.is_alive() for p in processes):
                     break  # a worker died without a result
-                continue
-            done.add(index)
-            merged.merge(part)
+                report()  # keeps a periodic progress line periodic while examples are slow
     except KeyboardInterrupt:
         merged.interrupted = True
         for process in processes:
@@ -343,11 +373,9 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
         deadline = time.monotonic() + grace
         while len(done) < workers and time.monotonic() < deadline:
             try:
-                index, part = results.get(timeout=max(0.05, deadline - time.monotonic()))
+                receive(max(0.05, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            done.add(index)
-            merged.merge(part)
     finally:
         for process in processes:
             if process.is_alive():

@@ -7,6 +7,7 @@ The candidate must not violate any invariant; the report shows what the change d
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable, Optional
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
@@ -62,8 +63,10 @@ def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
 
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
-                seed_value: int, deadline: float | None = None) -> tuple[str, int]:
-    """The report text and the number of candidate violations."""
+                seed_value: int, deadline: float | None = None,
+                progress: Optional[Callable[[int, int], None]] = None) -> tuple[str, int]:
+    """The report text and the number of candidate violations; ``progress`` hears (cases done,
+    violations) after every case."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries]
     violations, baseline_failures, differing, invalid = [], 0, [], []
     for number, case in enumerate(cases):
@@ -79,6 +82,8 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
         notes = plan_difference(_plan_shape(base_ctx), _plan_shape(cand_ctx))
         if notes:
             differing.append((number, case.label, notes))
+        if progress is not None:
+            progress(number + 1, len(violations))
     lines = [f"gate: baseline {baseline.name} vs candidate {candidate.name} on {len(cases)} cases "
              f"({len(cases) - len(entries)} generated with seed {seed_value}, {len(entries)} from the corpus)",
              f"candidate violations: {len(violations)}", *violations[:20],

@@ -45,9 +45,11 @@ def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     junit, summary = tmp_path / "fuzz.xml", tmp_path / "fuzz.json"
     out = cli("fuzz", "--target", "reference", "--budget", "6", "--size", "tiny", "--no-modules",
               "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--junit", str(junit),
-              "--json", str(summary))
+              "--json", str(summary), "--progress-every", "0.01")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "examples/s" in out.stdout and "reason coverage" in out.stdout
+    # stdout is a pipe: plain periodic progress lines, no carriage returns
+    assert "progress fuzz: " in out.stdout and " left" in out.stdout and "\r" not in out.stdout + out.stderr
     data = json.loads(summary.read_text())
     assert data["examples"] >= 6 and data["failures"] == []
     assert "<testsuite" in junit.read_text()
@@ -142,8 +144,9 @@ def test_gate_passes_for_reference_and_fails_for_a_broken_candidate(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     same = cli("gate", "--baseline", "reference", "--candidate", "reference", "--examples", "4",
-               "--corpus", str(empty))
+               "--corpus", str(empty), "--progress-every", "0.01")
     assert same.returncode == 0 and "candidate violations: 0" in same.stdout
+    assert "progress gate: " in same.stdout and "/4 cases" in same.stdout
     rules = sorted(Path(__file__).parent.parent.joinpath("corpus", "rules").glob("*.json"))[:3]
     for rule in rules:
         shutil.copy(rule, empty / rule.name)
