@@ -18,9 +18,8 @@ from typing import Any, Callable, Optional
 import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 
-from . import corpus, profiles
+from . import corpus, example_db, profiles
 from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all, die_with_parent
@@ -96,7 +95,7 @@ class Config:
     budget: Budget = field(default_factory=lambda: Budget(seconds=60))
     seed: int = 0
     profile: str = "dev"
-    db: Optional[str] = None
+    db: tuple[str, ...] = ()  # --db values: folders, redis:// URLs, github: artifacts (fsdp_verify.example_db)
     corpus_dir: str = "corpus/found"
     size: str = "default"
     modules: bool = True
@@ -112,6 +111,12 @@ class Config:
 
 
 STRATEGIES = ("cases", "hazards", "mutations")
+
+
+def database_key(config: Config) -> bytes:
+    """Examples are stored by what they are drawn from, not by target (a failure of one target is
+    tried first on the next), and not by this module's source (an edit keeps the database valid)."""
+    return example_db.database_key(config.strategy, config.size, config.modules, config.spec, config.draw_spec)
 
 
 def _strategy(config: Config):
@@ -139,7 +144,7 @@ def run(config: Config, progress: Optional[Tick] = None) -> Result:
     target = get_target(config.target)
     result = Result()
     start = time.monotonic()
-    database = DirectoryBasedExampleDatabase(config.db) if config.db else None
+    database = example_db.open_database(config.db)
     base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
 
     def spent() -> bool:
@@ -223,6 +228,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             if progress is not None:
                 progress(result.examples, len(result.failures))
 
+        fuzz_property._hypothesis_internal_database_key = database_key(config)
         chunk_index += 1
         try:
             fuzz_property()

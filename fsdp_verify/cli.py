@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import campaign, corpus, profiles, spec_params
+from . import campaign, corpus, example_db, profiles, spec_params
 from .strategies.graphs import SIZES
 from .targets.mutants import MUTANTS
 
+DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
+           "github:owner/repo[@artifact] (read-only); a remote one is paired with a local folder (another --db "
+           "folder, else .hypothesis-db)")
 DEFAULT_DEADLINE = 600.0  # seconds a target may take on one case before it is a finding
 
 
@@ -75,6 +78,25 @@ def _writable_folder(text: str) -> str:
     return text
 
 
+def _database(text: str) -> str:
+    """A ``--db`` value (folder, redis URL or GitHub artifact), checked before any work starts."""
+    try:
+        spec = example_db.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _writable_folder(text) if spec.kind == "folder" else text
+
+
+def _databases(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--db`` values, with every redis server asked whether it answers (exit 2 if not)."""
+    values = tuple(args.db or ())
+    try:
+        example_db.check_reachable(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return values
+
+
 def _target(name: str):
     from .targets import TargetNotFound, get_target
     try:
@@ -92,7 +114,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     from .report.summary import junit_xml, summary_text
     _target(args.target)
     budget = args.budget
-    config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
+    config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile,
+                             db=_databases(args),
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
                              strategy=args.strategy, spec=tuple(args.spec_param or ()),
@@ -215,15 +238,17 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from .gate import gate_report
+    from .gate import gate_report, stored_cases
     baseline, candidate = _target(args.baseline), _target(args.candidate)
     entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
+    databases = _databases(args)
+    stored = stored_cases(example_db.open_database(databases)) if databases else []
     with _progress(args, "gate", unit="cases", bad="violations",
-                   total=args.examples + len(entries)) as progress:
+                   total=args.examples + len(entries) + len(stored)) as progress:
         text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
-                                       _deadline(args), progress=progress.update)
+                                       _deadline(args), progress=progress.update, stored=stored)
     print(text)
     if errors:
         return 2
@@ -264,8 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--workers", type=_positive_int, default=1, help="worker processes (they share --db)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the example stream (each worker derives its own)")
     fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev", help="Hypothesis settings profile")
-    fuzz.add_argument("--db", type=_writable_folder,
-                      help="Hypothesis example database folder, shared between runs and workers")
+    fuzz.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
+                      help=DB_HELP + "; shared by the workers and by later runs, which try its examples first")
     fuzz.add_argument("--corpus", default="corpus/found", type=_writable_folder,
                       help="where shrunk failures are written")
     fuzz.add_argument("--size", default="default", choices=SIZES, help="graph size preset")
@@ -305,6 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--examples", type=_positive_int, default=100, help="generated cases (fixed seed)")
     gate.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
+    gate.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
+                      help=DB_HELP + "; its examples of a default campaign (--strategy cases --size default) are "
+                                     "replayed too, read only (a PR gate replays what the nightly found)")
     _isolation_options(gate)
     gate.set_defaults(func=cmd_gate)
 
@@ -330,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # Hypothesis's own files (constants cache, downloaded artifacts) go to the user's cache, never a
+    # stray .hypothesis/ in the working folder: examples live only where --db says.
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(os.environ.get("XDG_CACHE_HOME")
+                                                                    or Path.home() / ".cache") / "fsdp-verify" / "hypothesis"))
     profiles.load_default()
     try:
         return args.func(args)

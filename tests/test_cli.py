@@ -41,12 +41,18 @@ def test_bad_budget_exits_2():
     assert out.returncode == 2 and "budget 'soon'" in out.stderr
 
 
+def test_bad_database_exits_2():
+    out = cli("gate", "--baseline", "reference", "--candidate", "reference", "--db", "s3://bucket/db")
+    assert out.returncode == 2 and "unknown URL scheme" in out.stderr and "redis://host:port/db" in out.stderr
+
+
 def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     junit, summary = tmp_path / "fuzz.xml", tmp_path / "fuzz.json"
     out = cli("fuzz", "--target", "reference", "--budget", "6", "--size", "tiny", "--no-modules",
               "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--junit", str(junit),
-              "--json", str(summary), "--progress-every", "0.01")
+              "--json", str(summary), "--progress-every", "0.01", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert not (tmp_path / ".hypothesis").exists()  # examples go only where --db says
     assert "examples/s" in out.stdout and "reason coverage" in out.stdout
     # stdout is a pipe: plain periodic progress lines, no carriage returns
     assert "progress fuzz: " in out.stdout and " left" in out.stdout and "\r" not in out.stdout + out.stderr
