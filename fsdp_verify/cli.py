@@ -220,6 +220,9 @@ def cmd_targets(args: argparse.Namespace) -> int:
     for name, summary in sorted(available().items()):
         print(f"{name:<20} {summary}")
     print("module:callable      any importable factory returning a fsdp_verify.targets.Target")
+    print(f"\nplanted bugs ({len(MUTANTS)}; name one as mutant:<name>; the checkers meant to kill it in brackets):")
+    for name, mutant in sorted(MUTANTS.items()):
+        print(f"  mutant:{name:<34} {mutant.summary} [{', '.join(mutant.kills)}]")
     return 0
 
 

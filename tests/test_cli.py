@@ -25,6 +25,24 @@ def test_help_and_targets():
     assert cli("--help").returncode == 0
     out = cli("targets")
     assert out.returncode == 0 and "reference" in out.stdout and "mutant:<name>" in out.stdout
+    from fsdp_verify.targets.mutants import MUTANTS
+    for name, mutant in MUTANTS.items():  # every planted bug, its summary and the checkers meant for it
+        assert f"mutant:{name} " in out.stdout and f"{mutant.summary} [{', '.join(mutant.kills)}]" in out.stdout
+
+
+def test_every_option_has_help_and_fixed_values_are_choices():
+    import argparse
+
+    from fsdp_verify.cli import build_parser
+    from fsdp_verify.strategies.graphs import SIZES
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in commands.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+            if action.dest in ("size", "profile", "strategy"):
+                assert action.choices, f"{name} --{action.dest} should list its values"
+    assert tuple(commands["fuzz"]._option_string_actions["--size"].choices) == tuple(SIZES)
 
 
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
@@ -71,7 +89,9 @@ def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
     entry = corpus.load(files[0])
     assert entry.target == "mutant:fused_meta_dropped" and entry.verdict.status == "fail"
     assert "consistency" in entry.verdict.checkers
-    assert "<failure" in (tmp_path / "j.xml").read_text()
+    junit = (tmp_path / "j.xml").read_text()
+    assert "<failure" in junit and f"replay: fsdp-verify replay {files[0]} --target mutant:fused_meta_dropped" in junit
+    assert f"replay: fsdp-verify replay {files[0]}" in out.stdout
     same = cli("replay", str(found), "--target", "mutant:fused_meta_dropped")
     assert same.returncode == 0 and "1 as expected" in same.stdout
     # One rule for replay and pytest: a case recorded against another target must pass every invariant.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from .tally import Result
 from ..reference.planner import SKIP_REASONS, SPLIT_REASONS
@@ -54,12 +55,18 @@ def summary_text(result: Result, target: str) -> str:
              *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes): "
-                     f"{failure['message'][:200]}")
+                     f"{failure['message'][:200]}\n       replay: {replay_command(failure, target)}")
     return "\n".join(lines)
 
 
+def replay_command(failure: dict, target: str) -> str:
+    """The command that reproduces one saved failure."""
+    return f"fsdp-verify replay {failure['file']} --target {target}"
+
+
 def junit_xml(result: Result, target: str) -> str:
-    """A JUnit report: one test case per saved failure, plus the campaign itself."""
+    """A JUnit report: the campaign, plus one test case per distinct finding (the campaign saves
+    one case per bug signature) that names its checkers and carries its replay command."""
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
                        failures=str(len(result.failures)), time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
@@ -74,7 +81,10 @@ def junit_xml(result: Result, target: str) -> str:
     ET.SubElement(campaign, "system-out").text = "\n".join(
         [f"{result.examples} examples", *skipped_lines(result)])
     for failure in result.failures:
-        case = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name=failure["file"])
-        ET.SubElement(case, "failure", message=failure["message"][:500],
-                      type=",".join(failure["checkers"])).text = failure["message"]
+        case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
+                             name=Path(failure["file"]).name)
+        command = replay_command(failure, target)
+        ET.SubElement(case, "failure", message=failure["message"][:500], type=",".join(failure["checkers"])).text = \
+            f"{failure['message']}\n\nreplay: {command}"
+        ET.SubElement(case, "system-out").text = f"{failure['file']}\nreplay: {command}"
     return ET.tostring(suite, encoding="unicode")
