@@ -105,9 +105,13 @@ def _target(name: str):
         raise UsageError(str(exc)) from None
 
 
-def _progress(args: argparse.Namespace, label: str, **kwargs):
+def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs):
+    """The progress line; its clock starts now, or (``start=False``) when the work reports first."""
     from .report.progress import Progress
-    return Progress(label, every=args.progress_every, **kwargs)
+    progress = Progress(label, every=args.progress_every, **kwargs)
+    if start:
+        progress.update(0, 0)
+    return progress
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
@@ -127,7 +131,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     campaign.install_stop_handlers()
     print(f"fuzzing {args.target} with {args.workers} worker{'s' if args.workers > 1 else ''}, budget "
           f"{budget.describe()}", flush=True)
-    with _progress(args, "fuzz", total=budget.examples, seconds=budget.seconds) as progress:
+    with _progress(args, "fuzz", start=False, total=budget.examples, seconds=budget.seconds) as progress:
         result = campaign.run_parallel(config, args.workers, progress=progress.update)
     print(summary_text(result, args.target))
     if args.junit:

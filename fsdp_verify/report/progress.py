@@ -77,6 +77,8 @@ class Progress:
         self.done, self.failures = done, failures
         if self.start is None:
             self.start = time.monotonic()
+            if self._bar is not None:
+                self._bar.reset(total=self.total)  # tqdm's own clock and rate start with the work too
         if self._bar is not None:
             self._bar.n = done
             self._bar.set_postfix_str(self._postfix(), refresh=False)
