@@ -18,9 +18,8 @@ from typing import Any, Callable, Optional
 import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 
-from . import corpus, profiles
+from . import corpus, example_db, profiles
 from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all, die_with_parent
@@ -97,7 +96,7 @@ class Config:
     budget: Budget = field(default_factory=lambda: Budget(seconds=60))
     seed: int = 0
     profile: str = "dev"
-    db: Optional[str] = None
+    db: tuple[str, ...] = ()  # --db values: folders, redis:// URLs, github: artifacts (fsdp_verify.example_db)
     corpus_dir: str = "corpus/found"
     size: str = "default"
     modules: bool = True
@@ -114,6 +113,12 @@ class Config:
 
 
 STRATEGIES = ("cases", "hazards", "mutations")
+
+
+def database_key(config: Config) -> bytes:
+    """Examples are stored by what they are drawn from, not by target (a failure of one target is
+    tried first on the next), and not by this module's source (an edit keeps the database valid)."""
+    return example_db.database_key(config.strategy, config.size, config.modules, config.spec, config.draw_spec)
 
 
 def _strategy(config: Config, target: Optional[Any] = None):
@@ -141,12 +146,16 @@ def _strategy(config: Config, target: Optional[Any] = None):
     return st.tuples(graphs, drawn).map(lambda pair: replace(pair[0], spec=pair[1]))
 
 
-def run(config: Config, progress: Optional[Callable[[Result, float], None]] = None) -> Result:
-    """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved."""
+Tick = Callable[[int, int], None]  # progress callback: (examples judged, distinct failures saved)
+
+
+def run(config: Config, progress: Optional[Tick] = None) -> Result:
+    """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved; ``progress``
+    hears the counts after every example."""
     target = get_target(config.target)
     result = Result()
     start = time.monotonic()
-    database = DirectoryBasedExampleDatabase(config.db) if config.db else None
+    database = example_db.open_database(config.db)
     base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
 
     def spent() -> bool:
@@ -157,6 +166,8 @@ def run(config: Config, progress: Optional[Callable[[Result, float], None]] = No
                 or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
     failing: dict = {}
+    if progress is not None:
+        progress(0, 0)  # the work starts now
     try:
         _loop(config, target, result, start, database, base, spent, failing, progress)
     except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
@@ -226,8 +237,9 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                                checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
                 _fail(signature)
             if progress is not None:
-                progress(result, time.monotonic() - start)
+                progress(result.examples, len(result.failures))
 
+        fuzz_property._hypothesis_internal_database_key = database_key(config)
         chunk_index += 1
         try:
             fuzz_property()
@@ -251,6 +263,8 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             for case, errors in pending.values():
                 _record(config, target, result, case, errors, while_shrinking=True)
             pending.clear()
+            if progress is not None:
+                progress(result.examples, len(result.failures))
 
 
 def _fail(signature: tuple) -> None:
@@ -319,18 +333,27 @@ class Stop:
     requested = False
 
 
+TICK_EVERY = 0.5  # seconds between a worker's progress messages
+
+
 def _worker(config: Config, results) -> None:
     die_with_parent(signal.SIGTERM)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
-    results.put((config.worker, run(config)))
+    last = [0.0]
+
+    def tick(examples: int, failures: int) -> None:
+        if time.monotonic() - last[0] >= TICK_EVERY:
+            last[0] = time.monotonic()
+            results.put(("tick", config.worker, (examples, failures)))
+    results.put(("done", config.worker, run(config, tick)))
 
 
-def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
+def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Optional[Tick] = None) -> Result:
     """``workers`` processes, each with its own seed stream, sharing the database and corpus. A
     stop of the parent stops every worker: each returns what it found within ``grace`` seconds,
-    or is killed."""
+    or is killed. ``progress`` hears the counts summed over the workers."""
     if workers <= 1:
-        return run(config)
+        return run(config, progress)
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
@@ -338,17 +361,30 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
                  for index in range(workers)]
     for process in processes:
         process.start()
-    merged, done = Result(), set()
+    merged, done, counts = Result(), set(), {}
+
+    def receive(timeout: float) -> None:
+        kind, index, part = results.get(timeout=timeout)
+        if kind == "tick":
+            counts[index] = part
+        else:
+            done.add(index)
+            merged.merge(part)
+            counts[index] = (part.examples, len(part.failures))
+        report()
+
+    def report() -> None:
+        if progress is not None and counts:
+            progress(sum(n for n, _ in counts.values()), sum(f for _, f in counts.values()))
+
     try:
         while len(done) < workers:
             try:
-                index, part = results.get(timeout=0.5)
+                receive(0.5)
             except queue.Empty:
                 if not any(p.is_alive() for p in processes):
                     break  # a worker died without a result
-                continue
-            done.add(index)
-            merged.merge(part)
+                report()  # keeps a periodic progress line periodic while examples are slow
     except KeyboardInterrupt:
         merged.interrupted = True
         for process in processes:
@@ -357,11 +393,9 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5) -> Result:
         deadline = time.monotonic() + grace
         while len(done) < workers and time.monotonic() < deadline:
             try:
-                index, part = results.get(timeout=max(0.05, deadline - time.monotonic()))
+                receive(max(0.05, deadline - time.monotonic()))
             except queue.Empty:
                 break
-            done.add(index)
-            merged.merge(part)
     finally:
         for process in processes:
             if process.is_alive():

@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from . import campaign, corpus, profiles, spec_params
+from . import campaign, corpus, example_db, profiles, spec_params
 from .strategies.graphs import SIZES
 from .targets.mutants import MUTANTS
 
+DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
+           "github:owner/repo[@artifact] (read-only); a remote one is paired with a local folder (another --db "
+           "folder, else .hypothesis-db)")
 DEFAULT_DEADLINE = 600.0  # seconds a target may take on one case before it is a finding
 
 
@@ -75,6 +78,25 @@ def _writable_folder(text: str) -> str:
     return text
 
 
+def _database(text: str) -> str:
+    """A ``--db`` value (folder, redis URL or GitHub artifact), checked before any work starts."""
+    try:
+        spec = example_db.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return _writable_folder(text) if spec.kind == "folder" else text
+
+
+def _databases(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--db`` values, with every redis server asked whether it answers (exit 2 if not)."""
+    values = tuple(args.db or ())
+    try:
+        example_db.check_reachable(values)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return values
+
+
 def _target(name: str):
     from .targets import TargetNotFound, get_target
     try:
@@ -83,24 +105,21 @@ def _target(name: str):
         raise UsageError(str(exc)) from None
 
 
-def _progress_printer(interactive: bool, every: float = 10.0):
-    state = {"last": 0.0}
-
-    def show(result: campaign.Result, elapsed: float) -> None:
-        if interactive:
-            sys.stderr.write(f"\r{result.examples} examples, {len(result.failures)} failures, {elapsed:.0f}s ")
-            sys.stderr.flush()
-        elif elapsed - state["last"] >= every:
-            state["last"] = elapsed
-            print(f"progress: {result.examples} examples, {len(result.failures)} failures, {elapsed:.0f}s", flush=True)
-    return show
+def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs):
+    """The progress line; its clock starts now, or (``start=False``) when the work reports first."""
+    from .report.progress import Progress
+    progress = Progress(label, every=args.progress_every, **kwargs)
+    if start:
+        progress.update(0, 0)
+    return progress
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from .report.summary import junit_xml, summary_text
     _target(args.target)
     budget = args.budget
-    config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile, db=args.db,
+    config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile,
+                             db=_databases(args),
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
                              strategy=args.strategy, spec=tuple(args.spec_param or ()),
@@ -109,15 +128,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "
               f"{'the others drawn per example (recorded in each case)' if config.draw_spec else 'the others default'}",
               flush=True)
-    interactive = sys.stderr.isatty() and not os.environ.get("CI")
     campaign.install_stop_handlers()
-    if args.workers > 1:
-        print(f"fuzzing {args.target} with {args.workers} workers, budget {args.budget.describe()}", flush=True)
-        result = campaign.run_parallel(config, args.workers)
-    else:
-        result = campaign.run(config, _progress_printer(interactive))
-        if interactive:
-            sys.stderr.write("\n")
+    print(f"fuzzing {args.target} with {args.workers} worker{'s' if args.workers > 1 else ''}, budget "
+          f"{budget.describe()}", flush=True)
+    with _progress(args, "fuzz", start=False, total=budget.examples, seconds=budget.seconds) as progress:
+        result = campaign.run_parallel(config, args.workers, progress=progress.update)
     print(summary_text(result, args.target))
     if args.junit:
         Path(args.junit).write_text(junit_xml(result, args.target))
@@ -164,10 +179,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     disagreements = 0
-    for path, entry in entries:
-        outcome = replay(target, path, entry, _deadline(args))
-        disagreements += not outcome.agrees
-        print(outcome.line(target))
+    with _progress(args, "replay", unit="cases", bad="different", total=len(entries)) as progress:
+        for done, (path, entry) in enumerate(entries, 1):
+            outcome = replay(target, path, entry, _deadline(args))
+            disagreements += not outcome.agrees
+            progress.write(outcome.line(target))
+            progress.update(done, disagreements)
     print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
           f"{disagreements} different, {len(errors)} unreadable")
     if errors:
@@ -208,6 +225,9 @@ def cmd_targets(args: argparse.Namespace) -> int:
     for name, summary in sorted(available().items()):
         print(f"{name:<20} {summary}")
     print("module:callable      any importable factory returning a fsdp_verify.targets.Target")
+    print(f"\nplanted bugs ({len(MUTANTS)}; name one as mutant:<name>; the checkers meant to kill it in brackets):")
+    for name, mutant in sorted(MUTANTS.items()):
+        print(f"  mutant:{name:<34} {mutant.summary} [{', '.join(mutant.kills)}]")
     return 0
 
 
@@ -217,20 +237,26 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
     from .report.summary import EXPECTED
     _target(args.target)
-    counts = reason_histogram(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target)
+    with _progress(args, "coverage", unit="cases", bad="refused", total=args.examples) as progress:
+        counts = reason_histogram(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target,
+                                  progress=progress.update)
     print(format_histogram(counts, EXPECTED))
     missing = [r for action, reasons in EXPECTED.items() for r in reasons if (action, r) not in counts]
     return 1 if missing else 0
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from .gate import gate_report
+    from .gate import gate_report, stored_cases
     baseline, candidate = _target(args.baseline), _target(args.candidate)
     entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
-    text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
-                                   _deadline(args))
+    databases = _databases(args)
+    stored = stored_cases(example_db.open_database(databases)) if databases else []
+    with _progress(args, "gate", unit="cases", bad="violations",
+                   total=args.examples + len(entries) + len(stored)) as progress:
+        text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
+                                       _deadline(args), progress=progress.update, stored=stored)
     print(text)
     if errors:
         return 2
@@ -239,7 +265,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import run_selftest
-    table, survivors = run_selftest(args.examples, args.seed, only=args.mutant or None)
+    only = args.mutant or None
+    with _progress(args, "selftest", unit="planted bugs", bad="survivors",
+                   total=len(only or MUTANTS)) as progress:
+        table, survivors = run_selftest(args.examples, args.seed, only=only, progress=progress.update)
     print(table)
     return 1 if survivors else 0
 
@@ -256,16 +285,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fsdp-verify", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
+    shown = argparse.ArgumentParser(add_help=False)
+    shown.add_argument("--progress-every", type=_positive_float, default=10.0, metavar="SECONDS",
+                       help="seconds between plain progress lines when stdout is not a terminal or CI is set "
+                            "(default 10); on a terminal the progress is one live line")
 
-    fuzz = sub.add_parser("fuzz", help="fuzz a target; shrunk failures are saved to the corpus")
+    fuzz = sub.add_parser("fuzz", parents=[shown], help="fuzz a target; shrunk failures are saved to the corpus")
     fuzz.add_argument("--target", default="reference", help="target name or module:callable (default reference)")
     fuzz.add_argument("--budget", default=_budget("60s"), type=_budget,
                       help="wall clock (90s, 5m, 1h) or an example count (500); default 60s")
     fuzz.add_argument("--workers", type=_positive_int, default=1, help="worker processes (they share --db)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the example stream (each worker derives its own)")
     fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev", help="Hypothesis settings profile")
-    fuzz.add_argument("--db", type=_writable_folder,
-                      help="Hypothesis example database folder, shared between runs and workers")
+    fuzz.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
+                      help=DB_HELP + "; shared by the workers and by later runs, which try its examples first")
     fuzz.add_argument("--corpus", default="corpus/found", type=_writable_folder,
                       help="where shrunk failures are written")
     fuzz.add_argument("--size", default="default", choices=SIZES, help="graph size preset")
@@ -288,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--json", type=_writable_file, help="write a JSON summary here")
     fuzz.set_defaults(func=cmd_fuzz)
 
-    replay = sub.add_parser("replay", help="re-run corpus cases; exit 0 only if every verdict is as recorded")
+    replay = sub.add_parser("replay", parents=[shown], help="re-run corpus cases; exit 0 only if every verdict is as recorded")
     replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
     replay.add_argument("--target", default="reference", help="target to replay against (default reference)")
     _isolation_options(replay)
@@ -301,27 +334,30 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--dot", type=_writable_file, help="write the Graphviz source")
     show.set_defaults(func=cmd_show)
 
-    gate = sub.add_parser("gate", help="run the same cases through two targets; fail if the candidate breaks "
+    gate = sub.add_parser("gate", parents=[shown], help="run the same cases through two targets; fail if the candidate breaks "
                                        "an invariant; report plan differences")
     gate.add_argument("--baseline", required=True, help="the target the change starts from")
     gate.add_argument("--candidate", required=True, help="the changed target")
     gate.add_argument("--examples", type=_positive_int, default=100, help="generated cases (fixed seed)")
     gate.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
+    gate.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
+                      help=DB_HELP + "; its examples of a default campaign (--strategy cases --size default) are "
+                                     "replayed too, read only (a PR gate replays what the nightly found)")
     _isolation_options(gate)
     gate.set_defaults(func=cmd_gate)
 
     targets = sub.add_parser("targets", help="list the available targets")
     targets.set_defaults(func=cmd_targets)
 
-    coverage = sub.add_parser("coverage", help="print the planner decision histogram of the strategies")
+    coverage = sub.add_parser("coverage", parents=[shown], help="print the planner decision histogram of the strategies")
     coverage.add_argument("--examples", type=_positive_int, default=2000, help="generated cases")
     coverage.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     coverage.add_argument("--size", default="tiny", choices=SIZES, help="graph size preset")
     coverage.add_argument("--target", default="reference", help="target whose planner is asked")
     coverage.set_defaults(func=cmd_coverage)
 
-    selftest = sub.add_parser("selftest", help="fuzz every planted bug and report which checker kills it")
+    selftest = sub.add_parser("selftest", parents=[shown], help="fuzz every planted bug and report which checker kills it")
     selftest.add_argument("--examples", type=_positive_int, default=200, help="example budget per planted bug")
     selftest.add_argument("--seed", type=int, default=0, help="seed of the hunts")
     selftest.add_argument("--mutant", action="append", choices=sorted(MUTANTS), metavar="NAME",
@@ -333,6 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args = build_parser().parse_args(argv)
+    # Hypothesis's own files (constants cache, downloaded artifacts) go to the user's cache, never a
+    # stray .hypothesis/ in the working folder: examples live only where --db says.
+    os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(os.environ.get("XDG_CACHE_HOME")
+                                                                    or Path.home() / ".cache") / "fsdp-verify" / "hypothesis"))
     profiles.load_default()
     try:
         return args.func(args)

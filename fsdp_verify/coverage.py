@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
@@ -26,8 +26,9 @@ def decision_counts(case: Case, target_name: str = "reference") -> Counter:
 
 
 def reason_histogram(strategy: st.SearchStrategy[Case], examples: int = 2000, seed: int = 0,
-                     target_name: str = "reference") -> Counter:
-    """Decision counts over ``examples`` draws (and the number of cases, as ("cases", "total"))."""
+                     target_name: str = "reference", progress: Optional[Callable[[int, int], None]] = None) -> Counter:
+    """Decision counts over ``examples`` draws (and the number of cases, as ("cases", "total"));
+    ``progress`` hears (cases drawn, argument errors) after every draw."""
     counts: Counter = Counter()
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
@@ -38,6 +39,8 @@ def reason_histogram(strategy: st.SearchStrategy[Case], examples: int = 2000, se
         found = decision_counts(case, target_name)
         counts.update(found)
         counts[("cases", "total")] += 1
+        if progress is not None:
+            progress(counts[("cases", "total")], sum(n for (action, _), n in counts.items() if action == "error"))
 
     collect()
     return counts

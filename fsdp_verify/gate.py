@@ -7,9 +7,12 @@ The candidate must not violate any invariant; the report shows what the change d
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable, Optional, Sequence
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis.database import ExampleDatabase, ReadOnlyDatabase
 
+from . import example_db
 from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all
@@ -31,6 +34,27 @@ def generated_cases(examples: int, seed_value: int) -> list[Case]:
 
     collect()
     return drawn
+
+
+# The key a default fuzz campaign (--strategy cases --size default, modules on) stores examples under.
+STORED_KEY = example_db.database_key("cases", "default", True)
+
+
+def stored_cases(database: ExampleDatabase, limit: int = 1000) -> list[Case]:
+    """The cases a default fuzz campaign saved in ``database`` (its failures first), read only:
+    a PR gate replays what the nightly campaigns found."""
+    from .strategies import cases
+    found: list[Case] = []
+
+    @settings(max_examples=limit, database=ReadOnlyDatabase(database), phases=[Phase.reuse], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cases("default", modules=True))
+    def collect(case: Case) -> None:
+        found.append(case)
+
+    collect._hypothesis_internal_database_key = STORED_KEY
+    collect()
+    return found
 
 
 def _plan_shape(ctx) -> list[dict]:
@@ -62,9 +86,11 @@ def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
 
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
-                seed_value: int, deadline: float | None = None) -> tuple[str, int]:
-    """The report text and the number of candidate violations."""
-    cases = generated_cases(examples, seed_value) + [entry.case for entry in entries]
+                seed_value: int, deadline: float | None = None,
+                progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = ()) -> tuple[str, int]:
+    """The report text and the number of candidate violations; ``progress`` hears (cases done,
+    violations) after every case. ``stored`` are cases from an example database."""
+    cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
     violations, baseline_failures, differing, invalid = [], 0, [], []
     for number, case in enumerate(cases):
         base_findings, base_ctx = check_all(baseline, case, deadline=deadline)
@@ -79,8 +105,11 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
         notes = plan_difference(_plan_shape(base_ctx), _plan_shape(cand_ctx))
         if notes:
             differing.append((number, case.label, notes))
+        if progress is not None:
+            progress(number + 1, len(violations))
     lines = [f"gate: baseline {baseline.name} vs candidate {candidate.name} on {len(cases)} cases "
-             f"({len(cases) - len(entries)} generated with seed {seed_value}, {len(entries)} from the corpus)",
+             f"({examples} generated with seed {seed_value}, {len(entries)} from the corpus, {len(stored)} from the "
+             f"example database)",
              f"candidate violations: {len(violations)}", *violations[:20],
              f"cases that cannot be judged (invalid, not passes): {len(invalid)}", *invalid[:20],
              f"baseline violations: {baseline_failures}",

@@ -1,24 +1,28 @@
-"""Hypothesis settings profiles, registered in one place: ``dev``, ``ci`` and ``nightly``.
+"""Hypothesis settings profiles, registered in one place: ``dev``, ``ci``, ``nightly`` and ``smoke``.
 
 ``ci`` bounds examples and drops deadlines so the suite fits 2 cores; ``nightly`` is the long
-campaign. ``load_default()`` picks ``ci`` when the ``CI`` environment variable is set.
+campaign; ``smoke`` runs three examples without a database or shrinking, to see that properties
+run (and fail) at all. ``load_default()`` picks ``ci`` when the ``CI`` environment variable is set.
 """
 
 from __future__ import annotations
 
 import os
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 settings.register_profile("dev", max_examples=50, deadline=None, suppress_health_check=_SLOW_OK)
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
                           suppress_health_check=_SLOW_OK)
+settings.register_profile("smoke", max_examples=3, deadline=None, derandomize=True, database=None,
+                          phases=[Phase.explicit, Phase.generate],
+                          suppress_health_check=_SLOW_OK)
 settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=_SLOW_OK)
 
-PROFILES = ("dev", "ci", "nightly")
+PROFILES = ("dev", "ci", "nightly", "smoke")
 
 
 def load_default() -> str:

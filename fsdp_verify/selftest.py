@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 from . import campaign
 from .targets.mutants import MUTANTS
@@ -74,9 +74,15 @@ def format_table(kills: list[Kill]) -> str:
     return "\n".join(lines)
 
 
-def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] = None) -> tuple[str, list[str]]:
-    """The table, and the planted bugs that no checker meant for them killed."""
+def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] = None,
+                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[str, list[str]]:
+    """The table, and the planted bugs that no checker meant for them killed; ``progress`` hears
+    (bugs hunted, survivors) after every hunt."""
     names = only or sorted(MUTANTS)
+    kills: list[Kill] = []
     with tempfile.TemporaryDirectory() as folder:
-        kills = [hunt(name, examples, seed, folder) for name in names]
+        for name in names:
+            kills.append(hunt(name, examples, seed, folder))
+            if progress is not None:
+                progress(len(kills), sum(not k.killed for k in kills))
     return format_table(kills), [k.mutant for k in kills if not k.killed]

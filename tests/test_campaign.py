@@ -56,3 +56,11 @@ def test_a_failure_that_does_not_reproduce_is_kept_and_reported(tmp_path):
     result = campaign.run(_config(tmp_path, "plugin_targets:Flaky", budget=campaign.Budget(examples=20)))
     assert result.failures, "a failure seen once must be saved"
     assert all("sometimes" in f["message"] for f in result.failures)
+
+
+def test_parallel_progress_sums_the_workers(tmp_path):
+    heard = []
+    result = campaign.run_parallel(_config(tmp_path, "reference", budget=campaign.Budget(examples=3)), 2,
+                                   progress=lambda examples, failures: heard.append((examples, failures)))
+    assert heard[-1] == (result.examples, 0) and result.examples >= 6  # each worker ran its 3 examples
+    assert [n for n, _ in heard] == sorted(n for n, _ in heard)

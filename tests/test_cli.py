@@ -25,6 +25,24 @@ def test_help_and_targets():
     assert cli("--help").returncode == 0
     out = cli("targets")
     assert out.returncode == 0 and "reference" in out.stdout and "mutant:<name>" in out.stdout
+    from fsdp_verify.targets.mutants import MUTANTS
+    for name, mutant in MUTANTS.items():  # every planted bug, its summary and the checkers meant for it
+        assert f"mutant:{name} " in out.stdout and f"{mutant.summary} [{', '.join(mutant.kills)}]" in out.stdout
+
+
+def test_every_option_has_help_and_fixed_values_are_choices():
+    import argparse
+
+    from fsdp_verify.cli import build_parser
+    from fsdp_verify.strategies.graphs import SIZES
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, command in commands.items():
+        for action in command._actions:
+            assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+            if action.dest in ("size", "profile", "strategy"):
+                assert action.choices, f"{name} --{action.dest} should list its values"
+    assert tuple(commands["fuzz"]._option_string_actions["--size"].choices) == tuple(SIZES)
 
 
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
@@ -41,13 +59,21 @@ def test_bad_budget_exits_2():
     assert out.returncode == 2 and "budget 'soon'" in out.stderr
 
 
+def test_bad_database_exits_2():
+    out = cli("gate", "--baseline", "reference", "--candidate", "reference", "--db", "s3://bucket/db")
+    assert out.returncode == 2 and "unknown URL scheme" in out.stderr and "redis://host:port/db" in out.stderr
+
+
 def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     junit, summary = tmp_path / "fuzz.xml", tmp_path / "fuzz.json"
     out = cli("fuzz", "--target", "reference", "--budget", "6", "--size", "tiny", "--no-modules",
               "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--junit", str(junit),
-              "--json", str(summary))
+              "--json", str(summary), "--progress-every", "0.01", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
+    assert not (tmp_path / ".hypothesis").exists()  # examples go only where --db says
     assert "examples/s" in out.stdout and "reason coverage" in out.stdout
+    # stdout is a pipe: plain periodic progress lines, no carriage returns
+    assert "progress fuzz: " in out.stdout and " left" in out.stdout and "\r" not in out.stdout + out.stderr
     data = json.loads(summary.read_text())
     assert data["examples"] >= 6 and data["failures"] == []
     assert "<testsuite" in junit.read_text()
@@ -63,7 +89,9 @@ def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
     entry = corpus.load(files[0])
     assert entry.target == "mutant:fused_meta_dropped" and entry.verdict.status == "fail"
     assert "consistency" in entry.verdict.checkers
-    assert "<failure" in (tmp_path / "j.xml").read_text()
+    junit = (tmp_path / "j.xml").read_text()
+    assert "<failure" in junit and f"replay: fsdp-verify replay {files[0]} --target mutant:fused_meta_dropped" in junit
+    assert f"replay: fsdp-verify replay {files[0]}" in out.stdout
     same = cli("replay", str(found), "--target", "mutant:fused_meta_dropped")
     assert same.returncode == 0 and "1 as expected" in same.stdout
     # One rule for replay and pytest: a case recorded against another target must pass every invariant.
@@ -142,8 +170,9 @@ def test_gate_passes_for_reference_and_fails_for_a_broken_candidate(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     same = cli("gate", "--baseline", "reference", "--candidate", "reference", "--examples", "4",
-               "--corpus", str(empty))
+               "--corpus", str(empty), "--progress-every", "0.01")
     assert same.returncode == 0 and "candidate violations: 0" in same.stdout
+    assert "progress gate: " in same.stdout and "/4 cases" in same.stdout
     rules = sorted(Path(__file__).parent.parent.joinpath("corpus", "rules").glob("*.json"))[:3]
     for rule in rules:
         shutil.copy(rule, empty / rule.name)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 from .tally import Result
 from ..reference.planner import SKIP_REASONS, SPLIT_REASONS
@@ -64,12 +65,20 @@ def summary_text(result: Result, target: str) -> str:
              *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes; "
-                     f"{failure.get('class', 'defect')}): {failure['message'][:200]}")
+                     f"{failure.get('class', 'defect')}): {failure['message'][:200]}\n       replay: {replay_command(failure, target)}")
     return "\n".join(lines)
 
 
+def replay_command(failure: dict, target: str) -> str:
+    """The command that reproduces one saved failure."""
+    return f"fsdp-verify replay {failure['file']} --target {target}"
+
+
 def junit_xml(result: Result, target: str) -> str:
-    """A JUnit report: one test case per saved failure, plus the campaign itself."""
+    """A JUnit report: the campaign, plus one test case per distinct finding (the campaign saves
+    one case per bug signature) that names its checkers and carries its replay command. Only
+    defects (and external defect candidates) fail; contract mismatches and invalid input are
+    reported as skipped, with their class."""
     bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
                        failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs)),
@@ -90,9 +99,12 @@ def junit_xml(result: Result, target: str) -> str:
     ET.SubElement(campaign, "system-out").text = "\n".join(
         [f"{result.examples} examples", *skipped_lines(result)])
     for failure in result.failures:
-        case = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name=failure["file"])
+        case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
+                             name=Path(failure["file"]).name)
+        command = replay_command(failure, target)
         kind = failure.get("class", "defect")
         verdict = "failure" if kind in ("defect", "defect candidate") else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
-                      type=",".join(failure["checkers"])).text = failure["message"]
+                      type=",".join(failure["checkers"])).text = f"{failure['message']}\n\nreplay: {command}"
+        ET.SubElement(case, "system-out").text = f"{failure['file']}\nreplay: {command}"
     return ET.tostring(suite, encoding="unicode")

@@ -1,0 +1,121 @@
+"""Where Hypothesis keeps examples between runs, so a failure found once is tried first next time.
+
+A ``--db`` value is a folder, a ``redis://host:port/db`` URL (one database shared by every machine
+and worker of a campaign) or ``github:owner/repo[@artifact]`` (the example database a CI workflow
+uploaded as an artifact: read-only, for PR gates and developers). A remote one is always paired
+with a local folder (another ``--db`` folder, else ``.hypothesis-db``), so what a run finds is kept
+here even when the remote cannot take it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Optional, Sequence
+from urllib.parse import urlparse
+
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    ExampleDatabase,
+    GitHubArtifactDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
+
+LOCAL_DEFAULT = ".hypothesis-db"
+GITHUB_ARTIFACT = "hypothesis-example-db"  # Hypothesis's default artifact name
+_GITHUB = re.compile(r"github:([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)(?:@([A-Za-z0-9_.-]+))?")
+
+
+@dataclass(frozen=True)
+class DbSpec:
+    """One parsed ``--db`` value."""
+
+    kind: str  # "folder", "redis" or "github"
+    text: str
+    host: str = ""
+    port: int = 0
+    number: int = 0  # the redis database index
+    owner: str = ""
+    repo: str = ""
+    artifact: str = GITHUB_ARTIFACT
+
+
+def parse(text: str) -> DbSpec:
+    """Parse one ``--db`` value; ValueError says what is wrong and what is accepted."""
+    if text.startswith("redis://"):
+        return _parse_redis(text)
+    if text.startswith("github:"):
+        match = _GITHUB.fullmatch(text)
+        if not match:
+            raise ValueError(f"{text!r}: write a GitHub artifact database as github:owner/repo[@artifact]")
+        return DbSpec("github", text, owner=match.group(1), repo=match.group(2),
+                      artifact=match.group(3) or GITHUB_ARTIFACT)
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text):
+        raise ValueError(f"{text!r}: unknown URL scheme; use a folder, redis://host:port/db or "
+                         f"github:owner/repo[@artifact]")
+    return DbSpec("folder", text)
+
+
+def _parse_redis(text: str) -> DbSpec:
+    url = urlparse(text)
+    try:
+        port = url.port or 6379
+    except ValueError:
+        raise ValueError(f"{text!r}: the port must be a number from 0 to 65535") from None
+    number = url.path.strip("/") or "0"
+    if not url.hostname or not number.isdigit() or url.query or url.fragment:
+        raise ValueError(f"{text!r}: write a redis database as redis://host:port/db (db a number)")
+    return DbSpec("redis", text, host=url.hostname, port=port, number=int(number))
+
+
+def _redis_client(spec: DbSpec):
+    try:
+        import redis
+    except ImportError:
+        raise ValueError(f"--db {spec.text}: the redis database needs the redis package: "
+                         f"pip install 'fsdp-verify[redis]'") from None
+    return redis.Redis(host=spec.host, port=spec.port, db=spec.number, socket_connect_timeout=5)
+
+
+def check_reachable(texts: Sequence[str]) -> None:
+    """Fail before any work starts when a redis server does not answer (ValueError)."""
+    for spec in map(parse, texts):
+        if spec.kind == "redis":
+            try:
+                _redis_client(spec).ping()
+            except ValueError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - any connection failure is the user's to fix
+                raise ValueError(f"--db {spec.text}: cannot reach redis: {exc}") from None
+
+
+def _open(spec: DbSpec) -> ExampleDatabase:
+    if spec.kind == "redis":
+        from hypothesis.extra.redis import RedisExampleDatabase
+        return RedisExampleDatabase(_redis_client(spec))
+    if spec.kind == "github":
+        # Cached under Hypothesis's storage folder; GITHUB_TOKEN is read from the environment.
+        return ReadOnlyDatabase(GitHubArtifactDatabase(spec.owner, spec.repo, artifact_name=spec.artifact))
+    return DirectoryBasedExampleDatabase(spec.text)
+
+
+def open_database(texts: Sequence[str]) -> Optional[ExampleDatabase]:
+    """The database of the ``--db`` values: None for none, several multiplexed (every save goes to
+    each writable one, a fetch reads them all), a remote one paired with a local folder."""
+    specs = [parse(text) for text in texts]
+    if not specs:
+        return None
+    if all(spec.kind != "folder" for spec in specs):
+        specs.append(DbSpec("folder", LOCAL_DEFAULT))
+    databases = [_open(spec) for spec in specs]
+    return databases[0] if len(databases) == 1 else MultiplexedDatabase(*databases)
+
+
+def database_key(strategy: str, size: str, modules: bool, spec: tuple = (), draw_spec: bool = False) -> bytes:
+    """The key examples are stored under: what they are drawn from, not the target, so a campaign, a
+    later campaign on another target and a gate share the examples they can decode."""
+    parts = repr((strategy, size, modules, tuple(spec), draw_spec)).encode()
+    return b"fsdp-verify:" + hashlib.sha256(parts).hexdigest()[:32].encode()
+

@@ -1,0 +1,51 @@
+"""The fuzz properties as plain Hypothesis tests, one per target (``--fsdp-target a,b``), so that
+pytest runs them and HypoFuzz fuzzes them: ``hypothesis fuzz -- fsdp_verify/fuzz_properties.py``.
+
+``fsdp-verify fuzz`` runs the same check with a budget, workers, bug signatures and a corpus;
+HypoFuzz runs these forever with coverage guidance and its dashboard, saving to Hypothesis's
+database. Not collected by the normal suite (``tests/test_fuzz_properties.py`` runs them briefly).
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, assume, given, settings
+
+from .case import Case
+from .checks import ERROR, INVALID
+from .orchestrate import check_all
+from .strategies import cases, hazard_graphs
+from .targets import get_target
+
+
+# Slow, large and often-rejected cases are expected; nested_given must stay checked, or HypoFuzz
+# refuses the test.
+SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+           HealthCheck.large_base_example]
+
+
+def pytest_generate_tests(metafunc) -> None:
+    """One property per target named by the plugin's ``--fsdp-target`` (comma separated)."""
+    if "target_name" in metafunc.fixturenames:
+        names = [name.strip() for name in metafunc.config.getoption("fsdp_target").split(",") if name.strip()]
+        metafunc.parametrize("target_name", names)
+
+
+def _passes_every_check(target_name: str, case: Case) -> None:
+    findings, _ = check_all(get_target(target_name), case)
+    errors = [f"[{f.checker}] {f.message[:300]}" for f in findings if f.severity == ERROR]
+    assume(errors or not any(f.severity == INVALID for f in findings))  # a case that cannot be judged
+    assert not errors, f"{case.label}: " + "; ".join(errors)
+
+
+@settings(deadline=None, suppress_health_check=SLOW_OK)
+@given(case=cases("default", modules=True))
+def test_target_passes_every_check(target_name: str, case: Case) -> None:
+    """Valid, mutated, hazard and traced graphs: the mix ``fsdp-verify fuzz`` draws by default."""
+    _passes_every_check(target_name, case)
+
+
+@settings(deadline=None, suppress_health_check=SLOW_OK)
+@given(case=hazard_graphs("tiny", max_hazards=6))
+def test_target_passes_every_check_on_hazards(target_name: str, case: Case) -> None:
+    """Tiny graphs with several planted hazards each: the fastest way to planner bugs."""
+    _passes_every_check(target_name, case)

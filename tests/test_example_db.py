@@ -1,0 +1,116 @@
+"""Shared example databases: --db values, and two campaigns sharing a failure through a real redis server."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+from hypothesis.database import (
+    DirectoryBasedExampleDatabase,
+    GitHubArtifactDatabase,
+    MultiplexedDatabase,
+    ReadOnlyDatabase,
+)
+
+from fsdp_verify import campaign, example_db
+
+MUTANT = "mutant:fused_meta_dropped"  # a planted bug the tiny cases find within a few examples
+
+
+@pytest.fixture
+def redis_url():
+    """A throwaway redis-server on a free local port, killed at teardown."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server)")
+    redis = pytest.importorskip("redis", reason="the redis package is not installed (pip install '.[redis]')")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                               "no", "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        client = redis.Redis(port=port)
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if server.poll() is not None:
+                    pytest.skip(f"redis-server did not start: {server.stderr.read().decode()[-300:]}")
+                time.sleep(0.05)
+        else:
+            pytest.skip("redis-server did not answer within 5 s")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("redis://host:port/0", "port must be a number"),
+    ("redis:///0", "redis://host:port/db"),
+    ("redis://host:1/x", "db a number"),
+    ("github:owner", "github:owner/repo[@artifact]"),
+    ("github:owner/repo@", "github:owner/repo[@artifact]"),
+    ("s3://bucket/db", "unknown URL scheme"),
+])
+def test_bad_values_say_what_is_accepted(text, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        example_db.parse(text)
+
+
+def test_a_remote_is_paired_with_a_local_folder_and_an_artifact_is_read_only(tmp_path):
+    db = example_db.open_database(["github:pytorch/pytorch@nightly-db"])
+    assert isinstance(db, MultiplexedDatabase)
+    remote, local = db._wrapped  # noqa: SLF001 - the structure is the point
+    assert isinstance(remote, ReadOnlyDatabase) and isinstance(remote._wrapped, GitHubArtifactDatabase)
+    assert remote._wrapped.artifact_name == "nightly-db"
+    assert isinstance(local, DirectoryBasedExampleDatabase) and str(local.path) == example_db.LOCAL_DEFAULT
+    folder = example_db.open_database([str(tmp_path)])
+    assert isinstance(folder, DirectoryBasedExampleDatabase) and example_db.open_database([]) is None
+
+
+def _config(tmp_path, name: str, db: tuple, seed: int, examples: int) -> campaign.Config:
+    return campaign.Config(target=MUTANT, budget=campaign.Budget(examples=examples), seed=seed, db=db,
+                           corpus_dir=str(tmp_path / name / "found"), size="tiny", modules=False, max_failures=1,
+                           shrink=False, profile="ci")
+
+
+def test_a_second_campaign_replays_the_first_ones_failure_from_redis(tmp_path, redis_url):
+    import redis
+    first = campaign.run(_config(tmp_path, "first", (redis_url, str(tmp_path / "first" / "db")), 1, 60))
+    assert first.failures, "the planted bug was not found"
+    stored = redis.Redis.from_url(redis_url).keys(b"hypothesis-example:*")
+    assert stored, "nothing was saved to redis"
+    # Another machine: its own seed stream and an empty local folder; one example is all it may run.
+    control = campaign.run(_config(tmp_path, "control", (str(tmp_path / "control" / "db"),), 2, 1))
+    assert not control.failures, "this seed finds the bug at once by itself: the test proves nothing"
+    second = campaign.run(_config(tmp_path, "second", (redis_url, str(tmp_path / "second" / "db")), 2, 1))
+    assert second.failures and second.first_failure[0] == 1
+    assert list((tmp_path / "second" / "db").iterdir()), "the local folder keeps a copy"
+
+
+def test_a_gate_reads_what_a_default_campaign_stored(tmp_path):
+    from hypothesis import HealthCheck, Phase, given, settings
+
+    from fsdp_verify import gate
+    from fsdp_verify.strategies import cases
+    database = DirectoryBasedExampleDatabase(tmp_path)
+
+    @settings(database=database, max_examples=1, phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+              deadline=None)
+    @given(cases("default", modules=True))
+    def nightly_finds_a_bug(case):
+        raise AssertionError("found")  # what a default campaign's property does on a failure
+
+    nightly_finds_a_bug._hypothesis_internal_database_key = gate.STORED_KEY
+    with pytest.raises(AssertionError):
+        nightly_finds_a_bug()
+    assert gate.STORED_KEY == campaign.database_key(campaign.Config())  # the key of a default campaign
+    stored = gate.stored_cases(database)
+    assert len(stored) == 1 and stored[0].graph.nodes
+    assert len(gate.stored_cases(database)) == 1  # read only: replaying kept it
