@@ -193,21 +193,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .checks import CheckContext
-    from .orchestrate import check_run
-    from .orchestrate import run_target
+    from .orchestrate import check_all
     from .report.account import account
+    from .report.divergence import first_divergence
     from .report.picture import GraphvizMissing, dot_source, render_svg
     try:
         entry = corpus.load(args.case)
     except corpus.CorpusError as exc:
         raise UsageError(str(exc)) from None
     target = _target(args.target or "reference")
-    ctx = CheckContext(run_target(target, entry.case), target)
-    findings = check_run(ctx)
+    findings, ctx = check_all(target, entry.case)  # in process: the picture needs the live graphs
     print(f"{args.case} (recorded against {entry.target}: {entry.verdict.status}; replayed against {target.name})")
     print(account(ctx, findings))
-    dot = dot_source(ctx, findings) if (args.dot or args.svg) else None
+    dot = dot_source(ctx, findings, first_divergence(ctx)) if (args.dot or args.svg) else None
     if args.dot:
         Path(args.dot).write_text(dot)
         print(f"wrote {args.dot}")

@@ -194,3 +194,20 @@ def test_corpus_save_is_atomic_and_deduplicated(tmp_path):
     assert written and not written_again and path == again
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
     assert corpus.load(path).case.to_json() == entry.case.to_json()
+
+
+def test_the_picture_groups_buckets_and_shows_plan_findings_divergence_and_legend():
+    from fsdp_verify.orchestrate import check_all
+    from fsdp_verify.report.divergence import first_divergence
+    from fsdp_verify.report.picture import dot_source
+    from fsdp_verify.targets import get_target
+    from support import two_block_case
+    findings, ctx = check_all(get_target("mutant:swapped_copy_out"), two_block_case())
+    diverged = first_divergence(ctx)
+    dot = dot_source(ctx, findings, diverged)
+    assert diverged and f'"rewritten:{diverged}"' in dot and "first divergence" in dot
+    assert "cluster_original_bucket_0" in dot and "cluster_rewritten_bucket_0" in dot
+    assert "fused all_gather" in dot and "round 1 plan (rank 0)" in dot and "[layout]" in dot
+    assert "cluster_legend" in dot and "named by a finding" in dot
+    _, clean = check_all(get_target("reference"), two_block_case())
+    assert first_divergence(clean) is None

@@ -1,16 +1,24 @@
-"""Graphviz pictures of the original and the rewritten graph: buckets coloured, offenders marked."""
+"""Graphviz pictures that explain a case: the original and the rewritten graph side by side, each
+bucket's members grouped (around the planned members on the left, around the fused launch on the
+right), the plan summary and every finding as text, the nodes a finding names outlined, the first
+node whose values diverge marked, and a legend."""
 
 from __future__ import annotations
 
 import shutil
 import subprocess
+import textwrap
+from typing import Optional
 
 from torch import fx
 
 from ..checks import CheckContext, Finding
+from ..checks.graph_facts import has_effect
+from ..checks.refinement import refine
 
 PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd")
 MAX_NODES = 600
+OFFENDER, DIVERGED = "#e41a1c", "#ff7f00"
 
 
 class GraphvizMissing(RuntimeError):
@@ -18,60 +26,126 @@ class GraphvizMissing(RuntimeError):
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\l") + '"'
 
 
-def _colours(ctx: CheckContext) -> dict[str, str]:
-    """Original launch names and fused launch names -> the colour of their bucket."""
-    colours: dict[str, str] = {}
+def _buckets(ctx: CheckContext) -> list[tuple[str, list[str], Optional[str]]]:
+    """(title, original member launches, the rewrite's launch that now delivers them) per bucket:
+    the fused launches the rewrite made (found without any plan), then planned buckets it did not make."""
     first = min(ctx.run.originals)
-    reports = [plan.to_dict() for plan in ctx.run.plans.get(first, [])]
-    buckets = [(r, b) for r in reports for b in r["buckets"] if b["fusable"]]
+    found: list[tuple[str, list[str], Optional[str]]] = []
+    if ctx.run.rewritten:
+        members = refine(ctx.run.originals[first], ctx.run.rewritten[first]).members
+        for launch, originals in sorted(members.items()):
+            names = [str(n.meta.get("param_name", n.name)) for n in originals]
+            found.append((f"fused {launch}: {', '.join(names)}", [n.name for n in originals], launch))
     launches = {(n.meta.get("param_name"), n.meta.get("comm_type")): n.name
                 for n in ctx.run.originals[first].graph.nodes if n.meta.get("comm_type")}
-    for index, (_, bucket) in enumerate(buckets):
+    fused = {name for _, names, _ in found for name in names}
+    for plan in ctx.run.plans.get(first, []):
+        for bucket in plan.to_dict()["buckets"]:
+            names = [launches.get((m["param_name"], m["kind"])) for m in bucket["members"]]
+            names = [n for n in names if n]
+            if bucket["fusable"] and names and not set(names) & fused:
+                found.append((f"planned {bucket['bucket_id']} (not fused in the rewrite)", names, None))
+    return found
+
+
+def _node(prefix: str, node: fx.Node, colour: Optional[str], marks: set[str], diverged: Optional[str]) -> str:
+    target = node.op if node.op != "call_function" else getattr(node.target, "__name__", None) \
+        if callable(node.target) and not hasattr(node.target, "_schema") and not hasattr(node.target, "_qualified_op_name") \
+        else str(node.target)
+    attrs = [f"label={_quote(node.name + chr(10) + str(target))}"]
+    if colour:
+        attrs.append(f"style=filled fillcolor={_quote(colour)}")
+    if "c10d" in str(target):
+        attrs.append("shape=box")
+    elif has_effect(node):
+        attrs.append("shape=octagon")
+    if node.name == diverged:
+        attrs.append(f'color="{DIVERGED}" penwidth=4 xlabel="first divergence"')
+    elif node.name in marks:
+        attrs.append(f'color="{OFFENDER}" penwidth=3')
+    return f"{_quote(prefix + ':' + node.name)} [{' '.join(attrs)}];"
+
+
+def _near(launch: fx.Node) -> list[fx.Node]:
+    """A fused launch with its copy-ins, its wait and the copy-outs that read the wait."""
+    group = [launch, *launch.all_input_nodes]
+    for wait in launch.users:
+        group.append(wait)
+        for user in wait.users:
+            group += [user, *user.users] if len(user.users) <= 8 else [user]
+    return group
+
+
+def _cluster(prefix: str, module: fx.GraphModule, groups: list[tuple[str, list[str]]], marks: set[str],
+             diverged: Optional[str]) -> list[str]:
+    lines = [f"subgraph {_quote('cluster_' + prefix)} {{", f"label={_quote(prefix)};"]
+    nodes = list(module.graph.nodes)[:MAX_NODES]
+    shown, placed = set(nodes), set()
+    by_name = {n.name: n for n in nodes}
+    for index, (title, names) in enumerate(groups):
         colour = PALETTE[index % len(PALETTE)]
-        for member in bucket["members"]:
-            name = launches.get((member["param_name"], member["kind"]))
-            if name:
-                colours.setdefault(name, colour)
-        colours.setdefault(f"bucket:{bucket['bucket_id']}", colour)
-    return colours
-
-
-def _cluster(name: str, module: fx.GraphModule, colours: dict[str, str], marks: set[str]) -> list[str]:
-    lines = [f"subgraph {_quote('cluster_' + name)} {{", f"label={_quote(name)};"]
-    nodes = list(module.graph.nodes)
-    shown = set(nodes[:MAX_NODES])
-    for node in nodes[:MAX_NODES]:
-        colour = colours.get(node.name) or colours.get(f"bucket:{node.meta.get('fsdp_bucket_id')}")
-        attrs = [f"label={_quote(node.name + chr(10) + str(node.target if node.op == 'call_function' else node.op))}"]
-        if colour:
-            attrs.append(f"style=filled fillcolor={_quote(colour)}")
-        if node.meta.get("comm_type"):
-            attrs.append("shape=box")
-        if node.name in marks:
-            attrs.append('color="red" penwidth=3')
-        lines.append(f"{_quote(name + ':' + node.name)} [{' '.join(attrs)}];")
-    for node in nodes[:MAX_NODES]:
-        for source in node.all_input_nodes:
-            if source in shown:
-                lines.append(f"{_quote(name + ':' + source.name)} -> {_quote(name + ':' + node.name)};")
-    if len(nodes) > MAX_NODES:
-        lines.append(f"{_quote(name + ':more')} [label={_quote(f'... {len(nodes) - MAX_NODES} more nodes')}];")
+        members = [by_name[n] for n in names if n in by_name and n not in placed]
+        if not members:
+            continue
+        lines += [f"subgraph {_quote(f'cluster_{prefix}_bucket_{index}')} {{",
+                  f"label={_quote(title)}; style=rounded; color={_quote(colour)}; penwidth=2;"]
+        for node in members:
+            placed.add(node.name)
+            lines.append(_node(prefix, node, colour, marks, diverged))
+        lines.append("}")
+    lines += [_node(prefix, n, None, marks, diverged) for n in nodes if n.name not in placed]
+    lines += [f"{_quote(prefix + ':' + s.name)} -> {_quote(prefix + ':' + n.name)};"
+              for n in nodes for s in n.all_input_nodes if s in shown]
+    total = len(module.graph.nodes)
+    if total > MAX_NODES:
+        lines.append(f"{_quote(prefix + ':more')} [label={_quote(f'... {total - MAX_NODES} more nodes')}];")
     lines.append("}")
     return lines
 
 
-def dot_source(ctx: CheckContext, findings: list[Finding]) -> str:
-    """DOT text with the original and rewritten graphs of the first rank side by side."""
-    marks = {name for f in findings for name in f.nodes}
-    colours = _colours(ctx)
+def _text(ctx: CheckContext, findings: list[Finding], diverged: Optional[str]) -> str:
+    """The plan summary and the findings, as the note beside the graphs."""
+    lines = []
     first = min(ctx.run.originals)
-    lines = ["digraph fsdp_verify {", "rankdir=TB; node [fontsize=10];"]
-    lines += _cluster("original", ctx.run.originals[first], colours, marks)
+    for index, plan in enumerate(ctx.run.plans.get(first, [])):
+        summary = plan.to_dict()["summary"]
+        lines.append(f"round {index + 1} plan (rank {first}): {summary.get('buckets')} buckets, "
+                     f"{summary.get('candidate_collectives')} candidates of {summary.get('tagged_collectives')} "
+                     f"tagged; skips {summary.get('reason_counts', {}).get('skip', {})}; "
+                     f"splits {summary.get('reason_counts', {}).get('split', {})}")
+    if ctx.run.error:
+        lines.append(f"target error: {ctx.run.error_type}: {ctx.run.error_message}")
+    lines.append("findings:" if findings else "findings: none")
+    lines += [f"[{f.checker}]{'' if f.rank is None else f' rank {f.rank}'} {f.message}" for f in findings[:12]]
+    if diverged:
+        lines.append(f"values first diverge at {diverged} (rank {first})")
+    return "\n".join(part for line in lines for part in textwrap.wrap(line, 110, subsequent_indent="    "))
+
+
+LEGEND = [("collective launch or wait", 'shape=box'), ("effect: storage free, barrier", "shape=octagon"), ("a bucket: its members (left), its fused launch (right)",
+          f'style=filled fillcolor="{PALETTE[0]}"'), ("named by a finding", f'color="{OFFENDER}" penwidth=3'),
+          ("first node whose values diverge", f'color="{DIVERGED}" penwidth=4')]
+
+
+def dot_source(ctx: CheckContext, findings: list[Finding], diverged: Optional[str] = None) -> str:
+    """DOT text with the first rank's original and rewritten graphs side by side, and the notes."""
+    marks = {name for f in findings for name in f.nodes}
+    first = min(ctx.run.originals)
+    buckets = _buckets(ctx)
+    lines = ["digraph fsdp_verify {", "rankdir=TB; compound=true; node [fontsize=10];",
+             f"notes [shape=note fontsize=11 label={_quote(_text(ctx, findings, diverged) + chr(10))}];",
+             'subgraph cluster_legend { label="legend"; fontsize=11;',
+             *(f'legend_{i} [label={_quote(text)} {style}];' for i, (text, style) in enumerate(LEGEND)), "}"]
+    lines += _cluster("original", ctx.run.originals[first], [(t, names) for t, names, _ in buckets], marks, diverged)
     if ctx.run.rewritten:
-        lines += _cluster("rewritten", ctx.run.rewritten[first], colours, marks)
+        rewritten = ctx.run.rewritten[first]
+        by_name = {n.name: n for n in rewritten.graph.nodes}
+        groups = [(t, [n.name for n in _near(by_name[launch])]) for t, _, launch in buckets
+                  if launch in by_name]
+        lines += _cluster("rewritten", rewritten, groups, marks, diverged)
     lines.append("}")
     return "\n".join(lines)
 
