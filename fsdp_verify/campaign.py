@@ -24,7 +24,7 @@ from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all, die_with_parent
 from .report.tally import Result
-from .triage import classify
+from .triage import INVALID_INPUT, MISMATCH, classify
 from .targets import get_target
 
 CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
@@ -230,6 +230,9 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                     return  # not this bug: the shrinker must not slip from one bug to another
                 if signature in result.signatures or signature in pending:
                     result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
+                    return
+                if classify(target, case, tuple(sorted({f.checker for f in errors})))[0] in (MISMATCH, INVALID_INPUT):
+                    _record(config, target, result, case, errors)  # not the target's bug: kept as found, not shrunk
                     return
                 if result.first_failure is None:
                     result.first_failure = (result.examples, time.monotonic() - start)

@@ -112,3 +112,16 @@ class Flaky(Target):
         if os.urandom(1)[0] < 128:
             raise RuntimeError("sometimes")
         return {}
+
+
+class NeverSeesThese(Target):
+    """Fails on every graph, but declares every graph a form it never receives in practice."""
+
+    name = "never-sees-these"
+    external = True
+
+    def rewrite(self, case, modules):
+        raise ValueError("fails on a form it never receives")
+
+    def contract_mismatches(self, case, checkers=()):
+        return ["every graph here is a form this target never receives"]

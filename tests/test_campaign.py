@@ -64,3 +64,11 @@ def test_parallel_progress_sums_the_workers(tmp_path):
                                    progress=lambda examples, failures: heard.append((examples, failures)))
     assert heard[-1] == (result.examples, 0) and result.examples >= 6  # each worker ran its 3 examples
     assert [n for n, _ in heard] == sorted(n for n, _ in heard)
+
+
+def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_bug(tmp_path):
+    from fsdp_verify.report.summary import junit_xml
+    result = campaign.run(_config(tmp_path, "plugin_targets:NeverSeesThese", budget=campaign.Budget(examples=10)))
+    assert len(result.failures) == 1 and result.failures[0]["class"] == "contract mismatch"
+    assert result.shrink_steps == 0 and result.repeats == 9
+    assert 'failures="0"' in junit_xml(result, "never-sees-these")
