@@ -114,6 +114,8 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
 
 
 MUTATION_KINDS = ("skip", "split", "singleton", "args")
+_SKIP_VARIANTS = [(reason, variant) for reason in sorted(mutations.SKIP_MUTATIONS)
+                  for variant in mutations.SKIP_MUTATIONS[reason]]
 MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "args": 1}  # skip has the most reasons
 
 
@@ -128,8 +130,9 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
     if kind == "skip":
-        reason = draw(st.sampled_from(sorted(mutations.SKIP_MUTATIONS)))
-        variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+        # One draw over every variant, not reason then variant: each branch of a rule (a variant
+        # each) gets the same share, so rules with many branches are not starved.
+        reason, variant = draw(st.sampled_from(_SKIP_VARIANTS))
         sites = mutations.launches(case.graph)
     else:
         table = mutations.SPLIT_MUTATIONS if kind == "split" else mutations.SINGLETON_MUTATIONS

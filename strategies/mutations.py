@@ -64,17 +64,35 @@ def kwargs_signature(case: Case, launch: str) -> Case:
     return replace(case, graph=graph)
 
 
+def extra_positional(case: Case, launch: str) -> Case:
+    """One positional argument too many (the group name again; executors bind by schema position)."""
+    node = case.graph.node(launch)
+    return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args, node.args[-1])))
+
+
 def unknown_group(case: Case, launch: str) -> Case:
     """The planner is not told about the launch's group (the graph still runs on it)."""
     group = case.graph.node(launch).args[-1]
     return case.with_args(omit_groups=(*case.plan_args.omit_groups, group))
 
 
+def _degree(case: Case, launch: str, degree: object) -> Case:
+    node = case.graph.node(launch)
+    return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args[:-2], degree, node.args[-1])))
+
+
 def group_size_mismatch(case: Case, launch: str) -> Case:
     """The degree argument disagrees with the group (executors resolve groups by name)."""
-    node = case.graph.node(launch)
-    args = (*node.args[:-2], node.args[-2] * 2, node.args[-1])
-    return replace(case, graph=edit.update_node(case.graph, launch, args=args))
+    return _degree(case, launch, case.graph.node(launch).args[-2] * 2)
+
+
+def degree_bool(case: Case, launch: str) -> Case:
+    """A degree of True: an int to Python, not a plain int to the planner."""
+    return _degree(case, launch, True)
+
+
+def degree_one(case: Case, launch: str) -> Case:
+    return _degree(case, launch, 1)
 
 
 def group_meta_mismatch(case: Case, launch: str) -> Case:
@@ -85,8 +103,43 @@ def missing_identity(case: Case, launch: str) -> Case:
     return _set(case, launch, state_idx=True)
 
 
+def no_param_name(case: Case, launch: str) -> Case:
+    """A launch the identity annotator never reached (spec 1.4 step 4)."""
+    return _set(case, launch, param_name=edit.DROP)
+
+
+def empty_param_name(case: Case, launch: str) -> Case:
+    return _set(case, launch, param_name="")
+
+
+def no_state_idx(case: Case, launch: str) -> Case:
+    """A backward re-gather of the public pass, which lacks ``state_idx`` (spec 1.4 step 4)."""
+    return _set(case, launch, state_idx=edit.DROP)
+
+
+def negative_state_idx(case: Case, launch: str) -> Case:
+    return _set(case, launch, state_idx=-1)
+
+
 def dynamic_shape(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, input_shape=("s0", 4))
+
+
+def _bad_shape(field: str, how: str) -> Callable[[Case, str], Case]:
+    """One way a spec shape fails rule 8: not a sequence, empty, a symbolic dim or a dim <= 0."""
+
+    def mutate(case: Case, launch: str) -> Case:
+        shape = tuple(case.graph.node(launch).meta["fsdp_bucket_spec"][field])
+        value = {"scalar": math.prod(shape), "empty": (), "symbolic": (*shape[:-1], "s0"),
+                 "zero": (0, *shape[1:])}[how]
+        return _spec_meta(case, launch, **{field: value})
+
+    mutate.__name__ = mutate.__qualname__ = f"{field}_{how}"
+    return mutate
+
+
+BAD_SHAPES = tuple(_bad_shape(field, how) for field in ("input_shape", "output_shape")
+                   for how in ("scalar", "empty", "symbolic", "zero") if (field, how) != ("input_shape", "symbolic"))
 
 
 def missing_spec(case: Case, launch: str) -> Case:
@@ -97,8 +150,18 @@ def unsupported_dtype(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, dtype=torch.int32)
 
 
+def dtype_name(case: Case, launch: str) -> Case:
+    """The dtype's name where a ``torch.dtype`` belongs."""
+    return _spec_meta(case, launch, dtype=str(case.graph.node(launch).meta["fsdp_bucket_spec"]["dtype"]))
+
+
 def unknown_device(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, device="npu:0")
+
+
+def device_object(case: Case, launch: str) -> Case:
+    """A ``torch.device`` where the spec wants its string."""
+    return _spec_meta(case, launch, device=torch.device("cpu"))
 
 
 def bad_dim0(case: Case, launch: str) -> Case:
@@ -112,6 +175,26 @@ def double_wait(case: Case, launch: str) -> Case:
     node = case.graph.node(wait)
     extra = NodeSpec(name, "call_function", node.target, (NodeRef(launch),), {}, dict(node.meta))
     return replace(case, graph=edit.insert_after(case.graph, wait, [extra]))
+
+
+def unwaited_name(launch: str) -> str:
+    """The launch ``unwaited_launch`` adds for ``launch``."""
+    return f"{launch}_unwaited"
+
+
+def unwaited_launch(case: Case, launch: str) -> Optional[Case]:
+    """A second launch of the same collective, read by a barrier call instead of a wait.
+
+    It sits just before the output, after every other launch, so no bucket span holds the barrier.
+    """
+    node = case.graph.node(launch)
+    output = case.graph.nodes[-1].name
+    name = unwaited_name(launch)
+    if name in {n.name for n in case.graph.nodes}:
+        return None
+    nodes = [NodeSpec(name, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta)),
+             edit.call(edit.fresh_name(case.graph, f"{name}_read"), BARRIER, NodeRef(name), meta=_phase(case, launch))]
+    return replace(case, graph=edit.insert_before(case.graph, output, nodes))
 
 
 def unused_name(launch: str) -> str:
@@ -155,8 +238,22 @@ def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, output.name, args=(outs,)))
 
 
-def parallel_mode(case: Case, launch: str) -> Case:
-    return case.with_args(dp_mode="hsdp")
+# Parallel modes the planner must refuse: pipeline stages, and every data-parallel mode but the exact
+# string "fsdp" (aliases and other spellings are not normalised, spec 2.5 rule 0).
+PP_DEGREES = (2, 4, 0)
+DP_MODES = ("hsdp", "ddp", "FSDP", "", "fully_shard")
+
+
+def _parallel(name: str, **args: object) -> Callable[[Case, str], Case]:
+    def mutate(case: Case, launch: str) -> Case:
+        return case.with_args(**args)
+
+    mutate.__name__ = mutate.__qualname__ = name
+    return mutate
+
+
+PARALLEL_MODES = (*(_parallel(f"pp_degree_{v}", pp_degree=v) for v in PP_DEGREES),
+                  *(_parallel(f"dp_mode_{m or 'empty'}", dp_mode=m) for m in DP_MODES))
 
 
 def outside_plan(case: Case, launch: str) -> Case:
@@ -164,19 +261,20 @@ def outside_plan(case: Case, launch: str) -> Case:
 
 
 SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "unsupported_parallel_mode": (parallel_mode,),
+    "unsupported_parallel_mode": PARALLEL_MODES,
     "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind),
     "phase_mismatch": (phase_mismatch,),
-    "unsupported_signature": (kwargs_signature,),
+    "unsupported_signature": (kwargs_signature, extra_positional),
     "unknown_process_group": (unknown_group,),
-    "group_size_mismatch": (group_size_mismatch,),
+    "group_size_mismatch": (group_size_mismatch, degree_bool, degree_one),
     "group_metadata_mismatch": (group_meta_mismatch,),
-    "missing_parameter_identity": (missing_identity,),
-    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec),
-    "unsupported_dtype": (unsupported_dtype,),
-    "unknown_device": (unknown_device,),
+    "missing_parameter_identity": (missing_identity, no_param_name, empty_param_name, no_state_idx,
+                                   negative_state_idx),
+    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec, *BAD_SHAPES),
+    "unsupported_dtype": (unsupported_dtype, dtype_name),
+    "unknown_device": (unknown_device, device_object),
     "invalid_dim0_layout": (bad_dim0,),
-    "unsupported_wait_users": (double_wait,),
+    "unsupported_wait_users": (double_wait, unwaited_launch),
     "no_consumer": (unused_gather,),
     "unsupported_reduce_op": (bad_reduce_op,),
     "non_output_rs_consumer": (rs_extra_consumer,),
@@ -193,6 +291,10 @@ def _size_bytes(node: NodeSpec) -> int:
 
 def repeated_state_idx(case: Case, a: str, b: str) -> Case:
     return _set(case, b, state_idx=case.graph.node(a).meta["state_idx"])
+
+
+def repeated_param_name(case: Case, a: str, b: str) -> Case:
+    return _set(case, b, param_name=case.graph.node(a).meta["param_name"])
 
 
 def capacity(case: Case, a: str, b: str) -> Case:
@@ -273,7 +375,7 @@ def phase_flip_between(case: Case, a: str, b: str) -> Case:
 
 
 SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "repeated_parameter_instance": (repeated_state_idx,),
+    "repeated_parameter_instance": (repeated_state_idx, repeated_param_name),
     "capacity": (capacity, capacity_boundary),
     "input_distance": (input_distance,),
     "consumer_distance": (consumer_distance,),

@@ -30,7 +30,8 @@ def test_skip_reason(reason, mutate):
     launch = next(n.name for n in case.graph.nodes if n.meta.get("comm_type") == kind)
     mutated = mutate(case, launch)
     assert mutated is not None
-    target = mutations.unused_name(launch) if mutate is mutations.unused_gather else launch
+    added = {mutations.unused_gather: mutations.unused_name, mutations.unwaited_launch: mutations.unwaited_name}
+    target = added[mutate](launch) if mutate in added else launch
     result = plan(mutated)
     decision = decision_for(result, target, "skip")
     assert decision == {"node": target, "action": "skip", "reason": reason}
