@@ -114,9 +114,10 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
 
 
 MUTATION_KINDS = ("skip", "split", "singleton", "args")
-_SKIP_VARIANTS = [(reason, variant) for reason in sorted(mutations.SKIP_MUTATIONS)
-                  for variant in mutations.SKIP_MUTATIONS[reason]]
 MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "args": 1}  # skip has the most reasons
+# Reasons that skip every launch of a case come only from mutated_graphs (hazard_graphs plants
+# per-launch defects), and the parallel-mode rule has several values to reach: they weigh more.
+SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2}
 
 
 @st.composite
@@ -130,9 +131,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
     if kind == "skip":
-        # One draw over every variant, not reason then variant: each branch of a rule (a variant
-        # each) gets the same share, so rules with many branches are not starved.
-        reason, variant = draw(st.sampled_from(_SKIP_VARIANTS))
+        reason = draw(st.sampled_from([r for r in sorted(mutations.SKIP_MUTATIONS) for _ in range(SKIP_WEIGHTS.get(r, 1))]))
+        variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
         table = mutations.SPLIT_MUTATIONS if kind == "split" else mutations.SINGLETON_MUTATIONS
@@ -151,7 +151,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
 
 
 @st.composite
-def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kwargs) -> Case:
+def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 8, **kwargs) -> Case:
     """A valid graph with several planted hazards (barriers, foreign collectives and frees, phase
     flips, late sources, broken tags) at distinct sites: more chances per example to trip a
     buggy planner; shrinking then removes the hazards that do not matter."""
@@ -165,8 +165,7 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kw
             variant = draw(st.sampled_from(mutations.SPLIT_MUTATIONS[reason]))
             sites = mutations.sibling_pairs(case.graph)
         else:
-            reason = draw(st.sampled_from(sorted(r for r in mutations.SKIP_MUTATIONS if r not in _GLOBAL_SKIPS)))
-            variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+            reason, variant = draw(st.sampled_from(_HAZARD_SKIPS))
             sites = mutations.launches(case.graph)
         sites = [s for s in sites if mutations.fits(variant, case, s)
                  and not used & set(s if isinstance(s, tuple) else (s,))]
@@ -182,6 +181,10 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kw
 
 
 _GLOBAL_SKIPS = {"unsupported_parallel_mode", "outside_module_plan", "unknown_process_group"}
+# One draw over every variant (one per branch of a rule), not reason then variant: a hazard case
+# plants several, so each branch of the rules with many (identity, shapes) is reached often.
+_HAZARD_SKIPS = [(reason, variant) for reason in sorted(mutations.SKIP_MUTATIONS) if reason not in _GLOBAL_SKIPS
+                 for variant in mutations.SKIP_MUTATIONS[reason]]
 
 
 def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchStrategy[Case]:

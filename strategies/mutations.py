@@ -54,8 +54,17 @@ def wrong_op_for_kind(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_type=other)
 
 
-def phase_mismatch(case: Case, launch: str) -> Case:
-    return _set(case, launch, autograd_backward=_kind(case, launch) == "fsdp_all_gather" or edit.DROP)
+def forward_gather_tagged_backward(case: Case, launch: str) -> Case:
+    return _set(case, launch, autograd_backward=True)
+
+
+def backward_gather_untagged(case: Case, launch: str) -> Case:
+    return _set(case, launch, autograd_backward=edit.DROP)
+
+
+def reduce_scatter_untagged(case: Case, launch: str) -> Case:
+    """An RS left in the forward phase (spec 1.4: required by the planner, not seen in public code)."""
+    return _set(case, launch, autograd_backward=edit.DROP)
 
 
 def kwargs_signature(case: Case, launch: str) -> Case:
@@ -240,20 +249,14 @@ def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
 
 # Parallel modes the planner must refuse: pipeline stages, and every data-parallel mode but the exact
 # string "fsdp" (aliases and other spellings are not normalised, spec 2.5 rule 0).
-PP_DEGREES = (2, 4, 0)
-DP_MODES = ("hsdp", "ddp", "FSDP", "", "fully_shard")
+PP_DEGREES = (2, 0)
+DP_MODES = ("hsdp", "ddp", "FSDP", "")
+PARALLEL_MODES = (*({"pp_degree": v} for v in PP_DEGREES), *({"dp_mode": m} for m in DP_MODES))
 
 
-def _parallel(name: str, **args: object) -> Callable[[Case, str], Case]:
-    def mutate(case: Case, launch: str) -> Case:
-        return case.with_args(**args)
-
-    mutate.__name__ = mutate.__qualname__ = name
-    return mutate
-
-
-PARALLEL_MODES = (*(_parallel(f"pp_degree_{v}", pp_degree=v) for v in PP_DEGREES),
-                  *(_parallel(f"dp_mode_{m or 'empty'}", dp_mode=m) for m in DP_MODES))
+def parallel_mode(case: Case, launch: str) -> Case:
+    """One of ``PARALLEL_MODES``, picked by the launch's position: drawing a site draws a mode."""
+    return case.with_args(**PARALLEL_MODES[launches(case.graph).index(launch) % len(PARALLEL_MODES)])
 
 
 def outside_plan(case: Case, launch: str) -> Case:
@@ -261,9 +264,9 @@ def outside_plan(case: Case, launch: str) -> Case:
 
 
 SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "unsupported_parallel_mode": PARALLEL_MODES,
+    "unsupported_parallel_mode": (parallel_mode,),
     "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind),
-    "phase_mismatch": (phase_mismatch,),
+    "phase_mismatch": (forward_gather_tagged_backward, backward_gather_untagged, reduce_scatter_untagged),
     "unsupported_signature": (kwargs_signature, extra_positional),
     "unknown_process_group": (unknown_group,),
     "group_size_mismatch": (group_size_mismatch, degree_bool, degree_one),
@@ -389,15 +392,19 @@ SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,
 
 # -- sites ---------------------------------------------------------------------------------
 
-RS_ONLY = frozenset({bad_reduce_op, rs_extra_consumer})
-AG_ONLY = frozenset({unused_gather, late_source})
+# Variants that only exist for some launch kinds (every other variant fits any launch).
+SITE_KINDS: dict[Callable, frozenset[str]] = {
+    **dict.fromkeys((bad_reduce_op, rs_extra_consumer, reduce_scatter_untagged), frozenset({RS_KIND})),
+    **dict.fromkeys((unused_gather, late_source), frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
+    forward_gather_tagged_backward: frozenset({"fsdp_all_gather"}),
+    backward_gather_untagged: frozenset({"fsdp_all_gather_backward"}),
+}
 
 
 def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
-    """Whether ``variant`` can act on ``site`` (some defects only exist for AG or for RS)."""
+    """Whether ``variant`` can act on ``site`` (some defects only exist for some launch kinds)."""
     launch = site[-1] if isinstance(site, tuple) else site
-    is_rs = _kind(case, launch) == RS_KIND
-    return not ((variant in RS_ONLY and not is_rs) or (variant in AG_ONLY and is_rs))
+    return variant not in SITE_KINDS or _kind(case, launch) in SITE_KINDS[variant]
 
 
 def _site_key(node: NodeSpec) -> tuple:

@@ -17,10 +17,13 @@ from hypothesis import strategies as st
 from ..case import Case
 from ..graph.builder import build_module, localize
 from ..profiles import SLOW_OK
+from ..strategies.mutations import DP_MODES, PP_DEGREES
 from ..targets import get_target
 from .subconditions import SUBCONDITIONS, Site, classify
 
 ACTIONS = ("skip", "split", "singleton")
+# The parallel-mode arguments every run must draw: the default and each value the mutations plant.
+PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)}
 
 
 @dataclass
@@ -96,10 +99,13 @@ def measure(strategy: st.SearchStrategy[Case], examples: int = 2000, seed: int =
 
 
 def unreached(reach: Reach, expected: dict[str, tuple[str, ...]]) -> list[str]:
-    """Reasons (``action reason``) and reachable sub-conditions (``reason/name``) never reached."""
+    """Reasons (``action reason``), reachable sub-conditions (``reason/name``) and parallel-mode
+    values (``pp_degree=2``) never reached."""
     missing = [f"{action} {reason}" for action, reasons in expected.items() for reason in reasons
                if (action, reason) not in reach.decisions]
-    return missing + [s.key for s in SUBCONDITIONS if not s.unreachable and s.key not in reach.subconditions]
+    missing += [s.key for s in SUBCONDITIONS if not s.unreachable and s.key not in reach.subconditions]
+    return missing + [f"{name}={value!r}" for name, values in PARALLEL_VALUES.items() for value in values
+                      if repr(value) not in getattr(reach, name)]
 
 
 def format_reach(reach: Reach, expected: dict[str, tuple[str, ...]]) -> str:
