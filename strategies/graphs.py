@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from fsdp_verify.case import Case, PlanArgs
 
 from . import mutations
-from .blueprint import DTYPES, VIEW_KINDS, Blueprint, ParamDraw, render
+from .blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, Blueprint, ParamDraw, render
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
         shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
         regather=draw(st.booleans()) if forced_regather is None else forced_regather,
         reduce_op=draw(st.sampled_from(("avg", "sum"))),
-        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0)
+        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0,
+        prep=draw(st.sampled_from(PREP_KINDS)) if draw(st.integers(0, 3)) == 0 else "own")
 
 
 @st.composite

@@ -54,6 +54,15 @@ def wrong_op_for_kind(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_type=other)
 
 
+def tagged_placeholder(case: Case, launch: str) -> Optional[Case]:
+    """The launch's tags copied onto its source parameter: a tagged node that is no call at all."""
+    source = case.graph.node(launch).args[0]
+    if not isinstance(source, NodeRef) or case.graph.node(source.name).op != "placeholder":
+        return None
+    tags = {k: v for k, v in case.graph.node(launch).meta.items() if k != "autograd_backward"}
+    return _set(case, source.name, **tags)
+
+
 def forward_gather_tagged_backward(case: Case, launch: str) -> Case:
     return _set(case, launch, autograd_backward=True)
 
@@ -265,7 +274,7 @@ def outside_plan(case: Case, launch: str) -> Case:
 
 SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
     "unsupported_parallel_mode": (parallel_mode,),
-    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind),
+    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind, tagged_placeholder),
     "phase_mismatch": (forward_gather_tagged_backward, backward_gather_untagged, reduce_scatter_untagged),
     "unsupported_signature": (kwargs_signature, extra_positional),
     "unknown_process_group": (unknown_group,),
@@ -395,7 +404,8 @@ SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,
 # Variants that only exist for some launch kinds (every other variant fits any launch).
 SITE_KINDS: dict[Callable, frozenset[str]] = {
     **dict.fromkeys((bad_reduce_op, rs_extra_consumer, reduce_scatter_untagged), frozenset({RS_KIND})),
-    **dict.fromkeys((unused_gather, late_source), frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
+    **dict.fromkeys((unused_gather, late_source, tagged_placeholder),
+                    frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
     forward_gather_tagged_backward: frozenset({"fsdp_all_gather"}),
     backward_gather_untagged: frozenset({"fsdp_all_gather_backward"}),
 }

@@ -1,7 +1,7 @@
 """Branch coverage of ``fsdp_verify/reference`` reached by generated cases (coverage.py's API).
 
 Each case is planned on its first rank (with the planner's debug log on, into a null handler, so
-its logging branches run too) and rewritten on every rank by the reference target's two-round
+its logging branches run too; the driver's plans run with it off) and rewritten on every rank by the reference target's two-round
 driver, exactly as a campaign runs it; the plan's ``to_dict`` runs as the harness's reports do.
 Branches that no generated case can take are listed in ``JUSTIFIED`` with the reason; only the
 other missed branches fail ``fsdp-verify coverage``.
@@ -85,7 +85,8 @@ def exercise(case: Case, target_name: str = "reference") -> None:
     modules = build_world(case)
     rank = min(modules)
     try:
-        target.plan(case, modules[rank], rank).to_dict()
+        with _planner_debug_log():
+            target.plan(case, modules[rank], rank).to_dict()
         target.rewrite(case, modules)
     except ValueError:
         return
@@ -132,12 +133,11 @@ def measure_branches(strategy: st.SearchStrategy[Case], examples: int = 2000, se
     def run(case: Case) -> None:
         exercise(case, target_name)
 
-    with _planner_debug_log():
-        cov.start()
-        try:
-            run()
-        finally:
-            cov.stop()
+    cov.start()
+    try:
+        run()
+    finally:
+        cov.stop()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "branches.json"
         cov.json_report(outfile=str(out), include=[str(REFERENCE / "*.py")])
