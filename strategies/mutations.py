@@ -426,8 +426,8 @@ def _site_key(node: NodeSpec) -> tuple:
 
 
 def launches(spec: GraphSpec) -> list[str]:
-    """Every tagged launch: the sites of skip mutations."""
-    return [node.name for node in edit.tagged_launches(spec)]
+    """Every tagged call (a tagged placeholder is no launch): the sites of skip mutations."""
+    return [node.name for node in edit.tagged_launches(spec) if node.op == "call_function"]
 
 
 def sibling_pairs(spec: GraphSpec) -> list[tuple[str, str]]:
@@ -435,6 +435,8 @@ def sibling_pairs(spec: GraphSpec) -> list[tuple[str, str]]:
     last: dict[tuple, str] = {}
     pairs = []
     for node in edit.tagged_launches(spec):
+        if node.op != "call_function":
+            continue
         key = _site_key(node)
         if key in last:
             pairs.append((last[key], node.name))

@@ -28,7 +28,8 @@ def test_skip_reason(reason, mutate):
     launch = next(name for name in mutations.launches(case.graph) if mutations.fits(mutate, case, name))
     mutated = mutate(case, launch)
     assert mutated is not None
-    added = {mutations.unused_gather: mutations.unused_name, mutations.unwaited_launch: mutations.unwaited_name}
+    added = {mutations.unused_gather: mutations.unused_name, mutations.unwaited_launch: mutations.unwaited_name,
+             mutations.tagged_placeholder: lambda name: case.graph.node(name).args[0].name}
     target = added[mutate](launch) if mutate in added else launch
     result = plan(mutated)
     decision = decision_for(result, target, "skip")
