@@ -114,8 +114,8 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
                 label="fsdp_graphs")
 
 
-MUTATION_KINDS = ("skip", "split", "singleton", "args")
-MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "args": 1}  # skip has the most reasons
+MUTATION_KINDS = ("skip", "split", "singleton", "fusion", "args")
+MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "fusion": 1, "args": 1}  # skip has the most reasons
 # Reasons that skip every launch of a case come only from mutated_graphs (hazard_graphs plants
 # per-launch defects), and the parallel-mode rule has several values to reach: they weigh more.
 SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2}
@@ -124,7 +124,8 @@ SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unkno
 @st.composite
 def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...] = MUTATION_KINDS,
                    **kwargs) -> Case:
-    """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args)."""
+    """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args), or
+    one fusion the rewriter must handle with care."""
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
     kind = draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
@@ -136,7 +137,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
-        table = mutations.SPLIT_MUTATIONS if kind == "split" else mutations.SINGLETON_MUTATIONS
+        table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
+                 "fusion": mutations.FUSION_MUTATIONS}[kind]
         reason = draw(st.sampled_from(sorted(table)))
         variant = draw(st.sampled_from(table[reason]))
         sites = mutations.sibling_pairs(case.graph)

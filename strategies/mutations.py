@@ -10,6 +10,7 @@ Mutations return None where a site does not fit (the strategy then picks another
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -264,8 +265,10 @@ PARALLEL_MODES = (*({"pp_degree": v} for v in PP_DEGREES), *({"dp_mode": m} for 
 
 
 def parallel_mode(case: Case, launch: str) -> Case:
-    """One of ``PARALLEL_MODES``, picked by the launch's position: drawing a site draws a mode."""
-    return case.with_args(**PARALLEL_MODES[launches(case.graph).index(launch) % len(PARALLEL_MODES)])
+    """One of ``PARALLEL_MODES``, picked by a hash of the launch's name and the graph's size: drawing
+    a site draws a mode (a hash, not the position: small positions are drawn far more often)."""
+    key = f"{launch}/{len(case.graph.nodes)}".encode()
+    return case.with_args(**PARALLEL_MODES[zlib.crc32(key) % len(PARALLEL_MODES)])
 
 
 def outside_plan(case: Case, launch: str) -> Case:
@@ -399,12 +402,35 @@ SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
 SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,)}
 
 
+# -- fusions the rewriter must get right: (case, a, b) -> case that still buckets a with b ---------
+
+def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
+    """B gathers a copy made after A's first view but before A's first real consumer: the pair still
+    fuses, and the fused launch goes after that copy, so A's view must move past it (spec 4.2)."""
+    if _kind(case, b) == RS_KIND:
+        return None
+    wait = _wait_of(case.graph, a)
+    view = _wait_of(case.graph, wait) if wait else None
+    if view is None or case.graph.node(view).target not in VIEW_TARGETS:
+        return None
+    node_b = case.graph.node(b)
+    clone = edit.fresh_name(case.graph, f"{b}_src")
+    graph = edit.insert_after(case.graph, view, [edit.call(clone, "aten.clone.default", node_b.args[0],
+                                                           meta=_phase(case, b))])
+    return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
+
+
+VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
+                          "aten.slice.Tensor", "aten.unsqueeze.default"})
+FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,)}
+
+
 # -- sites ---------------------------------------------------------------------------------
 
 # Variants that only exist for some launch kinds (every other variant fits any launch).
 SITE_KINDS: dict[Callable, frozenset[str]] = {
     **dict.fromkeys((bad_reduce_op, rs_extra_consumer, reduce_scatter_untagged), frozenset({RS_KIND})),
-    **dict.fromkeys((unused_gather, late_source, tagged_placeholder),
+    **dict.fromkeys((unused_gather, late_source, tagged_placeholder, source_after_view),
                     frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
     forward_gather_tagged_backward: frozenset({"fsdp_all_gather"}),
     backward_gather_untagged: frozenset({"fsdp_all_gather_backward"}),

@@ -36,14 +36,48 @@ REFERENCE = Path(planner.__file__).resolve().parent
 
 @dataclass(frozen=True)
 class Justified:
-    """Missed branches of one function that generation cannot take, and why."""
+    """Missed branches that generation cannot take, and why: those leaving the line ``line`` (its
+    source text, stripped) of ``function``, or, with no line, every branch of a function that is
+    not on the plan/rewrite path at all."""
 
     file: str
     function: str
+    line: str
     reason: str
 
 
-JUSTIFIED: tuple[Justified, ...] = ()
+_SAME_WORLD = ("every rank plans the same graph (only device indices differ, and digests drop them) "
+               "with the same deterministic planner, and the driver builds each group's reports from "
+               "the ranks that planned: ")
+JUSTIFIED: tuple[Justified, ...] = (
+    Justified("planner.py", "build_module_bucket_plans", "",
+              "takes the nn.Module a caller holds; a case is a graph and planner arguments, and "
+              "neither the planner nor the driver calls it (tests/test_planner_inputs.py does)"),
+    Justified("planner.py", "validate_group_plans", "if not plans_by_rank:",
+              _SAME_WORLD + "a group with no reporting rank means group_ranks naming only ranks outside "
+                            "the world, which has no process to run them"),
+    Justified("planner.py", "validate_group_plans",
+              "if expected is None or set(plans_by_rank) != set(expected):",
+              _SAME_WORLD + "a missing report means a rank outside the world (see above)"),
+    Justified("planner.py", "validate_group_plans",
+              'if (tuple(report["group_ranks"].get(group, ())) != tuple(expected)',
+              _SAME_WORLD + "so reports never disagree; a disagreeing target is what the consistency "
+                            "checker and tests/test_rewrite_world.py exercise"),
+    Justified("planner.py", "_membership_reason", "if current[-1].key != candidate.key:",
+              "incompatible_key: plan_fsdp_buckets groups candidates by key before the greedy pass "
+              "(spec 2.7)"),
+    Justified("planner.py", "_physical_buckets", "if current:",
+              "every key group holds a candidate and the loop appends each one, so current is never "
+              "empty after it"),
+    Justified("predicates.py", "is_barrier", 'if node.op in ("call_module", "call_method"):',
+              "a graph description has only placeholder, call_function and output nodes"),
+    Justified("predicates.py", "rs_layout_preparation", "if len(inputs) != 1:",
+              "it runs on candidates only, and a candidate RS passed rules 3-4: four positional "
+              "arguments of which only the first is a node"),
+    Justified("rewrite.py", "check_fresh", "if plan.signature != signature:",
+              "the driver plans each round on the graph as it stands, so its plans are never stale "
+              "(tests/test_rewrite_world.py applies stale plans)"),
+)
 
 
 @dataclass
@@ -69,14 +103,14 @@ class BranchReport:
 @contextlib.contextmanager
 def _planner_debug_log() -> Iterator[None]:
     log = logging.getLogger(planner.__name__)
-    saved = (log.level, log.propagate, list(log.handlers))
+    level, propagate, handlers = log.level, log.propagate, list(log.handlers)
     log.setLevel(logging.DEBUG)
-    log.propagate = False
-    log.handlers = [logging.NullHandler()]
+    log.propagate, log.handlers = False, [logging.NullHandler()]
     try:
         yield
     finally:
-        log.level, log.propagate, log.handlers = saved[0], saved[1], saved[2]
+        log.setLevel(level)  # setLevel, not assignment: it clears the loggers' isEnabledFor cache
+        log.propagate, log.handlers = propagate, handlers
 
 
 def exercise(case: Case, target_name: str = "reference") -> None:
@@ -104,18 +138,22 @@ def _function_at(path: Path, line: int) -> str:
     return min(spans)[1] if spans else "<module>"
 
 
+def _justification(name: str, start: int) -> Justified | None:
+    path = REFERENCE / name
+    function, text = _function_at(path, start), path.read_text().splitlines()[start - 1].strip()
+    return next((j for j in JUSTIFIED if j.file == name and j.function == function and j.line in ("", text)), None)
+
+
 def _report(data: dict) -> BranchReport:
     report = BranchReport()
     for filename, doc in sorted(data["files"].items()):
-        path = Path(filename)
-        name = path.name
+        name = Path(filename).name
         summary = doc["summary"]
         report.files[name] = (summary["covered_branches"], summary["num_branches"])
         for start, end in doc["missing_branches"]:
             arc = (name, start, end)
             report.missed.append(arc)
-            function = _function_at(path if path.is_absolute() else REFERENCE / name, start)
-            entry = next((j for j in JUSTIFIED if j.file == name and j.function == function), None)
+            entry = _justification(name, start)
             if entry is not None:
                 report.justified[arc] = entry
     return report
