@@ -411,7 +411,8 @@ def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
         return None
     wait = _wait_of(case.graph, a)
     view = _wait_of(case.graph, wait) if wait else None
-    if view is None or case.graph.node(view).target not in VIEW_TARGETS:
+    if (view is None or case.graph.node(view).target not in VIEW_TARGETS
+            or edit.index_of(case.graph, view) > edit.index_of(case.graph, b)):
         return None
     node_b = case.graph.node(b)
     clone = edit.fresh_name(case.graph, f"{b}_src")
