@@ -195,6 +195,7 @@ def format_branches(report: BranchReport) -> str:
         lines.append(f"  {name:<16} {taken:>4}/{total:<4} {share:5.1f}%")
     for file, start, end in report.unjustified:
         lines.append(f"  missed {file}:{_arc(start, end)}")
-    for (file, start, end), entry in sorted(report.justified.items()):
-        lines.append(f"  unreachable {file}:{_arc(start, end)} ({entry.function}): {entry.reason}")
+    for entry in dict.fromkeys(report.justified.values()):
+        arcs = [_arc(start, end) for (_, start, end), e in sorted(report.justified.items()) if e is entry]
+        lines.append(f"  unreachable {entry.file} {entry.function} {', '.join(arcs)}: {entry.reason}")
     return "\n".join(lines)
