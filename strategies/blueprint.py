@@ -35,7 +35,6 @@ class ParamDraw:
     reduce_op: str = "avg"
     expert: bool = False
     own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
-    prep: str = "own"  # its RS prep chain, when the blueprint has them (PREP_KINDS)
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,7 @@ class Blueprint:
     overload: str = ""
     device: str = "cuda:0"
     prep_chains: bool = False
+    prep: str = "own"  # how the last parameter's prep chain is tagged (PREP_KINDS); the others own theirs
     batch: int = 4
 
     def params(self) -> list[tuple[str, ParamDraw]]:
@@ -153,7 +153,7 @@ def render(bp: Blueprint) -> GraphSpec:
     for fqn, draw in params:
         source, launch_meta = grads[fqn], {}
         if bp.prep_chains:
-            source, launch_meta = _prep_chain(c, source, fqn, draw.prep)
+            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == params[-1][0] else "own")
         outputs.append(c.reduce_scatter(source, fqn, reduce_op=draw.reduce_op, launch_meta=launch_meta)[1])
     fqns = [fqn for fqn, _ in params]
     return c.finish(outputs, attrs={"state_fqns": fqns, "num_state_inputs": len(fqns),

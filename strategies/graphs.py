@@ -56,8 +56,7 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
         shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
         regather=draw(st.booleans()) if forced_regather is None else forced_regather,
         reduce_op=draw(st.sampled_from(("avg", "sum"))),
-        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0,
-        prep=draw(st.sampled_from(PREP_KINDS)) if draw(st.integers(0, 3)) == 0 else "own")
+        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0)
 
 
 @st.composite
@@ -78,12 +77,13 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         count = draw(st.integers(size.min_params, size.max_params))
         blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size))
                             for _ in range(count)))
+    prep_chains = draw(st.integers(0, 4)) == 0
     return Blueprint(
         blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
         reshard_after_forward=not draw(st.integers(0, 4)) == 0,
         overload=draw(st.sampled_from(("", "default"))),
         device=draw(st.sampled_from(("cuda:0", "cuda:0", "cpu", "meta"))),
-        prep_chains=draw(st.integers(0, 4)) == 0)
+        prep_chains=prep_chains, prep=draw(st.sampled_from(PREP_KINDS)) if prep_chains else "own")
 
 
 @st.composite
