@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import Phase, given, settings
 
+from fsdp_verify.profiles import SLOW_OK
 from fsdp_verify.strategies import fsdp_graphs, graphs_from_modules, mutated_graphs
 
 
@@ -15,7 +16,7 @@ def measure(strategy, examples: int) -> tuple[float, float]:
     nodes = []
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=SLOW_OK)
     @given(strategy)
     def draw(case):
         nodes.append(len(case.graph.nodes))

@@ -192,7 +192,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                   and (config.shrink or p is not hypothesis.Phase.shrink)]
 
         @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
-                  suppress_health_check=list(HealthCheck), print_blob=False)
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=False)
         @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
         @hypothesis.given(_strategy(config, target))
         def fuzz_property(case: Case) -> None:

@@ -262,17 +262,26 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from .strategies import cases
-    from .coverage import format_histogram, reason_histogram
-
+    from .coverage import format_reach, measure, unreached
     from .report.summary import EXPECTED
+    from .strategies import cases
     _target(args.target)
     with _progress(args, "coverage", unit="cases", bad="refused", total=args.examples) as progress:
-        counts = reason_histogram(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target,
-                                  progress=progress.update)
-    print(format_histogram(counts, EXPECTED))
-    missing = [r for action, reasons in EXPECTED.items() for r in reasons if (action, r) not in counts]
-    return 1 if missing else 0
+        reach = measure(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target,
+                        progress=progress.update)
+    print(format_reach(reach, EXPECTED))
+    failures = unreached(reach, EXPECTED) + [f"{a} {r} (unexplained)" for a, r in sorted(reach.unexplained)]
+    if args.branches:
+        try:
+            from .coverage.branches import format_branches, measure_branches
+        except ImportError as exc:
+            raise UsageError(f"--branches needs coverage.py (pip install -e '.[test]'): {exc}") from None
+        report = measure_branches(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target)
+        print(format_branches(report))
+        failures += [f"branch {file}:{start}->{end}" for file, start, end in report.unjustified]
+    if failures:
+        print(f"fsdp-verify: coverage: unreached in {args.examples} examples: {', '.join(failures)}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
@@ -390,11 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
     targets = sub.add_parser("targets", help="list the available targets")
     targets.set_defaults(func=cmd_targets)
 
-    coverage = sub.add_parser("coverage", parents=[shown], help="print the planner decision histogram of the strategies")
+    coverage = sub.add_parser("coverage", parents=[shown], help="planner reasons and sub-conditions the strategies "
+                              "reach (exit 1 naming any unreached)")
     coverage.add_argument("--examples", type=_positive_int, default=2000, help="generated cases")
     coverage.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
     coverage.add_argument("--size", default="tiny", choices=SIZES, help="graph size preset")
     coverage.add_argument("--target", default="reference", help="target whose planner is asked")
+    coverage.add_argument("--branches", action="store_true",
+                          help="also plan and rewrite every case under coverage.py and report the branch "
+                               "coverage of fsdp_verify/reference")
     coverage.set_defaults(func=cmd_coverage)
 
     selftest = sub.add_parser("selftest", parents=[shown], help="fuzz every planted bug and report which checker kills it")

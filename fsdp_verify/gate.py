@@ -26,7 +26,7 @@ def generated_cases(examples: int, seed_value: int) -> list[Case]:
     drawn: list[Case] = []
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @seed(seed_value)
     @given(cases("default", modules=True))
     def collect(case: Case) -> None:

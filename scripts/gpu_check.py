@@ -10,11 +10,12 @@ import argparse
 import time
 
 import torch
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from hypothesis import Phase, given, seed, settings
 
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.execute.world import simulate
 from fsdp_verify.orchestrate import run_target
+from fsdp_verify.profiles import SLOW_OK
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import cases
 
@@ -28,7 +29,7 @@ def main() -> None:
     stats = {"cases": 0, "equal": 0, "seconds": 0.0}
 
     @settings(max_examples=args.examples, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=SLOW_OK)
     @seed(0)
     @given(cases("default", modules=True))
     def check(case):

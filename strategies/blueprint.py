@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from fsdp_verify.graph.compose import Composer
 from fsdp_verify.graph.spec import GraphSpec
 
-VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain")
+VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain", "pair")
+# How a parameter's RS layout-preparation chain is tagged (spec 1.7): its own, owned by another
+# bucket id, through an op a chain may not hold, or read by a node outside the chain.
+PREP_KINDS = ("own", "foreign_owner", "other_op", "shared")
 # The running activation and gradient are clamped to [-BOUND, BOUND] after every step, so no
 # product or sum grows geometrically: with inputs of magnitude <= 1 (execute.inputs), every value
 # stays finite in every float dtype and the numerics oracle judges every output element.
@@ -45,6 +48,7 @@ class Blueprint:
     overload: str = ""
     device: str = "cuda:0"
     prep_chains: bool = False
+    prep: str = "own"  # how the last parameter's prep chain is tagged (PREP_KINDS); the others own theirs
     batch: int = 4
 
     def params(self) -> list[tuple[str, ParamDraw]]:
@@ -65,14 +69,15 @@ def _groups(bp: Blueprint) -> dict:
     return groups
 
 
-def _view_chain(c: Composer, tensor: str, kind: str, backward: bool) -> str:
-    """The consumer's view of a gathered parameter (spec section 1.4: view chains, getitem)."""
+def _view_chain(c: Composer, tensor: str, kind: str, backward: bool, packets: bool = False) -> str:
+    """The consumer's view of a gathered parameter (spec section 1.4: view chains, getitem); with
+    ``packets`` the flat view calls the op packet, as the FSDP pass's targets do."""
     shape = c.shape(tensor)
     half = max(1, shape[0] // 2)
     if kind == "none":
         return tensor
     if kind == "flat":
-        return c.call("aten.view.default", tensor, [-1], backward=backward)
+        return c.call("aten.view" if packets else "aten.view.default", tensor, [-1], backward=backward)
     if kind == "t":
         if len(shape) <= 2:
             return c.call("aten.t.default", tensor, backward=backward)
@@ -88,7 +93,25 @@ def _view_chain(c: Composer, tensor: str, kind: str, backward: bool) -> str:
     if kind == "chain":
         flat = c.call("aten.view.default", tensor, [-1], backward=backward)
         return c.call("aten.reshape.default", flat, [shape[0], -1], backward=backward)
+    if kind == "pair":  # one view reached through two view parents, one reader of two aliases
+        flat = c.call("aten.view.default", tensor, [-1], backward=backward)
+        again = c.call("aten.view_as.default", flat, tensor, backward=backward)
+        return c.call("aten.add.Tensor", again, tensor, backward=backward)
     raise ValueError(f"unknown view kind {kind!r}")
+
+
+def _prep_chain(c: Composer, grad: str, fqn: str, kind: str) -> tuple[str, dict]:
+    """The RS input and launch meta of a tagged prep chain of ``kind`` (PREP_KINDS)."""
+    owner = f"prep:{fqn}"
+    tags = {"fsdp_bucket_prepare": owner}
+    if kind == "other_op":
+        grad = c.call("aten.clone.default", grad, backward=True, meta=tags)
+    elif kind == "shared":
+        grad = c.call("aten.reshape.default", grad, list(c.shape(grad)), backward=True, meta=tags)
+        c.call("aten.neg.default", grad, backward=True)  # a reader outside the chain
+    source = c.call("aten.contiguous.default", grad, backward=False,
+                    meta={**tags, "fsdp_reduce_scatter_prepare": owner})
+    return source, {"fsdp_bucket_id": f"other:{fqn}" if kind == "foreign_owner" else owner}
 
 
 def render(bp: Blueprint) -> GraphSpec:
@@ -107,7 +130,7 @@ def render(bp: Blueprint) -> GraphSpec:
     for fqn, draw in params:
         if bp.reshard_after_forward:
             waits[fqn] = c.all_gather(fqn)[1]
-        view = _view_chain(c, waits[fqn], draw.view, backward=False)
+        view = _view_chain(c, waits[fqn], draw.view, backward=False, packets=not bp.overload)
         scaled = c.call("aten.mul.Tensor", view, h)
         if bp.reshard_after_forward and draw.regather:
             c.free(waits[fqn], fqn=fqn)
@@ -119,7 +142,7 @@ def render(bp: Blueprint) -> GraphSpec:
     for fqn, draw in reversed(params):
         regather = bp.reshard_after_forward and draw.regather
         full = c.all_gather(fqn, backward=True)[1] if regather else waits[fqn]
-        view = _view_chain(c, full, draw.view, backward=True)
+        view = _view_chain(c, full, draw.view, backward=True, packets=not bp.overload)
         contribution = c.call("aten.sum.default", c.call("aten.mul.Tensor", view, g, backward=True), backward=True)
         grads[fqn] = c.call("aten.mul.Tensor", full, g, backward=True)
         if regather:
@@ -130,14 +153,11 @@ def render(bp: Blueprint) -> GraphSpec:
     for fqn, draw in params:
         source, launch_meta = grads[fqn], {}
         if bp.prep_chains:
-            owner = f"prep:{fqn}"
-            source = c.call("aten.contiguous.default", source, backward=False,
-                            meta={"fsdp_bucket_prepare": owner, "fsdp_reduce_scatter_prepare": owner})
-            launch_meta = {"fsdp_bucket_id": owner}
+            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == params[-1][0] else "own")
         outputs.append(c.reduce_scatter(source, fqn, reduce_op=draw.reduce_op, launch_meta=launch_meta)[1])
     fqns = [fqn for fqn, _ in params]
     return c.finish(outputs, attrs={"state_fqns": fqns, "num_state_inputs": len(fqns),
                                     "state_is_param": [True] * len(fqns)})
 
 
-__all__ = ["DTYPES", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]
+__all__ = ["DTYPES", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fsdp_verify.case import Case, PlanArgs
 
 from . import mutations
-from .blueprint import DTYPES, VIEW_KINDS, Blueprint, ParamDraw, render
+from .blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, Blueprint, ParamDraw, render
 
 
 @dataclass(frozen=True)
@@ -78,12 +78,13 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         count = draw(st.integers(size.min_params, size.max_params))
         blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size))
                             for _ in range(count)))
+    prep_chains = draw(st.integers(0, 4)) == 0
     return Blueprint(
         blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
         reshard_after_forward=not draw(st.integers(0, 4)) == 0,
         overload=draw(st.sampled_from(("", "default"))),
         device=draw(st.sampled_from(("cuda:0", "cuda:0", "cpu", "meta"))),
-        prep_chains=draw(st.integers(0, 4)) == 0)
+        prep_chains=prep_chains, prep=draw(st.sampled_from(PREP_KINDS)) if prep_chains else "own")
 
 
 @st.composite
@@ -114,15 +115,20 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
                 label="fsdp_graphs")
 
 
-MUTATION_KINDS = ("skip", "split", "singleton", "args")
-MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "args": 1}  # skip has the most reasons
+MUTATION_KINDS = ("skip", "split", "singleton", "fusion", "args")
+# skip has the most reasons; args has 13 variants whose error branches only it reaches
+MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "fusion": 1, "args": 2}
+# Reasons that skip every launch of a case come only from mutated_graphs (hazard_graphs plants
+# per-launch defects), and the parallel-mode rule has several values to reach: they weigh more.
+SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2}
 
 
 @st.composite
 def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...] = MUTATION_KINDS,
                    reason: Optional[str] = None, **kwargs) -> Case:
-    """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args);
-    ``reason`` pins the skip reason (a planted bug in one rule is hunted with it)."""
+    """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args), or
+    one fusion the rewriter must handle with care; ``reason`` pins the skip reason (a planted bug in
+    one rule is hunted with it)."""
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
     kind = "skip" if reason else draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
@@ -130,11 +136,13 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
     if kind == "skip":
-        reason = reason or draw(st.sampled_from(sorted(mutations.SKIP_MUTATIONS)))
+        reason = reason or draw(st.sampled_from([r for r in sorted(mutations.SKIP_MUTATIONS)
+                                                 for _ in range(SKIP_WEIGHTS.get(r, 1))]))
         variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
-        table = mutations.SPLIT_MUTATIONS if kind == "split" else mutations.SINGLETON_MUTATIONS
+        table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
+                 "fusion": mutations.FUSION_MUTATIONS}[kind]
         reason = draw(st.sampled_from(sorted(table)))
         variant = draw(st.sampled_from(table[reason]))
         sites = mutations.sibling_pairs(case.graph)
@@ -150,7 +158,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
 
 
 @st.composite
-def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kwargs) -> Case:
+def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 8, **kwargs) -> Case:
     """A valid graph with several planted hazards (barriers, foreign collectives and frees, phase
     flips, late sources, broken tags) at distinct sites: more chances per example to trip a
     buggy planner; shrinking then removes the hazards that do not matter."""
@@ -164,8 +172,7 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kw
             variant = draw(st.sampled_from(mutations.SPLIT_MUTATIONS[reason]))
             sites = mutations.sibling_pairs(case.graph)
         else:
-            reason = draw(st.sampled_from(sorted(r for r in mutations.SKIP_MUTATIONS if r not in _GLOBAL_SKIPS)))
-            variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+            reason, variant = draw(st.sampled_from(_HAZARD_SKIPS))
             sites = mutations.launches(case.graph)
         sites = [s for s in sites if mutations.fits(variant, case, s)
                  and not used & set(s if isinstance(s, tuple) else (s,))]
@@ -181,6 +188,10 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 4, **kw
 
 
 _GLOBAL_SKIPS = {"unsupported_parallel_mode", "outside_module_plan", "unknown_process_group"}
+# One draw over every variant (one per branch of a rule), not reason then variant: a hazard case
+# plants several, so each branch of the rules with many (identity, shapes) is reached often.
+_HAZARD_SKIPS = [(reason, variant) for reason in sorted(mutations.SKIP_MUTATIONS) if reason not in _GLOBAL_SKIPS
+                 for variant in mutations.SKIP_MUTATIONS[reason]]
 
 
 def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchStrategy[Case]:

@@ -10,6 +10,7 @@ Mutations return None where a site does not fit (the strategy then picks another
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import replace
 from typing import Callable, Optional
 
@@ -54,8 +55,26 @@ def wrong_op_for_kind(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_type=other)
 
 
-def phase_mismatch(case: Case, launch: str) -> Case:
-    return _set(case, launch, autograd_backward=_kind(case, launch) == "fsdp_all_gather" or edit.DROP)
+def tagged_placeholder(case: Case, launch: str) -> Optional[Case]:
+    """The launch's tags copied onto its source parameter: a tagged node that is no call at all."""
+    source = case.graph.node(launch).args[0]
+    if not isinstance(source, NodeRef) or case.graph.node(source.name).op != "placeholder":
+        return None
+    tags = {k: v for k, v in case.graph.node(launch).meta.items() if k != "autograd_backward"}
+    return _set(case, source.name, **tags)
+
+
+def forward_gather_tagged_backward(case: Case, launch: str) -> Case:
+    return _set(case, launch, autograd_backward=True)
+
+
+def backward_gather_untagged(case: Case, launch: str) -> Case:
+    return _set(case, launch, autograd_backward=edit.DROP)
+
+
+def reduce_scatter_untagged(case: Case, launch: str) -> Case:
+    """An RS left in the forward phase (spec 1.4: required by the planner, not seen in public code)."""
+    return _set(case, launch, autograd_backward=edit.DROP)
 
 
 def kwargs_signature(case: Case, launch: str) -> Case:
@@ -64,17 +83,35 @@ def kwargs_signature(case: Case, launch: str) -> Case:
     return replace(case, graph=graph)
 
 
+def extra_positional(case: Case, launch: str) -> Case:
+    """One positional argument too many (the group name again; executors bind by schema position)."""
+    node = case.graph.node(launch)
+    return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args, node.args[-1])))
+
+
 def unknown_group(case: Case, launch: str) -> Case:
     """The planner is not told about the launch's group (the graph still runs on it)."""
     group = case.graph.node(launch).args[-1]
     return case.with_args(omit_groups=(*case.plan_args.omit_groups, group))
 
 
+def _degree(case: Case, launch: str, degree: object) -> Case:
+    node = case.graph.node(launch)
+    return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args[:-2], degree, node.args[-1])))
+
+
 def group_size_mismatch(case: Case, launch: str) -> Case:
     """The degree argument disagrees with the group (executors resolve groups by name)."""
-    node = case.graph.node(launch)
-    args = (*node.args[:-2], node.args[-2] * 2, node.args[-1])
-    return replace(case, graph=edit.update_node(case.graph, launch, args=args))
+    return _degree(case, launch, case.graph.node(launch).args[-2] * 2)
+
+
+def degree_bool(case: Case, launch: str) -> Case:
+    """A degree of True: an int to Python, not a plain int to the planner."""
+    return _degree(case, launch, True)
+
+
+def degree_one(case: Case, launch: str) -> Case:
+    return _degree(case, launch, 1)
 
 
 def group_meta_mismatch(case: Case, launch: str) -> Case:
@@ -85,8 +122,43 @@ def missing_identity(case: Case, launch: str) -> Case:
     return _set(case, launch, state_idx=True)
 
 
+def no_param_name(case: Case, launch: str) -> Case:
+    """A launch the identity annotator never reached (spec 1.4 step 4)."""
+    return _set(case, launch, param_name=edit.DROP)
+
+
+def empty_param_name(case: Case, launch: str) -> Case:
+    return _set(case, launch, param_name="")
+
+
+def no_state_idx(case: Case, launch: str) -> Case:
+    """A backward re-gather of the public pass, which lacks ``state_idx`` (spec 1.4 step 4)."""
+    return _set(case, launch, state_idx=edit.DROP)
+
+
+def negative_state_idx(case: Case, launch: str) -> Case:
+    return _set(case, launch, state_idx=-1)
+
+
 def dynamic_shape(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, input_shape=("s0", 4))
+
+
+def _bad_shape(field: str, how: str) -> Callable[[Case, str], Case]:
+    """One way a spec shape fails rule 8: not a sequence, empty, a symbolic dim or a dim <= 0."""
+
+    def mutate(case: Case, launch: str) -> Case:
+        shape = tuple(case.graph.node(launch).meta["fsdp_bucket_spec"][field])
+        value = {"scalar": math.prod(shape), "empty": (), "symbolic": (*shape[:-1], "s0"),
+                 "zero": (0, *shape[1:])}[how]
+        return _spec_meta(case, launch, **{field: value})
+
+    mutate.__name__ = mutate.__qualname__ = f"{field}_{how}"
+    return mutate
+
+
+BAD_SHAPES = tuple(_bad_shape(field, how) for field in ("input_shape", "output_shape")
+                   for how in ("scalar", "empty", "symbolic", "zero") if (field, how) != ("input_shape", "symbolic"))
 
 
 def missing_spec(case: Case, launch: str) -> Case:
@@ -97,8 +169,18 @@ def unsupported_dtype(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, dtype=torch.int32)
 
 
+def dtype_name(case: Case, launch: str) -> Case:
+    """The dtype's name where a ``torch.dtype`` belongs."""
+    return _spec_meta(case, launch, dtype=str(case.graph.node(launch).meta["fsdp_bucket_spec"]["dtype"]))
+
+
 def unknown_device(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, device="npu:0")
+
+
+def device_object(case: Case, launch: str) -> Case:
+    """A ``torch.device`` where the spec wants its string."""
+    return _spec_meta(case, launch, device=torch.device("cpu"))
 
 
 def bad_dim0(case: Case, launch: str) -> Case:
@@ -112,6 +194,26 @@ def double_wait(case: Case, launch: str) -> Case:
     node = case.graph.node(wait)
     extra = NodeSpec(name, "call_function", node.target, (NodeRef(launch),), {}, dict(node.meta))
     return replace(case, graph=edit.insert_after(case.graph, wait, [extra]))
+
+
+def unwaited_name(launch: str) -> str:
+    """The launch ``unwaited_launch`` adds for ``launch``."""
+    return f"{launch}_unwaited"
+
+
+def unwaited_launch(case: Case, launch: str) -> Optional[Case]:
+    """A second launch of the same collective, read by a barrier call instead of a wait.
+
+    It sits just before the output, after every other launch, so no bucket span holds the barrier.
+    """
+    node = case.graph.node(launch)
+    output = case.graph.nodes[-1].name
+    name = unwaited_name(launch)
+    if name in {n.name for n in case.graph.nodes}:
+        return None
+    nodes = [NodeSpec(name, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta)),
+             edit.call(edit.fresh_name(case.graph, f"{name}_read"), BARRIER, NodeRef(name), meta=_phase(case, launch))]
+    return replace(case, graph=edit.insert_before(case.graph, output, nodes))
 
 
 def unused_name(launch: str) -> str:
@@ -155,8 +257,18 @@ def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, output.name, args=(outs,)))
 
 
+# Parallel modes the planner must refuse: pipeline stages, and every data-parallel mode but the exact
+# string "fsdp" (aliases and other spellings are not normalised, spec 2.5 rule 0).
+PP_DEGREES = (2, 0)
+DP_MODES = ("hsdp", "ddp", "FSDP", "")
+PARALLEL_MODES = (*({"pp_degree": v} for v in PP_DEGREES), *({"dp_mode": m} for m in DP_MODES))
+
+
 def parallel_mode(case: Case, launch: str) -> Case:
-    return case.with_args(dp_mode="hsdp")
+    """One of ``PARALLEL_MODES``, picked by a hash of the launch's name and the graph's size: drawing
+    a site draws a mode (a hash, not the position: small positions are drawn far more often)."""
+    key = f"{launch}/{len(case.graph.nodes)}".encode()
+    return case.with_args(**PARALLEL_MODES[zlib.crc32(key) % len(PARALLEL_MODES)])
 
 
 def outside_plan(case: Case, launch: str) -> Case:
@@ -165,18 +277,19 @@ def outside_plan(case: Case, launch: str) -> Case:
 
 SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
     "unsupported_parallel_mode": (parallel_mode,),
-    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind),
-    "phase_mismatch": (phase_mismatch,),
-    "unsupported_signature": (kwargs_signature,),
+    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind, tagged_placeholder),
+    "phase_mismatch": (forward_gather_tagged_backward, backward_gather_untagged, reduce_scatter_untagged),
+    "unsupported_signature": (kwargs_signature, extra_positional),
     "unknown_process_group": (unknown_group,),
-    "group_size_mismatch": (group_size_mismatch,),
+    "group_size_mismatch": (group_size_mismatch, degree_bool, degree_one),
     "group_metadata_mismatch": (group_meta_mismatch,),
-    "missing_parameter_identity": (missing_identity,),
-    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec),
-    "unsupported_dtype": (unsupported_dtype,),
-    "unknown_device": (unknown_device,),
+    "missing_parameter_identity": (missing_identity, no_param_name, empty_param_name, no_state_idx,
+                                   negative_state_idx),
+    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec, *BAD_SHAPES),
+    "unsupported_dtype": (unsupported_dtype, dtype_name),
+    "unknown_device": (unknown_device, device_object),
     "invalid_dim0_layout": (bad_dim0,),
-    "unsupported_wait_users": (double_wait,),
+    "unsupported_wait_users": (double_wait, unwaited_launch),
     "no_consumer": (unused_gather,),
     "unsupported_reduce_op": (bad_reduce_op,),
     "non_output_rs_consumer": (rs_extra_consumer,),
@@ -193,6 +306,10 @@ def _size_bytes(node: NodeSpec) -> int:
 
 def repeated_state_idx(case: Case, a: str, b: str) -> Case:
     return _set(case, b, state_idx=case.graph.node(a).meta["state_idx"])
+
+
+def repeated_param_name(case: Case, a: str, b: str) -> Case:
+    return _set(case, b, param_name=case.graph.node(a).meta["param_name"])
 
 
 def capacity(case: Case, a: str, b: str) -> Case:
@@ -273,7 +390,7 @@ def phase_flip_between(case: Case, a: str, b: str) -> Case:
 
 
 SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "repeated_parameter_instance": (repeated_state_idx,),
+    "repeated_parameter_instance": (repeated_state_idx, repeated_param_name),
     "capacity": (capacity, capacity_boundary),
     "input_distance": (input_distance,),
     "consumer_distance": (consumer_distance,),
@@ -285,17 +402,46 @@ SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
 SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,)}
 
 
+# -- fusions the rewriter must get right: (case, a, b) -> case that still buckets a with b ---------
+
+def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
+    """B gathers a copy made after A's first view but before A's first real consumer: the pair still
+    fuses, and the fused launch goes after that copy, so A's view must move past it (spec 4.2)."""
+    if _kind(case, b) == RS_KIND:
+        return None
+    wait = _wait_of(case.graph, a)
+    view = _wait_of(case.graph, wait) if wait else None
+    if (view is None or case.graph.node(view).target not in VIEW_TARGETS
+            or edit.index_of(case.graph, view) > edit.index_of(case.graph, b)):
+        return None
+    node_b = case.graph.node(b)
+    clone = edit.fresh_name(case.graph, f"{b}_src")
+    graph = edit.insert_after(case.graph, view, [edit.call(clone, "aten.clone.default", node_b.args[0],
+                                                           meta=_phase(case, b))])
+    return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
+
+
+VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
+                          "aten.slice.Tensor", "aten.unsqueeze.default"})
+FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,)}
+
+
 # -- sites ---------------------------------------------------------------------------------
 
-RS_ONLY = frozenset({bad_reduce_op, rs_extra_consumer})
-AG_ONLY = frozenset({unused_gather, late_source})
+# Variants that only exist for some launch kinds (every other variant fits any launch).
+SITE_KINDS: dict[Callable, frozenset[str]] = {
+    **dict.fromkeys((bad_reduce_op, rs_extra_consumer, reduce_scatter_untagged), frozenset({RS_KIND})),
+    **dict.fromkeys((unused_gather, late_source, tagged_placeholder, source_after_view),
+                    frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
+    forward_gather_tagged_backward: frozenset({"fsdp_all_gather"}),
+    backward_gather_untagged: frozenset({"fsdp_all_gather_backward"}),
+}
 
 
 def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
-    """Whether ``variant`` can act on ``site`` (some defects only exist for AG or for RS)."""
+    """Whether ``variant`` can act on ``site`` (some defects only exist for some launch kinds)."""
     launch = site[-1] if isinstance(site, tuple) else site
-    is_rs = _kind(case, launch) == RS_KIND
-    return not ((variant in RS_ONLY and not is_rs) or (variant in AG_ONLY and is_rs))
+    return variant not in SITE_KINDS or _kind(case, launch) in SITE_KINDS[variant]
 
 
 def _site_key(node: NodeSpec) -> tuple:
@@ -307,8 +453,8 @@ def _site_key(node: NodeSpec) -> tuple:
 
 
 def launches(spec: GraphSpec) -> list[str]:
-    """Every tagged launch: the sites of skip mutations."""
-    return [node.name for node in edit.tagged_launches(spec)]
+    """Every tagged call (a tagged placeholder is no launch): the sites of skip mutations."""
+    return [node.name for node in edit.tagged_launches(spec) if node.op == "call_function"]
 
 
 def sibling_pairs(spec: GraphSpec) -> list[tuple[str, str]]:
@@ -316,6 +462,8 @@ def sibling_pairs(spec: GraphSpec) -> list[tuple[str, str]]:
     last: dict[tuple, str] = {}
     pairs = []
     for node in edit.tagged_launches(spec):
+        if node.op != "call_function":
+            continue
         key = _site_key(node)
         if key in last:
             pairs.append((last[key], node.name))

@@ -182,9 +182,12 @@ def test_gate_passes_for_reference_and_fails_for_a_broken_candidate(tmp_path):
     assert "cases whose plans differ" in broken.stdout
 
 
-def test_coverage_command_prints_the_histogram():
-    out = cli("coverage", "--examples", "40")
-    assert "unreached skip" in out.stdout and out.returncode in (0, 1)
+def test_coverage_command_fails_loudly_naming_what_is_unreached():
+    out = cli("coverage", "--examples", "5")
+    assert "missing_parameter_identity" in out.stdout and "param_name_empty" in out.stdout  # per sub-condition
+    assert "pp_degree values:" in out.stdout and "dp_mode values:" in out.stdout
+    assert out.returncode == 1
+    assert "unreached in 5 examples:" in out.stderr and "/" in out.stderr.split("examples:")[1]
 
 
 def test_corpus_save_is_atomic_and_deduplicated(tmp_path):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from fsdp_verify.execute.world import simulate
 from fsdp_verify.orchestrate import run_target
+from fsdp_verify.profiles import SLOW_OK
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import MODELS, fsdp_module_graph, graphs_from_modules
 
@@ -37,7 +38,7 @@ def test_tied_weights_are_one_parameter_gathered_once_per_phase():
     assert "head.weight" not in {p.fqn for p in case.graph.params}
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, suppress_health_check=SLOW_OK)
 @given(graphs_from_modules())
 def test_graphs_from_modules_run_in_the_simulated_world(case):
     run = simulate(case, {r: m for r, m in run_target(get_target("reference"), case).originals.items()})

@@ -10,7 +10,6 @@ from fsdp_verify.strategies import mutations
 from support import decision_for, plan, two_block_case
 
 GLOBAL_SKIPS = {"unsupported_parallel_mode", "outside_module_plan", "unknown_process_group"}
-RS_ONLY = {"unsupported_reduce_op", "non_output_rs_consumer"}
 
 
 def _skip_params():
@@ -27,11 +26,12 @@ def test_catalogue_covers_every_skip_reason():
 @pytest.mark.parametrize("reason,mutate", list(_skip_params()))
 def test_skip_reason(reason, mutate):
     case = two_block_case()
-    kind = "fsdp_reduce_scatter" if reason in RS_ONLY else "fsdp_all_gather"
-    launch = next(n.name for n in case.graph.nodes if n.meta.get("comm_type") == kind)
+    launch = next(name for name in mutations.launches(case.graph) if mutations.fits(mutate, case, name))
     mutated = mutate(case, launch)
     assert mutated is not None
-    target = mutations.unused_name(launch) if mutate is mutations.unused_gather else launch
+    added = {mutations.unused_gather: mutations.unused_name, mutations.unwaited_launch: mutations.unwaited_name,
+             mutations.tagged_placeholder: lambda name: case.graph.node(name).args[0].name}
+    target = added[mutate](launch) if mutate in added else launch
     result = plan(mutated)
     decision = decision_for(result, target, "skip")
     assert decision == {"node": target, "action": "skip", "reason": reason}

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 
 from fsdp_verify.checks import ERROR
 from fsdp_verify.orchestrate import check_all
+from fsdp_verify.profiles import SLOW_OK
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import cases
 
 
-@settings(suppress_health_check=list(HealthCheck), deadline=None)
+@settings(suppress_health_check=SLOW_OK, deadline=None)
 @given(cases("default", modules=True))
 def test_reference_target_passes_all_checkers(case):
     findings, _ = check_all(get_target("reference"), case)

@@ -3,32 +3,32 @@
 from __future__ import annotations
 
 import hypothesis
-from hypothesis import HealthCheck, Phase, find, given, settings
+from hypothesis import Phase, find, given, settings
 
 from fsdp_verify.execute.world import build_world, simulate
+from fsdp_verify.profiles import SLOW_OK
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import Size, cases, fsdp_graphs
-from fsdp_verify.coverage import format_histogram, reason_histogram
+from fsdp_verify.coverage import format_reach, measure, unreached
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
             "singleton": ("oversized",)}
 
 
-def test_2000_examples_reach_every_reachable_reason():
-    counts = reason_histogram(cases("tiny"), examples=2000, seed=0)
-    print(format_histogram(counts, EXPECTED))
-    assert counts[("cases", "total")] == 2000
-    for action, reasons in EXPECTED.items():
-        missing = [r for r in reasons if (action, r) not in counts]
-        assert not missing, f"unreached {action} reasons: {missing}"
-    assert ("split", "incompatible_key") not in counts  # unreachable from plan_fsdp_buckets (spec 2.7)
+def test_2000_examples_reach_every_reason_and_sub_condition():
+    reach = measure(cases("tiny"), examples=2000, seed=0)
+    print(format_reach(reach, EXPECTED))
+    assert reach.cases == 2000
+    assert not unreached(reach, EXPECTED)
+    assert not reach.unexplained  # every decision is explained by a sub-condition of its reason
+    assert ("split", "incompatible_key") not in reach.decisions  # unreachable from plan_fsdp_buckets (spec 2.7)
 
 
 _fused = {"cases": 0, "fused": 0}
 
 
-@settings(max_examples=30, suppress_health_check=list(HealthCheck), deadline=None)
+@settings(max_examples=30, suppress_health_check=SLOW_OK, deadline=None)
 @given(fsdp_graphs("default"))
 def test_valid_graphs_build_lint_and_run(case):
     modules = build_world(case)
@@ -45,7 +45,7 @@ def test_most_valid_graphs_have_multi_member_buckets():
     counted = {"cases": 0, "fused": 0}
 
     # Drawn, not shrunk or replayed: the share of what a campaign generates (fixed seed).
-    @settings(max_examples=100, database=None, suppress_health_check=list(HealthCheck), deadline=None,
+    @settings(max_examples=100, database=None, suppress_health_check=SLOW_OK, deadline=None,
               phases=[Phase.generate])
     @hypothesis.seed(0)
     @given(fsdp_graphs("default"))
@@ -68,7 +68,7 @@ def _has_fused_rs(case) -> bool:
 def test_planted_failure_shrinks_to_a_small_graph():
     # A planted "bug": the property fails whenever an RS bucket has two or more members.
     found = find(fsdp_graphs(Size(max_blocks=8, max_params=6)), _has_fused_rs,
-                 settings=settings(max_examples=500, database=None, suppress_health_check=list(HealthCheck),
+                 settings=settings(max_examples=500, database=None, suppress_health_check=SLOW_OK,
                                    deadline=None))
     print(f"shrunk to {len(found.graph.nodes)} nodes, groups {dict(found.graph.groups)}")
     assert len(found.graph.nodes) <= 60

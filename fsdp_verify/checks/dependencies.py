@@ -38,13 +38,16 @@ def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
     return findings
 
 
-def _unwaited_reads(module: fx.GraphModule) -> list[Finding]:
+def _unwaited_reads(module: fx.GraphModule, orig: fx.GraphModule) -> list[Finding]:
+    """Launch results read by anything but a wait, unless the original graph already read them so
+    (a launch the planner skipped for its users is left as it was: spec 2.5 rule 12, 5.3 item 8)."""
+    before = {(node.name, user.name) for node in orig.graph.nodes if is_launch(node) for user in node.users}
     findings = []
     for node in module.graph.nodes:
         if not is_launch(node):
             continue
         for user in node.users:
-            if not is_wait(user):
+            if not is_wait(user) and (node.name, user.name) not in before:
                 findings.append(Finding(NAME, f"{user.name!r} reads collective {node.name!r} without waiting "
                                                  f"for it", nodes=(node.name, user.name)))
     return findings
@@ -74,7 +77,7 @@ def check_dependencies(ctx: CheckContext) -> list[Finding]:
         names = by_name(new)
         rank_findings = (
             _lost_nodes(orig, names) + _edges(orig, names)
-            + _unwaited_reads(new) + reads_after_free(new))
+            + _unwaited_reads(new, orig) + reads_after_free(new))
         findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
                         for f in rank_findings)
         if findings:
