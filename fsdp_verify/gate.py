@@ -47,7 +47,7 @@ def stored_cases(database: ExampleDatabase, limit: int = 1000) -> list[Case]:
     found: list[Case] = []
 
     @settings(max_examples=limit, database=ReadOnlyDatabase(database), phases=[Phase.reuse], deadline=None,
-              suppress_health_check=list(HealthCheck))
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @given(cases("default", modules=True))
     def collect(case: Case) -> None:
         found.append(case)

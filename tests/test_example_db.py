@@ -101,7 +101,8 @@ def test_a_gate_reads_what_a_default_campaign_stored(tmp_path):
     from fsdp_verify.strategies import cases
     database = DirectoryBasedExampleDatabase(tmp_path)
 
-    @settings(database=database, max_examples=1, phases=[Phase.generate], suppress_health_check=list(HealthCheck),
+    @settings(database=database, max_examples=1, phases=[Phase.generate],
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
               deadline=None)
     @given(cases("default", modules=True))
     def nightly_finds_a_bug(case):
