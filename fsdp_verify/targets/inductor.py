@@ -10,6 +10,7 @@ These passes produce no reference-format plan: the plan-independent checkers jud
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from dataclasses import replace
 from typing import Any, Iterator
 
@@ -149,6 +150,9 @@ class TorchInductorTarget(Target):
             found.append("storage frees or effect barriers (post-grad graphs are functional)")
         if any(n.target.startswith("_c10d_functional.") and "group_name" in n.kwargs for n in case.graph.nodes):
             found.append("group_name passed by keyword (make_fx passes it positionally)")
+        waited = Counter(n.inputs()[0] for n in case.graph.nodes if "wait_tensor" in n.target and n.inputs())
+        if any(count > 1 for count in waited.values()):
+            found.append("a launch with several waits (make_fx emits one wait per launch)")
         return found
 
     def _bucket(self, module: fx.GraphModule) -> None:
