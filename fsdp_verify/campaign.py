@@ -231,11 +231,11 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                 if signature in result.signatures or signature in pending:
                     result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
                     return
+                if result.first_failure is None:
+                    result.first_failure = (result.examples, time.monotonic() - start)
                 if classify(target, case, tuple(sorted({f.checker for f in errors})))[0] in (MISMATCH, INVALID_INPUT):
                     _record(config, target, result, case, errors)  # not the target's bug: kept as found, not shrunk
                     return
-                if result.first_failure is None:
-                    result.first_failure = (result.examples, time.monotonic() - start)
                 failing.update(case=case, findings=errors, signature=signature,
                                checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
                 _fail(signature)

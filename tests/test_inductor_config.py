@@ -93,3 +93,13 @@ def test_only_bugs_fail_the_junit_report_and_the_summary_counts_each_class():
     xml = junit_xml(result, "torch-inductor")
     assert 'failures="1"' in xml and 'skipped="2"' in xml and "[contract mismatch]" in xml
     assert "1 bugs, 1 contract mismatch, 1 defect candidate, 1 invalid input" in summary_text(result, "t")
+
+
+def test_a_planner_target_is_judged_on_malformed_collectives_too():
+    # The spec tells a planner to skip a collective whose size argument is not its group's size:
+    # a reference-format target failing there has a bug, never "invalid input".
+    case = two_block_case()
+    node = next(n for n in case.graph.nodes if "all_gather" in n.target)
+    bad = replace(case, graph=case.graph.with_nodes([replace(n, args=(n.args[0], 3, n.args[2])) if n is node else n
+                                                     for n in case.graph.nodes]))
+    assert classify(get_target("mutant:avg_twice"), bad, ("numerics",))[0] == "defect"
