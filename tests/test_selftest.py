@@ -19,7 +19,7 @@ def test_there_are_at_least_twenty_planted_bugs_each_meant_for_a_registered_chec
 @pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_planted_bug_is_killed(name, tmp_path):
     # A kill is the first failing example; shrinking (what `fsdp-verify selftest` adds) is skipped
-    # here so 23 hunts fit the CI budget.
+    # here so the 58 hunts fit the CI budget.
     kill = hunt(name, BUDGET, seed=0, corpus_dir=str(tmp_path), shrink=False)
     print(format_table([kill]))
     assert kill.outcome == "intended", (f"planted bug {name}: {kill.outcome} (checkers {kill.checkers}, meant "
