@@ -12,6 +12,7 @@ records what the fused launch really sends (spec 2.10 offset rule, rank-major fo
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Optional
 
@@ -23,7 +24,6 @@ from ..execute.world import simulate
 from .findings import CheckContext, Finding
 from .graph_facts import FSDP_KINDS
 from .layout import IdentityCodes
-from .refinement import refine
 from .registry import Checker
 
 NAME = "conformance"
@@ -43,9 +43,9 @@ def applied_buckets(plans: list) -> list[dict]:
             if bucket["fusable"] and bucket["members"][0]["kind"] in kinds]
 
 
-def _launches(original: fx.GraphModule, rewritten: fx.GraphModule) -> dict[str, list[fx.Node]]:
+def _launches(ctx: CheckContext, rank: int) -> dict[str, list[fx.Node]]:
     """New launch of the rewrite -> the original tagged launches whose values it now delivers."""
-    return {name: nodes for name, nodes in refine(original, rewritten).members.items()
+    return {name: nodes for name, nodes in ctx.refinement(rank).members.items()
             if all(n.meta.get("comm_type") in FSDP_KINDS for n in nodes)}
 
 
@@ -64,10 +64,8 @@ def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
     rs = first["kind"] == "fsdp_reduce_scatter"
     packed = sum(m["local_numel"] for m in bucket["members"])
     numel = packed * degree if rs else packed
-    sent = 1
-    for dim in record.shape:
-        sent *= dim
-    itemsize = torch.empty((), dtype=getattr(torch, record.dtype.split(".")[-1])).element_size()
+    sent = math.prod(record.shape)
+    itemsize = getattr(torch, record.dtype.split(".")[-1]).itemsize
     facts = [("op", OPS[first["kind"]], record.op), ("group", first["group"], record.group),
              ("reduce op", first["reduce_op"], record.reduce_op if rs else None),
              ("dtype", first["dtype"], record.dtype), ("elements sent", numel, sent),
@@ -127,7 +125,7 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
     findings: list[Finding] = []
     matched: dict[int, list[tuple[dict, str, list[fx.Node]]]] = {}
     for rank in sorted(ctx.plans):
-        launches = _launches(ctx.original[rank], ctx.rewritten[rank])
+        launches = _launches(ctx, rank)
         records = {record.node: record for record in run.streams.get(rank, [])}
         used: set[str] = set()
         for bucket in applied_buckets(ctx.plans[rank]):

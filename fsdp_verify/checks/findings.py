@@ -12,6 +12,7 @@ from ..case import Case
 from ..execute.simulated import SimulationError, WorldRun
 from ..execute.world import simulate
 from ..targets.outcome import TargetRun
+from .refinement import Refinement, refine
 
 ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
 
@@ -41,6 +42,7 @@ class CheckContext:
     target: Any = None
     metrics: dict = field(default_factory=dict)  # figures checkers report besides findings
     skipped: dict = field(default_factory=dict)  # checker name -> why it could not judge this case
+    _refinements: dict = field(default_factory=dict, repr=False)
 
     @property
     def case(self) -> Case:
@@ -62,6 +64,13 @@ class CheckContext:
     def has_planner(self) -> bool:
         """Whether the target produces reference-format plans (the plan contracts bind it)."""
         return self.target is not None and self.target.has_planner
+
+    def refinement(self, rank: int) -> Refinement:
+        """The refinement map of ``rank``'s rewrite onto its original, computed once per case
+        (the ordering and conformance checkers and the picture all read it)."""
+        if rank not in self._refinements:
+            self._refinements[rank] = refine(self.original[rank], self.rewritten[rank])
+        return self._refinements[rank]
 
     @cached_property
     def original_sim(self) -> WorldRun | SimulationError | Exception:

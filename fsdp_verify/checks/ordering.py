@@ -29,7 +29,7 @@ from torch import fx
 
 from .findings import CheckContext, Finding
 from .graph_facts import FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, rs_prep_chain
-from .refinement import Refinement, Skeleton, group_of, interval_nodes, launch_of, phase, refine
+from .refinement import Refinement, Skeleton, group_of, interval_nodes, launch_of, phase
 from .registry import Checker
 from .schedule import Event, find_deadlock
 
@@ -211,9 +211,8 @@ def _fingerprint(module: fx.GraphModule) -> str:
 
 
 def _rank_findings(ctx: CheckContext, rank: int) -> list[Finding]:
-    original, rewritten = ctx.original[rank], ctx.rewritten[rank]
-    sk = Skeleton.of(original)
-    ref = refine(original, rewritten)
+    sk = Skeleton.of(ctx.original[rank])
+    ref = ctx.refinement(rank)
     if ref.unmapped:
         ctx.metrics.setdefault("ordering", {})[f"rank {rank} unmapped collectives"] = len(ref.unmapped)
     rules = [_effect_order, _intervals, _fused_windows, _group_order, _phase_order]

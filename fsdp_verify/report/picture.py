@@ -14,7 +14,8 @@ from torch import fx
 
 from ..checks import CheckContext, Finding
 from ..checks.graph_facts import has_effect
-from ..checks.refinement import refine
+from ..graph.ops import target_name
+from ..graph.values import SpecError
 
 PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd")
 MAX_NODES = 600
@@ -35,7 +36,7 @@ def _buckets(ctx: CheckContext) -> list[tuple[str, list[str], Optional[str]]]:
     first = min(ctx.run.originals)
     found: list[tuple[str, list[str], Optional[str]]] = []
     if ctx.run.rewritten:
-        members = refine(ctx.run.originals[first], ctx.run.rewritten[first]).members
+        members = ctx.refinement(first).members
         for launch, originals in sorted(members.items()):
             names = [str(n.meta.get("param_name", n.name)) for n in originals]
             found.append((f"fused {launch}: {', '.join(names)}", [n.name for n in originals], launch))
@@ -52,13 +53,14 @@ def _buckets(ctx: CheckContext) -> list[tuple[str, list[str], Optional[str]]]:
 
 
 def _node(prefix: str, node: fx.Node, colour: Optional[str], marks: set[str], diverged: Optional[str]) -> str:
-    target = node.op if node.op != "call_function" else getattr(node.target, "__name__", None) \
-        if callable(node.target) and not hasattr(node.target, "_schema") and not hasattr(node.target, "_qualified_op_name") \
-        else str(node.target)
-    attrs = [f"label={_quote(node.name + chr(10) + str(target))}"]
+    try:
+        target = target_name(node.target) if node.op == "call_function" else node.op
+    except SpecError:  # a target no graph description names (one a target under test inserted)
+        target = getattr(node.target, "__name__", str(node.target))
+    attrs = [f"label={_quote(node.name + chr(10) + target)}"]
     if colour:
         attrs.append(f"style=filled fillcolor={_quote(colour)}")
-    if "c10d" in str(target):
+    if "c10d" in target:
         attrs.append("shape=box")
     elif has_effect(node):
         attrs.append("shape=octagon")

@@ -77,6 +77,11 @@ DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}
 _HARNESS_ONLY = ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
 
 
+def _packet(target: str) -> bool:
+    """A c10d op called through its packet (the FSDP pass's form), not a ``.default`` overload."""
+    return target.startswith("_c10d_functional.") and target.count(".") == 1
+
+
 def _pins(mode: str, entry: str) -> dict[str, Any]:
     """``torch-inductor:MODE@ENTRY`` as the options it fixes (``coalesced`` is a pass mode that no
     config literal names: pinning it is a direct-call configuration)."""
@@ -129,7 +134,7 @@ class TorchInductorTarget(Target):
             if node.name not in kept:
                 continue
             target, args, kwargs = node.target, node.args, dict(node.kwargs)
-            if target.startswith("_c10d_functional.") and target.count(".") == 1:
+            if _packet(target):
                 target += ".default"
             if target.startswith("_c10d_functional.") and "group_name" in kwargs:
                 args = (*args, kwargs.pop("group_name"))
@@ -144,7 +149,7 @@ class TorchInductorTarget(Target):
             found.append("a joint forward+backward graph: inductor compiles the two as separate graphs, so its "
                          "scheduling never has to respect the phase boundary the ordering rules enforce")
         targets = [n.target for n in case.graph.nodes]
-        if any(t.startswith("_c10d_functional.") and t.count(".") == 1 for t in targets):
+        if any(_packet(t) for t in targets):
             found.append("op packets (inductor only sees .default overloads)")
         if any(t in _HARNESS_ONLY for t in targets):
             found.append("storage frees or effect barriers (post-grad graphs are functional)")
