@@ -133,8 +133,8 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:
         graphs = cases(config.size, modules=config.modules)
-    if target is not None and not config.raw_forms:
-        graphs = graphs.map(target.normalise)
+    if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it
+        graphs = graphs.map(target.normalise).filter(lambda case: not target.contract_mismatches(case))
     space = target.options() if target is not None else {}
     if space:
         choices = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in space.items()})

@@ -68,7 +68,9 @@ def test_parallel_progress_sums_the_workers(tmp_path):
 
 def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_bug(tmp_path):
     from fsdp_verify.report.summary import junit_xml
-    result = campaign.run(_config(tmp_path, "plugin_targets:NeverSeesThese", budget=campaign.Budget(examples=10)))
+    # --raw-forms: the campaign hands the target the forms it never receives (else they are filtered out)
+    result = campaign.run(_config(tmp_path, "plugin_targets:NeverSeesThese", budget=campaign.Budget(examples=10),
+                                  raw_forms=True))
     assert len(result.failures) == 1 and result.failures[0]["class"] == "contract mismatch"
     assert result.shrink_steps == 0 and result.repeats == 9
     assert 'failures="0"' in junit_xml(result, "never-sees-these")
