@@ -6,31 +6,99 @@ rank) plus an input seed; each rank creates and registers the case's process gro
 their names, runs both graphs with real ``_c10d_functional`` collectives and returns its
 outputs. Every case has a deadline: a rank that raises, dies or waits in a collective its peers
 never issue is reported with, per rank, the last collective it entered (a flight recorder), and
-the pool is torn down (children killed and reaped) and restarted.
+the pool is torn down (children killed and reaped) and restarted. A rank that died between cases
+(killed, out of memory) is found before the next case is sent: the pool restarts, records why in
+``events``, and runs the case.
+
+A pool may be given a ``handler`` (a module-level function, so a higher layer can give the ranks
+other work without this module importing it) and a per-rank environment (``env``), set before
+each rank starts: real mode gives every rank its own ``PYTHONHASHSEED``. ``place`` decides the
+backend and device from what is asked and the GPUs present, and says why: never a silent fallback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import datetime
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import wait
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 ENTRY_BYTES = 400
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the ranks run: the collective backend, the compute device, and why (``note``)."""
+
+    backend: str  # gloo or nccl
+    device: str  # cpu or cuda
+    world: int
+    gpus: int
+    note: str = ""
+
+    def describe(self) -> str:
+        """``nccl on cuda, 2 ranks`` (with the note, when the request could not be met as asked)."""
+        return f"{self.backend} on {self.device}, {self.world} ranks" + (f" ({self.note})" if self.note else "")
+
+
+def place(requested: Optional[str], world: int, gpus: Optional[int] = None) -> Placement:
+    """The backend and device for ``world`` ranks: ``nccl`` with CUDA tensors when there are at least
+    as many GPUs as ranks; with fewer (but some), CUDA compute with gloo collectives; ``gloo`` on CPU
+    when asked or when there is no GPU. Raises ValueError when NCCL is asked for without any GPU."""
+    if gpus is None:
+        import torch
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    requested = requested or "auto"
+    if requested not in BACKENDS:
+        raise ValueError(f"unknown backend {requested!r}; expected one of {', '.join(BACKENDS)}")
+    if requested == "gloo":
+        return Placement("gloo", "cpu", world, gpus)
+    if gpus >= world:
+        return Placement("nccl", "cuda", world, gpus)
+    if gpus:
+        return Placement("gloo", "cuda", world, gpus,
+                         f"{gpus} GPU(s) for {world} ranks: NCCL needs one GPU per rank, so collectives run on "
+                         f"gloo (staged through CPU) while compute runs on CUDA")
+    if requested == "nccl":
+        raise ValueError(f"NCCL was asked for {world} ranks, but this machine has no CUDA device")
+    return Placement("gloo", "cpu", world, 0, "no CUDA device: gloo on CPU")
+
+
+def _die_with_parent() -> None:
+    """Linux: a rank gets SIGKILL when the harness dies, so no rank outlives it."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def exit_reason(code: Optional[int]) -> str:
+    """``killed by signal SIGKILL`` or ``exit code 3``."""
+    if code is not None and code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class RankFailure(RuntimeError):
     """A case did not complete on every rank: a hang past the deadline, a crash, or an error."""
 
-    def __init__(self, kind: str, message: str, last_collective: dict[int, str], errors: dict[int, str]):
+    def __init__(self, kind: str, message: str, last_collective: dict[int, str], errors: dict[int, str],
+                 ranks: tuple[int, ...] = ()):
         self.kind, self.last_collective, self.errors = kind, dict(last_collective), dict(errors)
+        self.ranks = tuple(ranks) or tuple(sorted(errors))  # the ranks that failed (died, raised or hung)
         flight = "; ".join(f"rank {r}: {c or 'none'}" for r, c in sorted(last_collective.items()))
         super().__init__(f"{message} (last collective entered: {flight})")
 
@@ -68,7 +136,9 @@ def _ensure_groups(groups: dict, rank: int, cache: dict) -> None:
         _register_process_group(name, cache[mine])
 
 
-def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any) -> list:
+def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, staged: bool = False) -> list:
+    """Run one graph document with real collectives; ``staged``: collectives on CPU copies (gloo
+    with CUDA compute), each launch completed at once and its result moved back to ``device``."""
     import torch
     from torch import fx
 
@@ -87,6 +157,8 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any) -> l
                 shapes = [list(a.shape) for a in self.fetch_args_kwargs_from_env(node)[0] if hasattr(a, "shape")]
                 _record(slot, f"rank {rank} {name.split('.')[1]}({node.args[-1] if node.args else '?'}, {shapes}) "
                               f"at {node.name}")
+                if staged and not name.startswith("_c10d_functional.wait_tensor"):
+                    return override(rank, node, _staged_collective(self, node))
             return override(rank, node, super().run_node(node))
 
     outputs = Recorder(module).run(*make_inputs(spec, rank, job.seed, job.mode, device))
@@ -94,27 +166,61 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any) -> l
     return [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t for t in flat]
 
 
-def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float) -> None:
+def _staged_collective(interpreter: Any, node: Any) -> Any:
+    """A collective launch on CPU copies of its tensor arguments, completed at once, its result on
+    the arguments' device (gloo collectives with CUDA compute)."""
+    import torch
+    args, kwargs = interpreter.fetch_args_kwargs_from_env(node)
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    move = lambda v: v.cpu() if isinstance(v, torch.Tensor) else v  # noqa: E731
+    out = node.target(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
+    out = torch.ops._c10d_functional.wait_tensor(out)
+    return out.to(device)
+
+
+@dataclass
+class RankContext:
+    """What a handler gets in a rank process: its rank, the world, its device, and the pool's state."""
+
+    rank: int
+    world: int
+    device: str
+    slot: Any  # the flight-recorder slot (``record`` writes it)
+    cache: dict  # process groups made so far, by ranks
+    staged: bool  # collectives staged through CPU (gloo with CUDA compute)
+    state: dict  # anything a handler keeps between the jobs of one case
+
+    def record(self, text: str) -> None:
+        _record(self.slot, text)
+
+
+def _default_handler(job: Job, ctx: RankContext) -> dict:
+    _ensure_groups(job.groups, ctx.rank, ctx.cache)
+    return {kind: _run_graph(getattr(job, kind), job, ctx.rank, ctx.device, ctx.slot, ctx.staged)
+            for kind in ("original", "rewritten")}
+
+
+def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float,
+            device_kind: str = "cpu", handler: Optional[Callable] = None) -> None:
     import torch
     import torch.distributed as dist
+    _die_with_parent()
     torch.set_num_threads(1)
     device = "cpu"
-    if backend == "nccl":
+    if device_kind == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
         device = f"cuda:{torch.cuda.current_device()}"
     dist.init_process_group(backend, init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
-    cache: dict = {}
+    ctx = RankContext(rank, world, device, slot, {}, backend == "gloo" and device_kind == "cuda", {})
     conn.send(("ready", rank))
     while True:
         job = conn.recv()
         if job is None:
             break
         try:
-            _ensure_groups(job.groups, rank, cache)
             _record(slot, "")
-            result = {kind: _run_graph(getattr(job, kind), job, rank, device, slot)
-                      for kind in ("original", "rewritten")}
+            result = (handler or _default_handler)(job, ctx)
             _record(slot, "finished")
             conn.send(("ok", result))
         except Exception:  # noqa: BLE001 - reported to the parent as this rank's error
@@ -126,14 +232,16 @@ class RankPool:
     """N rank processes sharing one process group; reused across cases, restarted after failures."""
 
     def __init__(self, world_size: int, backend: Optional[str] = None, deadline: float = 30.0,
-                 start_timeout: float = 120.0):
-        import torch
+                 start_timeout: float = 120.0, handler: Optional[Callable] = None,
+                 env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None):
         self.world_size = world_size
-        self.backend = backend or ("nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= world_size
-                                   else "gloo")
+        self.placement = placement or place(backend, world_size)  # ValueError: NCCL asked for without GPUs
+        self.backend, self.device = self.placement.backend, self.placement.device
         self.deadline, self.start_timeout = deadline, start_timeout
+        self.handler, self.env = handler, env
         self.processes: list = []
         self.restarts = 0
+        self.events: list[str] = []  # restarts and why (a rank that died between cases, a failed case)
 
     def __enter__(self) -> "RankPool":
         self.start()
@@ -153,8 +261,10 @@ class RankPool:
             parent, child = context.Pipe()
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
-                                            max(self.deadline * 4, 60)))
-            process.start()
+                                            max(self.deadline * 4, 60), self.device, self.handler))
+            with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
+                process.start()
+            child.close()
             self.conns.append(parent)
             self.processes.append(process)
         self._collect({rank: None for rank in range(self.world_size)}, self.start_timeout, expect="ready")
@@ -179,8 +289,10 @@ class RankPool:
             process.join(timeout=10)
         self.processes = [p for p in self.processes if p.is_alive()]
 
-    def restart(self) -> None:
+    def restart(self, why: str = "") -> None:
         """Tear down (kill and reap) and start afresh."""
+        if why:
+            self.events.append(why)
         self._kill()
         shutil.rmtree(getattr(self, "folder", ""), ignore_errors=True)
         self.restarts += 1
@@ -191,7 +303,7 @@ class RankPool:
         return {rank: slot.value.decode(errors="replace") for rank, slot in enumerate(self.slots)}
 
     def _collect(self, pending: dict[int, Any], timeout: float, expect: str = "ok") -> dict[int, Any]:
-        results, errors = {}, {}
+        results, errors, died = {}, {}, set()
         end = time.monotonic() + timeout
         waiting = {self.conns[rank]: rank for rank in pending}
         while waiting:
@@ -203,7 +315,9 @@ class RankPool:
                 try:
                     status, payload = conn.recv()
                 except (EOFError, OSError):
-                    errors[rank] = f"rank {rank} died (exit code {self.processes[rank].exitcode})"
+                    self.processes[rank].join(2)
+                    errors[rank] = f"rank {rank} died ({exit_reason(self.processes[rank].exitcode)})"
+                    died.add(rank)
                     continue
                 if status == expect:
                     results[rank] = payload
@@ -213,21 +327,61 @@ class RankPool:
                 end = min(end, time.monotonic() + 2.0)  # peers of a failed rank usually hang: short grace
         if errors or waiting:
             record = self.flight_record()
-            kind = "error" if errors else "hang"
+            kind = "died" if died else "error" if errors else "hang"
             hung = sorted(waiting.values())
-            message = (f"ranks {sorted(errors)} failed" if errors else "") + \
-                      (f"{'; ' if errors else ''}ranks {hung} did not finish within {timeout:.0f}s" if hung else "")
-            self.restart()
-            raise RankFailure(kind, message, record, errors)
+            failed = sorted(died) or sorted(errors) or hung
+            message = "; ".join([*(errors[r].strip().splitlines()[-1] for r in sorted(died)),
+                                 *([f"ranks {sorted(set(errors) - died)} failed"] if set(errors) - died else []),
+                                 *([f"ranks {hung} did not finish within {timeout:.0f}s"] if hung else [])])
+            if expect == "ready":
+                raise RankFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
+            self.restart(f"restarted after a failed case: {message}")
+            raise RankFailure(kind, message, record, errors, tuple(failed))
         return results
+
+    def heal(self) -> None:
+        """Restart the pool when a rank died (or its pipe broke) since the last case, naming it."""
+        dead = [rank for rank, process in enumerate(self.processes) if not process.is_alive()]
+        if dead or len(self.processes) != self.world_size:
+            record = self.flight_record() if getattr(self, "slots", None) else {}
+            why = "; ".join(f"rank {rank} died between cases ({exit_reason(self.processes[rank].exitcode)}; "
+                            f"last collective: {record.get(rank) or 'none'})" for rank in dead)
+            self.restart(why or "restarted: ranks missing")
 
     def run(self, jobs: dict[int, Job]) -> dict[int, dict]:
         """Run one case on every rank; raises RankFailure (after restarting the pool) on failure."""
         if sorted(jobs) != list(range(self.world_size)):
             raise ValueError(f"a job per rank 0..{self.world_size - 1} is required, got ranks {sorted(jobs)}")
-        for rank, job in jobs.items():
-            self.conns[rank].send(job)
+        self.heal()
+        try:
+            for rank, job in jobs.items():
+                self.conns[rank].send(job)
+        except (BrokenPipeError, ConnectionError, OSError) as exc:
+            time.sleep(0.2)  # a rank died while the case was sent: let it be reaped, heal, send once more
+            for process in self.processes:
+                process.join(0.1)
+            dead = "; ".join(f"rank {r} {exit_reason(p.exitcode)}" for r, p in enumerate(self.processes)
+                             if p.exitcode is not None)
+            self.restart(f"restarted: a rank's pipe broke while a case was sent ({type(exc).__name__}"
+                         f"{': ' + dead if dead else ''})")
+            for rank, job in jobs.items():
+                self.conns[rank].send(job)
         return self._collect(dict(jobs), self.deadline)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``os.environ`` with ``values`` set, restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def reduce_sources(case) -> tuple[str, ...]:

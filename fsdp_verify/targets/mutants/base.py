@@ -35,14 +35,18 @@ class Mutant(ReferenceTarget):
     ``kills`` names the checker(s) whose rule the bug breaks: the self-test counts a kill by any
     other checker (or by a crash) separately, so a checker that cannot fire shows up. ``hunt`` is
     the campaign strategy the self-test hunts it with (``skip:REASON`` for a bug in one skip rule).
+    ``needs="real"``: a bug only real rank processes can show (its plan depends on process-local
+    state that is the same for every simulated rank): the self-test hunts it with ``--ranks real``,
+    and a simulated self-test lists it as not hunted, never as killed or survived.
     """
 
     def __init__(self, name: str, summary: str, kills: tuple[str, ...], patches: Callable[[], list[Patch]] = list,
                  damage: Damage | None = None, rank_patches: Callable[[int], list[Patch]] | None = None,
                  plan_type: type | None = None, last_rank_only: bool = False,
                  plan_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None, hunt: str = "hazards",
-                 apply_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None):
+                 apply_edit: Callable[[planner.BucketPlan], planner.BucketPlan] | None = None, needs: str = ""):
         self.name, self.summary, self.kills, self.hunt = f"mutant:{name}", summary, kills, hunt
+        self.needs = needs
         self._patches, self._damage, self._rank_patches = patches, damage, rank_patches
         self._plan_type, self._last_rank_only, self._plan_edit = plan_type, last_rank_only, plan_edit
         self._apply_edit = apply_edit  # the rewriter acts on this edit of the plan it reports
@@ -67,7 +71,7 @@ class Mutant(ReferenceTarget):
         plans = bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
         if self._damage is not None:
             for rank, module in modules.items():
-                if self._last_rank_only and rank != max(modules):
+                if self._last_rank_only and rank != max(case.graph.world()):  # one rank per process in real mode
                     continue
                 self._damage(module, rank)
                 module.graph.lint()

@@ -12,6 +12,7 @@ from .planner_bugs import (
     _device_dependent,
     _fqns_flattened,
     _graph_order_members,
+    _hash_order_members,
     _key_without,
     _LayoutOnlyDigestPlan,
     _OffByOnePlan,
@@ -48,6 +49,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            rank_patches=_device_dependent),
     Mutant("members_unsorted", "bucket members kept in graph order, not (state_idx, name)", ("planner",),
            _graph_order_members),
+    # Every simulated rank shares the harness's hash seed, so only real rank processes disagree.
+    Mutant("members_follow_hash_seed", "bucket members in the iteration order of a set of their names "
+           "(PYTHONHASHSEED decides it: ranks disagree)", ("real_ranks",), _hash_order_members, needs="real"),
     Mutant("offsets_off_by_one", "plan offsets of later members are off by one", ("layout",), plan_type=_OffByOnePlan),
     Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),

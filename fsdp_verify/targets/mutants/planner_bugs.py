@@ -33,6 +33,18 @@ def _graph_order_members() -> list[Patch]:
     return [(planner, "_finalize", finalize)]
 
 
+def _hash_order_members() -> list[Patch]:
+    """Bucket members in the iteration order of a set of their names: string hashes follow
+    ``PYTHONHASHSEED``, so every process orders them its own way (and one process always the same)."""
+    def finalize(members):
+        by_name: dict = {}
+        for member in members:
+            by_name.setdefault(member.param_name, []).append(member)
+        order = list({member.param_name for member in members})  # set iteration: process-local
+        return planner.Bucket(tuple(m for name in order for m in by_name[name]))
+    return [(planner, "_finalize", finalize)]
+
+
 @dataclasses.dataclass(frozen=True)
 class _OffByOnePlan(planner.BucketPlan):
     """A plan whose reported offsets of later members are one too high."""

@@ -1,0 +1,262 @@
+"""Real mode, harness side: the case planned, rewritten and run on real rank processes.
+
+Each rank process (``targets/rank_side.py``) plans and rewrites its own graph under its own
+``PYTHONHASHSEED`` (the harness's seed + rank x 7919) and environment, exchanges plan digests over
+the real process group as the pass driver does, and runs its original and rewritten graph with real
+collectives on exact inputs. This checker reports what in-process simulation cannot see:
+
+- **rank-dependent planning**: the ranks' digests disagree (or their plans, or whether the target
+  raised), with each rank's hash seed, digest and flight record;
+- **a real failure**: a rank dies, raises or hangs past the deadline (``RankFailure``: the rank, its
+  last collective; the pool restarts and the next case runs);
+- **real vs simulated**: a real output that differs from the simulated world's on the same graphs;
+- **rewritten vs original (real)**, and ranks whose own rewrites do not run together, unless the
+  simulated checks already reported that case (``known``), so a real-mode replay keeps their verdicts.
+
+Pools are kept per world size and reused across cases (a rank costs seconds to start). A case is
+run on real ranks for a ``fraction`` of cases (chosen by the case's content, so a replay or a shrink
+step chooses the same); a case with more ranks than this machine runs is skipped with the reason
+(replay it under ``torchrun``: ``fsdp_verify.torchrun_replay``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from collections import Counter
+from typing import Optional
+
+from ..case import Case
+from ..execute.distributed import RankFailure, RankPool, place, reduce_sources
+from ..execute.inputs import exact_override
+from ..execute.world import build_world, simulate
+from ..graph.builder import build_module
+from ..graph.spec import graph_from_json
+from ..targets import rank_side
+from .collectives import _compare
+from .findings import ERROR, CheckContext, Finding
+from .numerics import output_names
+from .registry import Checker
+
+NAME = "real_ranks"
+MODES = ("simulated", "real", "real:gloo", "real:nccl")
+HASH_STRIDE = 7919  # rank r of a pool runs with PYTHONHASHSEED = seed + r * HASH_STRIDE
+DEFAULT_MAX_RANKS = 8
+
+
+def parse_mode(text: str) -> Optional[str]:
+    """``simulated`` -> None; ``real`` -> ``auto``; ``real:gloo`` / ``real:nccl`` -> that backend."""
+    if text == "simulated":
+        return None
+    if text in MODES:
+        return text.partition(":")[2] or "auto"
+    raise ValueError(f"--ranks {text!r}: expected one of {', '.join(MODES)}")
+
+
+def chosen(case: Case, fraction: float) -> bool:
+    """Whether ``case`` runs on real ranks at ``fraction`` (by its content: a replay chooses the same)."""
+    if fraction >= 1:
+        return True
+    text = json.dumps(case.to_json(), sort_keys=True, default=str)
+    return zlib.crc32(text.encode()) / 2 ** 32 < fraction
+
+
+class RealRanks:
+    """Rank pools by world size, the real-mode check of one case, and what they did (``report``)."""
+
+    def __init__(self, backend: str = "auto", seed: int = 0, deadline: float = 60.0, fraction: float = 1.0,
+                 max_ranks: Optional[int] = None):
+        self.backend, self.seed, self.deadline, self.fraction = backend, seed, deadline, fraction
+        self.max_ranks = max_ranks or int(os.environ.get("FSDP_VERIFY_MAX_RANKS", DEFAULT_MAX_RANKS))
+        self.pools: dict[int, RankPool] = {}
+        self.cases = 0  # cases planned on real ranks
+        self.executed = 0  # of those, run with real collectives
+        self.seconds = 0.0
+        self.not_run: Counter = Counter()  # why a case was not (fully) run on real ranks
+        self.findings: Counter = Counter()  # real-mode finding kinds
+        self.placements: dict[int, str] = {}
+
+    def __enter__(self) -> "RealRanks":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def env(self, world: int):
+        def for_rank(rank: int) -> dict[str, str]:
+            return {"PYTHONHASHSEED": str(self.seed + rank * HASH_STRIDE), "RANK": str(rank),
+                    "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world)}
+        return for_rank
+
+    def pool(self, world: int) -> RankPool:
+        """The started pool of ``world`` ranks (ValueError when the backend cannot be had)."""
+        if world not in self.pools:
+            placement = place(self.backend, world)
+            pool = RankPool(world, placement=placement, deadline=self.deadline, handler=rank_side.handle,
+                            env=self.env(world))
+            self.placements[world] = placement.describe()
+            try:
+                pool.start()
+            except BaseException:
+                pool.close()
+                raise
+            self.pools[world] = pool
+        return self.pools[world]
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+
+    def report(self) -> dict:
+        """What real mode did, for the summary and JUnit: backend, device and ranks per world size."""
+        return {"mode": "real", "requested_backend": self.backend, "fraction": self.fraction,
+                "placements": {str(w): text for w, text in sorted(self.placements.items())},
+                "hash_seeds": f"{self.seed} + rank x {HASH_STRIDE}",
+                "cases": self.cases, "executed": self.executed, "seconds": round(self.seconds, 3),
+                "restarts": sum(p.restarts for p in self.pools.values()),
+                "events": [e for p in self.pools.values() for e in p.events][-20:],
+                "not_run": dict(self.not_run), "findings": dict(self.findings)}
+
+    def check(self, case: Case, target: str, known: frozenset = frozenset()) -> tuple[list[Finding], Optional[str]]:
+        """The real-mode findings for ``case`` and ``target`` (a name the ranks resolve themselves), and
+        why it was not (fully) run, if so. ``known``: checkers that already reported errors for it."""
+        start = time.monotonic()
+        try:
+            findings, why = self._check(case, target, known)
+        finally:
+            self.seconds += time.monotonic() - start
+        if why:
+            self.not_run[why] += 1
+        for finding in findings:
+            self.findings[finding.details.get("kind", "?")] += 1
+        return findings, why
+
+    def _check(self, case: Case, target: str, known: frozenset) -> tuple[list[Finding], Optional[str]]:
+        world = sorted(case.graph.world())
+        if world != list(range(len(world))):
+            return [], f"ranks {world} are not 0..N-1"
+        if len(world) > self.max_ranks:
+            return [], (f"needs {len(world)} ranks, this machine runs at most {self.max_ranks}: replay it under "
+                        f"torchrun across nodes")
+        if not chosen(case, self.fraction):
+            return [], f"not chosen (--real-fraction {self.fraction:g})"
+        pool = self.pool(len(world))
+        self.cases += 1
+        exact = reduce_sources(case)
+        job = rank_side.RealJob("plan", target, case.to_json(), case.seed, "exact", exact)
+        try:
+            planned = pool.run({rank: job for rank in world})
+        except RankFailure as exc:
+            return [_rank_failure("while planning", exc)], None
+        findings = _planning(planned, pool.flight_record())
+        statuses = {rank: planned[rank]["status"] for rank in world}
+        if findings:
+            return findings, None
+        if set(statuses.values()) != {"ok"}:
+            return [], "not executed: the target raised on every rank (the simulated checks judge that)"
+        override = exact_override(exact, case.seed)
+        try:
+            original = simulate(case, build_world(case), override=override)
+        except Exception as exc:  # noqa: BLE001 - a case whose originals cannot run is not executed
+            return [], f"not executed: the original graphs do not run in the simulated world ({type(exc).__name__})"
+        modules = {rank: build_module(graph_from_json(planned[rank]["rewritten"])) for rank in world}
+        try:
+            rewritten = simulate(case, modules, override=override)
+        except Exception as exc:  # noqa: BLE001 - the ranks' own rewrites do not run together
+            if known:
+                return [], "not executed: the rewritten graphs do not run (the simulated checks reported it)"
+            return [Finding(NAME, f"the ranks' own rewritten graphs do not run together (simulated on what each "
+                                  f"rank process produced; a real run would hang or fail): {exc}",
+                            details={"kind": "rank_rewrites_disagree", "hashseeds": _hashseeds(planned)})], None
+        try:
+            ran = pool.run({rank: rank_side.RealJob("execute", seed=case.seed, exact_sources=exact) for rank in world})
+        except RankFailure as exc:
+            return [_rank_failure("running the graphs", exc)], None
+        self.executed += 1
+        for rank in world:
+            names = output_names(modules[rank])
+            findings += _compare(original.outputs[rank], ran[rank]["original"], names, rank,
+                                 "real vs simulated (original)")
+            findings += _compare(rewritten.outputs[rank], ran[rank]["rewritten"], names, rank,
+                                 "real vs simulated (rewritten)")
+            if not known:
+                findings += _compare(ran[rank]["original"], ran[rank]["rewritten"], names, rank,
+                                     "rewritten vs original (real)")
+        return [Finding(NAME, f.message, f.nodes, {**f.details, "kind": f.message.split(": ")[1].split(" (")[0]
+                                                   .replace(" ", "_")}, f.rank) for f in findings], None
+
+
+def _hashseeds(planned: dict) -> dict:
+    return {rank: result.get("hashseed") for rank, result in sorted(planned.items())}
+
+
+def _rank_failure(when: str, exc: RankFailure) -> Finding:
+    ranks = ", ".join(map(str, exc.ranks)) or "?"
+    return Finding(NAME, f"real ranks failed {when} ({exc.kind}; rank {ranks}): {exc}",
+                   details={"kind": f"rank_{exc.kind}", "ranks": list(exc.ranks),
+                            "last_collective": {str(r): c for r, c in exc.last_collective.items()},
+                            "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}})
+
+
+def _planning(planned: dict, flight: dict) -> list[Finding]:
+    """Rank-dependent planning: a digest mismatch in the exchange, plans whose digests differ, or a
+    target that raised on some ranks only."""
+    statuses = {rank: result["status"] for rank, result in sorted(planned.items())}
+    seeds = _hashseeds(planned)
+    details = {"statuses": statuses, "hashseeds": seeds, "last_collective": {str(r): c for r, c in flight.items()}}
+    disagree = [result for _, result in sorted(planned.items()) if result["status"] == "disagree"]
+    if disagree:
+        first = disagree[0]
+        return [Finding(NAME, f"rank-dependent planning: {first['message']} (digest per rank "
+                              f"{_short(first['seen'])}; PYTHONHASHSEED per rank {seeds}): on a cluster every rank "
+                              f"stops here, or hangs without the digest exchange",
+                        details={**details, "kind": "rank_dependent_planning", "group": first["group"],
+                                 "round": first["round"], "digests": first["seen"],
+                                 "exchanged": first.get("exchanged", [])})]
+    raised = sorted(rank for rank, status in statuses.items() if status == "target_error")
+    if raised and len(raised) < len(statuses):
+        result = planned[raised[0]]
+        return [Finding(NAME, f"rank-dependent planning: the target raised on ranks {raised} only "
+                              f"({result.get('error_type')}: {result.get('message')}); PYTHONHASHSEED per rank {seeds}",
+                        details={**details, "kind": "rank_dependent_outcome",
+                                 "traceback": result.get("traceback", "")})]
+    if raised:
+        return []
+    for index in range(max((len(r["digests"]) for r in planned.values()), default=0)):
+        by_group: dict[str, dict[int, str]] = {}
+        for rank, result in sorted(planned.items()):
+            for group, digest in (result["digests"][index] if index < len(result["digests"]) else {}).items():
+                by_group.setdefault(group, {})[rank] = digest
+        for group, digests in sorted(by_group.items()):
+            if len(set(digests.values())) > 1:
+                return [Finding(NAME, f"rank-dependent planning: round {index + 1}: the plans the ranks returned "
+                                      f"for group {group} disagree (digest per rank {_short(digests)}; "
+                                      f"PYTHONHASHSEED per rank {seeds})",
+                                details={**details, "kind": "rank_dependent_planning", "group": group,
+                                         "round": index + 1, "digests": digests})]
+    return []
+
+
+def _short(digests: dict) -> dict:
+    return {rank: (digest or "none")[:12] for rank, digest in digests.items()}
+
+
+ACTIVE: list[RealRanks] = []  # the session a campaign or replay opened (for ``check_all(only=...)``)
+
+
+def _run(ctx: CheckContext) -> list[Finding]:
+    known = frozenset()
+    return ACTIVE[-1].check(ctx.case, getattr(ctx.target, "name", "reference"), known)[0]
+
+
+def _skip(ctx: CheckContext) -> Optional[str]:
+    return None if ACTIVE else "no real ranks in this run (--ranks real)"
+
+
+CHECKER = Checker(NAME, _run, order=95, default=False, skip_reason=_skip,
+                  summary="real rank processes: each plans with its own hash seed, digests exchanged over the real "
+                          "process group, real collectives vs the simulated world (--ranks real)")
+
+__all__ = ["ERROR", "MODES", "NAME", "RealRanks", "chosen", "parse_mode"]
