@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from . import corpus, example_db, profiles
 from .case import Case
-from .checks import ERROR, INVALID
+from .checks import ERROR, INVALID, real_ranks
 from .orchestrate import check_all, die_with_parent
 from .report.tally import Result
 from .triage import INVALID_INPUT, MISMATCH, classify
@@ -110,6 +110,8 @@ class Config:
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
     draw_spec: bool = False  # draw the other [I] settings per example (recorded in each case)
     raw_forms: bool = False  # keep graph forms the target never receives in practice (contract probing)
+    ranks: str = "simulated"  # or real, real:gloo, real:nccl: also plan and run on rank processes
+    real_fraction: float = 1.0  # share of examples also run on real ranks (chosen by case content)
 
 
 STRATEGIES = ("cases", "hazards", "mutations")
@@ -149,9 +151,10 @@ def _strategy(config: Config, target: Optional[Any] = None):
 Tick = Callable[[int, int], None]  # progress callback: (examples judged, distinct failures saved)
 
 
-def run(config: Config, progress: Optional[Tick] = None) -> Result:
+def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_ranks.RealRanks] = None) -> Result:
     """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved; ``progress``
-    hears the counts after every example."""
+    hears the counts after every example. ``session``: real ranks to use (and leave open) instead of
+    the ones ``config.ranks`` opens."""
     target = get_target(config.target)
     result = Result()
     start = time.monotonic()
@@ -166,20 +169,25 @@ def run(config: Config, progress: Optional[Tick] = None) -> Result:
                 or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
     failing: dict = {}
+    real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
     if progress is not None:
         progress(0, 0)  # the work starts now
     try:
-        _loop(config, target, result, start, database, base, spent, failing, progress)
+        _loop(config, target, result, start, database, base, spent, failing, progress, real)
     except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
         result.interrupted = True
         if failing.get("case") is not None and not failing.get("recorded"):
             _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
+    finally:
+        result.ranks = real_ranks.session_report(real, config.ranks)
+        if real is not None and session is None:
+            real.close()
     result.seconds = time.monotonic() - start
     return result
 
 
 def _loop(config: Config, target, result: Result, start: float, database, base, spent, failing: dict,
-          progress) -> None:
+          progress, real=None) -> None:
     chunk_index = 0
     pending: dict = {}  # signature -> (case, findings) of other bugs met while shrinking one
     while not spent():
@@ -205,6 +213,8 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
             findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline,
                                       check_limit=left)
+            if real is not None:  # in this process: the rank pools outlive the case's forked child
+                findings = findings + real_ranks.judge(real, case, config.target, findings, ctx, failing.get("checkers"))
             if left is not None and _time_left(config, start) <= 0:
                 raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
             if failing:

@@ -114,6 +114,49 @@ def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs
     return progress
 
 
+def _ranks_mode(text: str) -> str:
+    from .checks.real_ranks import parse_mode
+    try:
+        parse_mode(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
+    return value
+
+
+def _ranks_options(parser: argparse.ArgumentParser, fraction: bool = True) -> None:
+    parser.add_argument("--ranks", type=_ranks_mode, default="simulated", metavar="MODE",
+                        help="simulated (default: every rank's target in this process), real (also plan, exchange "
+                             "digests and run on real rank processes, each with its own PYTHONHASHSEED: NCCL when "
+                             "there is a GPU per rank, else gloo), real:gloo or real:nccl")
+    if fraction:
+        parser.add_argument("--real-fraction", type=_fraction, default=1.0, metavar="F",
+                            help="with --ranks real: the share of examples also run on real ranks (default 1; "
+                                 "e.g. 0.1 for nightly throughput), chosen by each case's content")
+
+
+def _real_session(args: argparse.Namespace, seed: int = 0):
+    """The real-mode session ``--ranks`` asks for (None when simulated); NCCL without a GPU is exit 2."""
+    from .checks.real_ranks import open_session, parse_mode
+    from .execute.distributed import place
+    backend = parse_mode(args.ranks)
+    if backend == "nccl":
+        try:
+            place("nccl", 2)
+        except ValueError as exc:
+            raise UsageError(f"--ranks {args.ranks}: {exc}") from None
+    return open_session(args.ranks, seed, _deadline(args), getattr(args, "real_fraction", 1.0))
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from .report.summary import junit_xml, summary_text
     _target(args.target)
@@ -123,7 +166,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
                              strategy=args.strategy, spec=tuple(args.spec_param or ()),
-                             draw_spec=args.draw_spec_params, raw_forms=args.raw_forms)
+                             draw_spec=args.draw_spec_params, raw_forms=args.raw_forms,
+                             ranks=args.ranks, real_fraction=args.real_fraction)
+    _real_session(args)  # checks the request (NCCL without a GPU is a usage error) before any work
     if config.spec or config.draw_spec:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "
               f"{'the others drawn per example (recorded in each case)' if config.draw_spec else 'the others default'}",
@@ -179,12 +224,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     disagreements = 0
-    with _progress(args, "replay", unit="cases", bad="different", total=len(entries)) as progress:
-        for done, (path, entry) in enumerate(entries, 1):
-            outcome = replay(target, path, entry, _deadline(args))
-            disagreements += not outcome.agrees
-            progress.write(outcome.line(target))
-            progress.update(done, disagreements)
+    from .checks.real_ranks import session_line
+    real = _real_session(args)
+    try:
+        with _progress(args, "replay", unit="cases", bad="different", total=len(entries)) as progress:
+            for done, (path, entry) in enumerate(entries, 1):
+                outcome = replay(target, path, entry, _deadline(args), real, args.target)
+                disagreements += not outcome.agrees
+                progress.write(outcome.line(target))
+                progress.update(done, disagreements)
+        print(session_line(real))
+    finally:
+        if real is not None:
+            real.close()
     print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
           f"{disagreements} different, {len(errors)} unreadable")
     if errors:
@@ -292,10 +344,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
     databases = _databases(args)
     stored = stored_cases(example_db.open_database(databases)) if databases else []
-    with _progress(args, "gate", unit="cases", bad="violations",
-                   total=args.examples + len(entries) + len(stored)) as progress:
-        text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
-                                       _deadline(args), progress=progress.update, stored=stored)
+    real = _real_session(args, args.seed)
+    try:
+        with _progress(args, "gate", unit="cases", bad="violations",
+                       total=args.examples + len(entries) + len(stored)) as progress:
+            text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
+                                           _deadline(args), progress=progress.update, stored=stored, real=real,
+                                           candidate_spec=args.candidate)
+    finally:
+        if real is not None:
+            real.close()
     print(text)
     if errors:
         return 2
@@ -307,7 +365,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     only = args.mutant or None
     with _progress(args, "selftest", unit="planted bugs", bad="survivors",
                    total=len(only or MUTANTS)) as progress:
-        table, survivors = run_selftest(args.examples, args.seed, only=only, progress=progress.update)
+        table, survivors = run_selftest(args.examples, args.seed, only=only, progress=progress.update,
+                                        ranks=args.ranks)
     print(table)
     return 1 if survivors else 0
 
@@ -356,6 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--max-failures", type=_positive_int, default=10,
                       help="stop after this many distinct failures")
     _isolation_options(fuzz)
+    _ranks_options(fuzz)
     fuzz.add_argument("--junit", type=_writable_file, help="write a JUnit XML report here")
     fuzz.add_argument("--json", type=_writable_file, help="write a JSON summary here")
     fuzz.set_defaults(func=cmd_fuzz)
@@ -364,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
     replay.add_argument("--target", default="reference", help="target to replay against (default reference)")
     _isolation_options(replay)
+    _ranks_options(replay)
     replay.set_defaults(func=cmd_replay)
 
     show = sub.add_parser("show", help="a readable account of one case, optionally drawn with Graphviz")
@@ -384,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help=DB_HELP + "; its examples of a default campaign (--strategy cases --size default) are "
                                      "replayed too, read only (a PR gate replays what the nightly found)")
     _isolation_options(gate)
+    _ranks_options(gate)
     gate.set_defaults(func=cmd_gate)
 
     compiled = sub.add_parser("compiled", help="end to end: SimpleFSDP-style models compiled by inductor with its "
@@ -415,6 +477,7 @@ def build_parser() -> argparse.ArgumentParser:
     selftest.add_argument("--seed", type=int, default=0, help="seed of the hunts")
     selftest.add_argument("--mutant", action="append", choices=sorted(MUTANTS), metavar="NAME",
                           help="only this planted bug (repeatable)")
+    _ranks_options(selftest, fraction=False)
     selftest.set_defaults(func=cmd_selftest)
     return parser
 

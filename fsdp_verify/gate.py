@@ -14,7 +14,7 @@ from hypothesis.database import ExampleDatabase, ReadOnlyDatabase
 
 from . import example_db
 from .case import Case
-from .checks import ERROR, INVALID
+from .checks import ERROR, INVALID, real_ranks
 from .orchestrate import check_all
 from .corpus import Entry
 from .targets.base import Target
@@ -87,14 +87,19 @@ def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
                 seed_value: int, deadline: float | None = None,
-                progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = ()) -> tuple[str, int]:
+                progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
+                real=None, candidate_spec: Optional[str] = None) -> tuple[str, int]:
     """The report text and the number of candidate violations; ``progress`` hears (cases done,
-    violations) after every case. ``stored`` are cases from an example database."""
+    violations) after every case. ``stored`` are cases from an example database. With ``real`` (a
+    ``checks.real_ranks.RealRanks``) the candidate also runs on real ranks (as ``candidate_spec``)."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
     violations, baseline_failures, differing, invalid = [], 0, [], []
     for number, case in enumerate(cases):
         base_findings, base_ctx = check_all(baseline, case, deadline=deadline)
         cand_findings, cand_ctx = check_all(candidate, case, deadline=deadline)
+        if real is not None:
+            cand_findings = cand_findings + real_ranks.judge(real, case, candidate_spec or candidate.name,
+                                                             cand_findings, cand_ctx)
         errors = [f for f in cand_findings if f.severity == ERROR]
         baseline_failures += any(f.severity == ERROR for f in base_findings)
         if errors:
@@ -117,5 +122,6 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
     for number, label, notes in differing[:20]:
         lines.append(f"  case {number} ({label}):")
         lines += [f"    {note}" for note in notes]
+    lines.append(real_ranks.session_line(real))
     lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if violations else "pass"))
     return "\n".join(lines), len(violations)

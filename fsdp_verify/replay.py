@@ -13,14 +13,20 @@ from pathlib import Path
 
 from . import corpus
 from .expectations import check_expected
+from .checks import real_ranks
 from .orchestrate import check_all
 from .targets.base import Target
 
 
-def replay_entry(target: Target, entry: corpus.Entry, deadline: float | None = None) -> corpus.Verdict:
+def replay_entry(target: Target, entry: corpus.Entry, deadline: float | None = None, real=None,
+                 target_spec: str | None = None) -> corpus.Verdict:
     """The verdict ``target`` gives the entry's case now (in a killable child when ``deadline`` is set),
-    with the spec's expected decisions the file names checked against the target's planner."""
-    findings, _ = check_all(target, entry.case, deadline=deadline)
+    with the spec's expected decisions the file names checked against the target's planner. With
+    ``real`` (a ``checks.real_ranks.RealRanks``) the case is also planned and run on real ranks,
+    which resolve the target from ``target_spec`` (its name, by default)."""
+    findings, ctx = check_all(target, entry.case, deadline=deadline)
+    if real is not None:
+        findings = findings + real_ranks.judge(real, entry.case, target_spec or target.name, findings, ctx)
     if any(f.checker == "target" for f in findings):
         return corpus.Verdict.of(findings)  # planning again in this process could hang or crash it
     return corpus.Verdict.of(findings + check_expected(target, entry))
@@ -58,6 +64,8 @@ class Replayed:
         return text
 
 
-def replay(target: Target, path: Path, entry: corpus.Entry, deadline: float | None = None) -> Replayed:
-    """Replay one loaded corpus entry under the rule above."""
-    return Replayed(path, entry, expected_verdict(target, entry), replay_entry(target, entry, deadline))
+def replay(target: Target, path: Path, entry: corpus.Entry, deadline: float | None = None, real=None,
+           target_spec: str | None = None) -> Replayed:
+    """Replay one loaded corpus entry under the rule above (also on real ranks with ``real``)."""
+    return Replayed(path, entry, expected_verdict(target, entry),
+                    replay_entry(target, entry, deadline, real, target_spec))

@@ -25,10 +25,13 @@ class Kill:
     seconds: Optional[float]
     nodes: Optional[int]
     checkers: tuple[str, ...]
+    not_hunted: str = ""  # why it was not hunted (a bug only real ranks show, in a simulated self-test)
 
     @property
     def outcome(self) -> str:
-        """``intended``, ``other``, ``crash`` or ``survived``."""
+        """``intended``, ``other``, ``crash``, ``survived`` or ``not hunted``."""
+        if self.not_hunted:
+            return "not hunted"
         if not self.checkers:
             return "survived"
         if set(self.checkers) & set(self.intended_checkers):
@@ -40,13 +43,16 @@ class Kill:
         return self.outcome == "intended"
 
 
-def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = True) -> Kill:
+def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = True, ranks: str = "simulated") -> Kill:
     """Fuzz one planted bug until a checker meant for it fires (shrunk unless ``shrink`` is off), a
-    few other failures were saved, or the budget is spent."""
+    few other failures were saved, or the budget is spent. A bug that ``needs`` real ranks is not
+    hunted in a simulated self-test (``ranks``), and says so."""
     intended = MUTANTS[name].kills
+    if getattr(MUTANTS[name], "needs", "") == "real" and not ranks.startswith("real"):
+        return Kill(name, intended, None, None, None, (), not_hunted="needs real ranks (--ranks real)")
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=4,
-                             strategy=MUTANTS[name].hunt, shrink=shrink, stop_on=intended)
+                             strategy=MUTANTS[name].hunt, shrink=shrink, stop_on=intended, ranks=ranks)
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, intended, None, None, None, ())
@@ -60,29 +66,37 @@ def format_table(kills: list[Kill]) -> str:
     lines = [f"{'planted bug':<32} {'outcome':<9} {'examples':>8} {'seconds':>8} {'nodes':>6}  "
              f"killed by (intended)"]
     for k in kills:
+        if k.not_hunted:
+            lines.append(f"{k.mutant:<32} {'not hunted':<9} {'-':>8} {'-':>8} {'-':>6}  {k.not_hunted} "
+                         f"({', '.join(k.intended_checkers)})")
+            continue
         hit = k.outcome != "survived"
         lines.append(f"{k.mutant:<32} {k.outcome:<9} {k.examples if hit else '-':>8} "
                      f"{f'{k.seconds:.1f}' if hit else '-':>8} {k.nodes if hit else '-':>6}  "
                      f"{', '.join(k.checkers) or '-'} ({', '.join(k.intended_checkers)})")
-    times = sorted(k.seconds for k in kills if k.outcome != "survived")
+    times = sorted(k.seconds for k in kills if k.outcome not in ("survived", "not hunted"))
     median = times[len(times) // 2] if times else float("nan")
     counts = {o: sum(k.outcome == o for k in kills) for o in ("intended", "other", "crash", "survived")}
     lines.append(f"intended kills {counts['intended']}/{len(kills)}, killed only by other checkers "
                  f"{counts['other']}, only by their own crash {counts['crash']} (not kills), survived "
                  f"{counts['survived']}; median seconds to first failure {median:.1f}; "
-                 f"max {max(times) if times else float('nan'):.1f}")
+                 f"max {max(times) if times else float('nan'):.1f}"
+                 + (f"; not hunted {sum(bool(k.not_hunted) for k in kills)} (they need real ranks: --ranks real)"
+                    if any(k.not_hunted for k in kills) else ""))
     return "\n".join(lines)
 
 
 def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] = None,
-                 progress: Optional[Callable[[int, int], None]] = None) -> tuple[str, list[str]]:
+                 progress: Optional[Callable[[int, int], None]] = None,
+                 ranks: str = "simulated") -> tuple[str, list[str]]:
     """The table, and the planted bugs that no checker meant for them killed; ``progress`` hears
-    (bugs hunted, survivors) after every hunt."""
+    (bugs hunted, survivors) after every hunt. A bug that needs real ranks is listed as not hunted
+    in a simulated self-test (``ranks``), neither killed nor a survivor."""
     names = only or sorted(MUTANTS)
     kills: list[Kill] = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            kills.append(hunt(name, examples, seed, folder))
+            kills.append(hunt(name, examples, seed, folder, ranks=ranks))
             if progress is not None:
-                progress(len(kills), sum(not k.killed for k in kills))
-    return format_table(kills), [k.mutant for k in kills if not k.killed]
+                progress(len(kills), sum(not k.killed and not k.not_hunted for k in kills))
+    return format_table(kills), [k.mutant for k in kills if not k.killed and not k.not_hunted]

@@ -16,7 +16,7 @@ def test_there_are_at_least_twenty_planted_bugs_each_meant_for_a_registered_chec
     assert all(m.kills and set(m.kills) <= set(registered()) for m in MUTANTS.values())
 
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+@pytest.mark.parametrize("name", sorted(n for n, m in MUTANTS.items() if m.needs != "real"))  # real: test_real_ranks
 def test_planted_bug_is_killed(name, tmp_path):
     # A kill is the first failing example; shrinking (what `fsdp-verify selftest` adds) is skipped
     # here so the 58 hunts fit the CI budget.

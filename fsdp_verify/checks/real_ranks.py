@@ -77,6 +77,7 @@ class RealRanks:
         self.not_run: Counter = Counter()  # why a case was not (fully) run on real ranks
         self.findings: Counter = Counter()  # real-mode finding kinds
         self.placements: dict[int, str] = {}
+        self.placed: dict = {}
 
     def __enter__(self) -> "RealRanks":
         return self
@@ -97,6 +98,7 @@ class RealRanks:
             pool = RankPool(world, placement=placement, deadline=self.deadline, handler=rank_side.handle,
                             env=self.env(world))
             self.placements[world] = placement.describe()
+            self.placed[world] = placement
             try:
                 pool.start()
             except BaseException:
@@ -114,6 +116,9 @@ class RealRanks:
         return {"mode": "real", "requested_backend": self.backend, "fraction": self.fraction,
                 "placements": {str(w): text for w, text in sorted(self.placements.items())},
                 "hash_seeds": f"{self.seed} + rank x {HASH_STRIDE}",
+                "backend": ",".join(sorted({p.backend for p in self.placed.values()})) or "none started",
+                "device": ",".join(sorted({p.device for p in self.placed.values()})) or "none started",
+                "rank_counts": sorted(self.placed),
                 "cases": self.cases, "executed": self.executed, "seconds": round(self.seconds, 3),
                 "restarts": sum(p.restarts for p in self.pools.values()),
                 "events": [e for p in self.pools.values() for e in p.events][-20:],
@@ -243,6 +248,51 @@ def _short(digests: dict) -> dict:
     return {rank: (digest or "none")[:12] for rank, digest in digests.items()}
 
 
+def open_session(mode: str, seed: int = 0, deadline: Optional[float] = None,
+                 fraction: float = 1.0) -> Optional[RealRanks]:
+    """A real-mode session for ``--ranks MODE`` (None for ``simulated``); pools start on first use."""
+    backend = parse_mode(mode)
+    if backend is None:
+        return None
+    return RealRanks(backend, seed, min(deadline or REAL_DEADLINE, REAL_DEADLINE), fraction)
+
+
+def session_report(session: Optional[RealRanks], mode: str = "simulated") -> dict:
+    """What the summary and JUnit say about ranks: real mode's report, or that the run was simulated."""
+    if session is not None:
+        return session.report()
+    return {"mode": "simulated", "note": "every rank's target ran in the harness's one process (real rank "
+                                         "processes, each with its own hash seed: --ranks real)"}
+
+
+def session_line(session: Optional[RealRanks]) -> str:
+    """One line for a replay or gate report: simulated only, or what real mode ran on and did."""
+    if session is None:
+        return "ranks: simulated in one process (no real rank processes; --ranks real runs them)"
+    r = session.report()
+    placements = "; ".join(r["placements"].values()) or "no pool started"
+    not_run = "; ".join(f"{why}: {n}" for why, n in sorted(r["not_run"].items()))
+    return (f"ranks: real ({placements}; hash seeds {r['hash_seeds']}): {r['cases']} cases planned on rank processes, "
+            f"{r['executed']} run with real collectives, pool restarts {r['restarts']}"
+            + (f"; not on real ranks: {not_run}" if not_run else ""))
+
+
+def judge(session: RealRanks, case: Case, target: str, findings: list, ctx: Optional[CheckContext] = None,
+          only: Optional[tuple] = None) -> list[Finding]:
+    """Real-mode findings for one example after the simulated checks gave ``findings`` (while a
+    failure shrinks with ``only`` its checkers, the real ranks run only when they are among them);
+    a case not run on real ranks has the reason in ``ctx.skipped``."""
+    if only is not None and NAME not in only:
+        return []
+    known = frozenset(f.checker for f in findings if f.severity == ERROR)
+    extra, why = session.check(case, target, known)
+    if why and ctx is not None:
+        ctx.skipped[NAME] = why
+    return extra
+
+
+REAL_DEADLINE = 60.0  # seconds a real-mode phase may take before its ranks count as hung
+
 ACTIVE: list[RealRanks] = []  # the session a campaign or replay opened (for ``check_all(only=...)``)
 
 
@@ -259,4 +309,4 @@ CHECKER = Checker(NAME, _run, order=95, default=False, skip_reason=_skip,
                   summary="real rank processes: each plans with its own hash seed, digests exchanged over the real "
                           "process group, real collectives vs the simulated world (--ranks real)")
 
-__all__ = ["ERROR", "MODES", "NAME", "RealRanks", "chosen", "parse_mode"]
+__all__ = ["MODES", "NAME", "RealRanks", "chosen", "judge", "open_session", "parse_mode", "session_report"]

@@ -44,6 +44,36 @@ def skipped_lines(result: Result) -> list[str]:
             *(f"  {what}: {count} cases" for what, count in sorted(result.skipped.items()))]
 
 
+def ranks_lines(result: Result) -> list[str]:
+    """Simulated or real ranks, said either way: backend, device and rank count of every real pool."""
+    ranks = result.ranks or {"mode": "simulated"}
+    if ranks.get("mode") != "real":
+        return [f"ranks           simulated in this one process: {ranks.get('note', 'no real rank processes')}"]
+    placements = "; ".join(f"{text}" for _, text in sorted(ranks.get("placements", {}).items())) or "none started"
+    lines = [f"ranks           real ({ranks.get('requested_backend')} asked): {placements}; hash seeds "
+             f"{ranks.get('hash_seeds')}",
+             f"real ranks      {ranks.get('cases', 0)} cases planned on rank processes, {ranks.get('executed', 0)} run "
+             f"with real collectives (fraction {ranks.get('fraction', 1):g}), {ranks.get('seconds', 0):.1f}s, "
+             f"pool restarts {ranks.get('restarts', 0)}"]
+    lines += [f"  not on real ranks: {why}: {count} cases" for why, count in sorted(ranks.get("not_run", {}).items())]
+    lines += [f"  pool: {event}" for event in ranks.get("events", [])[-5:]]
+    return lines
+
+
+def ranks_properties(result: Result) -> list[tuple[str, object]]:
+    """The JUnit properties that state how ranks ran (never a silent fallback)."""
+    ranks = result.ranks or {"mode": "simulated"}
+    props: list[tuple[str, object]] = [("ranks_mode", ranks.get("mode", "simulated"))]
+    if ranks.get("mode") == "real":
+        props += [("real_backend", ranks.get("backend")), ("real_device", ranks.get("device")),
+                  ("real_rank_counts", ",".join(map(str, ranks.get("rank_counts", [])))),
+                  ("real_backend_requested", ranks.get("requested_backend")), ("real_fraction", ranks.get("fraction")),
+                  ("real_cases", ranks.get("cases", 0)), ("real_executed", ranks.get("executed", 0)),
+                  ("real_pool_restarts", ranks.get("restarts", 0))]
+        props += [(f"real_placement:{world}_ranks", text) for world, text in sorted(ranks.get("placements", {}).items())]
+    return props
+
+
 def summary_text(result: Result, target: str) -> str:
     """The end-of-campaign table."""
     rate = result.examples / result.seconds if result.seconds else 0.0
@@ -61,6 +91,7 @@ def summary_text(result: Result, target: str) -> str:
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
              f"compared bit for bit",
              *skipped_lines(result),
+             *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),
              *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
@@ -96,8 +127,10 @@ def junit_xml(result: Result, target: str) -> str:
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
+    for name, value in ranks_properties(result):
+        ET.SubElement(properties, "property", name=name, value=str(value))
     ET.SubElement(campaign, "system-out").text = "\n".join(
-        [f"{result.examples} examples", *skipped_lines(result)])
+        [f"{result.examples} examples", *skipped_lines(result), *ranks_lines(result)])
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name)

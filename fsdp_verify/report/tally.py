@@ -27,6 +27,7 @@ class Result:
     interrupted: bool = False  # stopped early by SIGINT/SIGTERM
     harness_errors: int = 0  # the harness itself failed (a lost worker, an accounting error): never a pass
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
+    ranks: dict = field(default_factory=dict)  # simulated or real ranks: backend, device, rank counts (real mode)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -43,6 +44,7 @@ class Result:
         self.interrupted = self.interrupted or other.interrupted
         self.harness_errors += other.harness_errors
         self.notes.extend(other.notes)
+        self.ranks = merge_ranks(self.ranks, other.ranks)
 
     def to_json(self) -> dict:
         return {"examples": self.examples, "shrink_steps": self.shrink_steps, "seconds": round(self.seconds, 3),
@@ -52,4 +54,28 @@ class Result:
                 "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "harness_errors": self.harness_errors, "notes": self.notes,
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
-                "failures": self.failures}
+                "failures": self.failures, "ranks": self.ranks}
+
+
+def merge_ranks(a: dict, b: dict) -> dict:
+    """Two workers' rank reports as one: counts summed, placements and events joined."""
+    if not a or not b:
+        return dict(a or b)
+    merged = {**a}
+    for key in ("cases", "executed", "restarts", "seconds"):
+        if key in b:
+            merged[key] = a.get(key, 0) + b[key]
+    for key in ("not_run", "findings"):
+        if key in b:
+            merged[key] = dict(Counter(a.get(key, {})) + Counter(b[key]))
+    for key in ("backend", "device"):
+        if key in b:
+            merged[key] = ",".join(sorted((set(a.get(key, "").split(",")) | set(b[key].split(","))) - {"", "none started"})) \
+                or "none started"
+    if "rank_counts" in b:
+        merged["rank_counts"] = sorted(set(a.get("rank_counts", [])) | set(b["rank_counts"]))
+    if "placements" in b:
+        merged["placements"] = {**a.get("placements", {}), **b["placements"]}
+    if "events" in b:
+        merged["events"] = (a.get("events", []) + b["events"])[-20:]
+    return merged

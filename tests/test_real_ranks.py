@@ -1,0 +1,242 @@
+"""Real mode: every rank process plans with its own hash seed, digests cross the real process group,
+real collectives are compared with the simulated world, and the pool heals (gloo on CPU here)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from fsdp_verify import campaign, corpus
+from fsdp_verify.checks.real_ranks import HASH_STRIDE, NAME, RealRanks, chosen, parse_mode
+from fsdp_verify.execute.distributed import place
+from fsdp_verify.orchestrate import check_all
+from fsdp_verify.replay import replay
+from fsdp_verify.report.summary import junit_xml, summary_text
+from fsdp_verify.selftest import format_table, hunt
+from fsdp_verify.targets import get_target
+from fsdp_verify.targets.mutants import MUTANTS
+from fsdp_verify.targets.rank_side import RealJob
+from support import two_block_case
+
+ROOT = Path(__file__).resolve().parents[1]
+HASH_BUG = "mutant:members_follow_hash_seed"
+
+
+@pytest.fixture(scope="module")
+def real():
+    with RealRanks(backend="gloo", seed=0, deadline=20) as session:
+        yield session
+
+
+def test_ranks_run_with_their_own_hash_seed_and_environment(real):
+    pool = real.pool(2)
+    seen = pool.run({rank: RealJob("env") for rank in range(2)})
+    assert [seen[r]["hashseed"] for r in range(2)] == ["0", str(HASH_STRIDE)]
+    assert seen[0]["hash"] != seen[1]["hash"]  # string hashing differs between the rank processes
+    assert seen[0]["pid"] != seen[1]["pid"] != os.getpid()
+
+
+def test_reference_passes_on_real_ranks(real):
+    findings, why = real.check(two_block_case(), "reference")
+    assert findings == [] and why is None
+    assert real.executed >= 1
+
+
+def test_hash_seed_planner_is_invisible_in_process_and_killed_as_rank_dependent_on_real_ranks(real):
+    case = two_block_case()
+    simulated, _ = check_all(get_target(HASH_BUG), case)
+    assert not any(f.checker in (NAME, "target") for f in simulated)  # one process: one hash order, no mismatch
+    findings, _ = real.check(case, HASH_BUG, frozenset(f.checker for f in simulated))
+    assert len(findings) == 1 and findings[0].checker == NAME
+    finding = findings[0]
+    assert finding.details["kind"] == "rank_dependent_planning"
+    assert "rank-dependent planning" in finding.message and "PYTHONHASHSEED" in finding.message
+    assert len(set(finding.details["digests"].values())) == 2
+    assert set(finding.details["last_collective"]) == {"0", "1"}  # each rank's flight record
+    assert all("digest exchange" in text for text in finding.details["last_collective"].values())
+
+
+def test_a_target_raising_on_some_ranks_only_is_rank_dependent(real):
+    findings, _ = real.check(two_block_case(), "real_targets:OddRankRaises")
+    assert [f.details["kind"] for f in findings] == ["rank_dependent_outcome"]
+    assert "ranks [1]" in findings[0].message
+    assert real.check(two_block_case(), "reference") == ([], None)  # no rank was left waiting
+
+
+def test_a_target_raising_on_every_rank_is_left_to_the_simulated_checks(real):
+    findings, why = real.check(two_block_case(), "plugin_targets:Crashing")
+    assert findings == [] and "raised on every rank" in why
+
+
+def test_a_rank_whose_target_kills_its_process_is_one_finding_and_the_pool_heals(real):
+    restarts = real.pools[2].restarts if 2 in real.pools else 0
+    findings, _ = real.check(two_block_case(), "real_targets:OddRankExits")
+    assert [f.details["kind"] for f in findings] == ["rank_died"]
+    assert findings[0].details["ranks"] == [1] and "rank 1 died (exit code 3)" in findings[0].message
+    assert real.pools[2].restarts == restarts + 1
+    assert real.check(two_block_case(), "reference") == ([], None)
+
+
+def test_sigkill_of_a_rank_between_cases_heals_before_the_next_case(real):
+    pool = real.pool(2)
+    victim = pool.processes[1]
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.join(5)
+    restarts = pool.restarts
+    assert real.check(replace(two_block_case(), seed=3), "reference") == ([], None)
+    assert pool.restarts == restarts + 1
+    assert "rank 1 died between cases (killed by signal SIGKILL" in pool.events[-1]
+
+
+def test_sigkill_of_a_rank_during_a_case_is_one_rank_failure_naming_it_and_the_next_case_runs(real):
+    pool = real.pool(2)
+    victim = pool.processes[1].pid
+    timer = threading.Timer(1.0, lambda: os.kill(victim, signal.SIGKILL))
+    timer.start()
+    start = time.monotonic()
+    try:
+        findings, _ = real.check(two_block_case(), "real_targets:Slow")
+    finally:
+        timer.cancel()
+    assert time.monotonic() - start < 15
+    assert len(findings) == 1 and findings[0].details["kind"] == "rank_died"
+    assert findings[0].details["ranks"] == [1] and "SIGKILL" in findings[0].message
+    assert "last collective entered" in findings[0].message
+    assert real.check(two_block_case(), "reference") == ([], None)
+
+
+def test_real_vs_simulated_and_rewritten_vs_original_are_compared(real):
+    findings, _ = real.check(two_block_case(), "mutant:swapped_copy_out")
+    assert findings and all(f.details["kind"] == "rewritten_vs_original" for f in findings)
+    # Already reported by the simulated checks: a real-mode verdict keeps theirs.
+    assert real.check(two_block_case(), "mutant:swapped_copy_out", frozenset({"numerics"}))[0] == []
+
+
+def test_the_campaign_kills_the_hash_seed_planner_in_real_mode_and_reports_how_ranks_ran(real, tmp_path):
+    config = campaign.Config(target=HASH_BUG, budget=campaign.Budget(examples=30), seed=0, profile="ci",
+                             corpus_dir=str(tmp_path), size="tiny", modules=False, max_failures=2,
+                             strategy="hazards", shrink=False, stop_on=(NAME,), ranks="real:gloo")
+    result = campaign.run(config, session=real)
+    killed = [f for f in result.failures if NAME in f["checkers"]]
+    assert killed and "rank-dependent planning" in killed[0]["message"]
+    assert result.ranks["mode"] == "real" and result.ranks["backend"] == "gloo" and result.ranks["device"] == "cpu"
+    text = summary_text(result, HASH_BUG)
+    assert "ranks           real" in text and "gloo on cpu, 2 ranks" in text
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(result, HASH_BUG)).iter("property")}
+    assert props["ranks_mode"] == "real" and props["real_backend"] == "gloo" and props["real_device"] == "cpu"
+    assert "2" in props["real_rank_counts"].split(",")
+
+
+def test_a_simulated_run_says_it_did_not_use_real_ranks(tmp_path):
+    from fsdp_verify.report.tally import Result
+    result = Result(ranks={"mode": "simulated", "note": "x"})
+    assert "ranks           simulated" in summary_text(result, "reference")
+    props = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(result, "reference")).iter("property")}
+    assert props["ranks_mode"] == "simulated"
+
+
+def test_the_simulated_selftest_lists_a_real_only_bug_as_not_hunted(tmp_path):
+    assert MUTANTS["members_follow_hash_seed"].needs == "real"
+    kill = hunt("members_follow_hash_seed", 5, 0, str(tmp_path))
+    assert kill.outcome == "not hunted" and not kill.killed
+    assert "needs real ranks" in format_table([kill])
+
+
+def test_real_fraction_choice_is_stable_and_proportional():
+    cases = [replace(two_block_case(), seed=s) for s in range(200)]
+    picked = [chosen(case, 0.25) for case in cases]
+    assert picked == [chosen(case, 0.25) for case in cases]
+    assert 20 < sum(picked) < 80
+    assert all(chosen(case, 1.0) for case in cases[:3])
+
+
+def test_a_case_not_chosen_or_too_large_says_why(real):
+    small = RealRanks(backend="gloo", fraction=1e-9, max_ranks=1)
+    _, why = small.check(two_block_case(), "reference")
+    assert "this machine runs at most 1" in why and "torchrun" in why
+    small.max_ranks = 8
+    _, why = small.check(two_block_case(), "reference")
+    assert why.startswith("not chosen (--real-fraction")
+    assert small.pools == {}  # nothing started for cases it does not run
+
+
+def test_modes_and_placement_are_explicit():
+    assert parse_mode("simulated") is None and parse_mode("real") == "auto"
+    assert parse_mode("real:nccl") == "nccl" and parse_mode("real:gloo") == "gloo"
+    with pytest.raises(ValueError):
+        parse_mode("real:mpi")
+    assert place("auto", 2, gpus=0).describe() == "gloo on cpu, 2 ranks (no CUDA device: gloo on CPU)"
+    assert (place("nccl", 2, gpus=2).backend, place("nccl", 2, gpus=2).device) == ("nccl", "cuda")
+    mixed = place("nccl", 4, gpus=2)
+    assert (mixed.backend, mixed.device) == ("gloo", "cuda") and "NCCL needs one GPU per rank" in mixed.note
+    assert place("gloo", 2, gpus=8).backend == "gloo"
+    with pytest.raises(ValueError, match="no CUDA device"):
+        place("nccl", 2, gpus=0)
+
+
+def test_cli_refuses_nccl_without_a_gpu_and_unknown_modes(capsys):
+    from fsdp_verify.cli import main
+    if not torch.cuda.is_available():
+        assert main(["fuzz", "--ranks", "real:nccl", "--budget", "1"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fuzz", "--ranks", "real:mpi"])
+    with pytest.raises(SystemExit):
+        main(["fuzz", "--real-fraction", "0"])
+
+
+def _shipped(limit_four: int) -> list[Path]:
+    """Every two-rank case of the shipped corpus and the first ``limit_four`` four-rank ones."""
+    paths, fours = [], 0
+    for path in corpus.discover([str(ROOT / "corpus")]):
+        world = len(corpus.load(path).case.graph.world())
+        if world == 2 or (world == 4 and fours < limit_four):
+            fours += world == 4
+            paths.append(path)
+    return paths
+
+
+def test_real_mode_replay_of_the_shipped_corpus_agrees_with_the_simulated_verdicts(real):
+    # `fsdp-verify replay corpus --ranks real` replays all of it (README); here the two-rank cases and
+    # a few four-rank ones keep the test short.
+    target = get_target("reference")
+    paths = _shipped(limit_four=2)
+    assert len(paths) >= 6
+    before = real.cases
+    for path in paths:
+        entry = corpus.load(path)
+        simulated = replay(target, path, entry)
+        on_ranks = replay(target, path, entry, real=real, target_spec="reference")
+        assert on_ranks.got == simulated.got and on_ranks.agrees == simulated.agrees, path
+        assert on_ranks.agrees, on_ranks.line(target)
+    assert real.cases - before == len(paths)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="NCCL with CUDA tensors needs 2 GPUs (this machine has "
+                           f"{torch.cuda.device_count() if torch.cuda.is_available() else 0})")
+def test_nccl_real_mode_on_gpus():
+    with RealRanks(backend="nccl", deadline=60) as session:
+        assert session.check(two_block_case(), "reference") == ([], None)
+        assert session.report()["backend"] == "nccl" and session.report()["device"] == "cuda"
+        findings, _ = session.check(two_block_case(), HASH_BUG)
+        assert findings and findings[0].details["kind"] == "rank_dependent_planning"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA compute with gloo collectives needs a GPU")
+def test_cuda_compute_with_gloo_collectives_when_gpus_are_fewer_than_ranks():
+    gpus = torch.cuda.device_count()
+    with RealRanks(backend="auto", deadline=60) as session:
+        from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+        from fsdp_verify.case import Case
+        case = Case(render(Blueprint(blocks=((ParamDraw((2, 4)), ParamDraw((3,))),), degree=gpus + 1)))
+        assert session.check(case, "reference") == ([], None)
+        assert "NCCL needs one GPU per rank" in session.report()["placements"][str(gpus + 1)]
