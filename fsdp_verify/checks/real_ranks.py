@@ -155,18 +155,28 @@ class RealRanks:
             planned = pool.run({rank: job for rank in world})
         except RankFailure as exc:
             return [_rank_failure("while planning", exc)], None
-        findings = _planning(planned, pool.flight_record())
+        findings = _planning(case, planned, pool.flight_record())
         statuses = {rank: planned[rank]["status"] for rank in world}
         if findings:
             return findings, None
         if set(statuses.values()) != {"ok"}:
             return [], "not executed: the target raised on every rank (the simulated checks judge that)"
+        unrunnable = _unrunnable(case, {rank: case.graph for rank in world})
+        if unrunnable:
+            return [], f"not executed: the original graphs hold collectives no real group can run ({unrunnable[0]})"
+        specs = {rank: graph_from_json(planned[rank]["rewritten"]) for rank in world}
+        unrunnable = _unrunnable(case, specs)
+        if unrunnable:
+            if known:
+                return [], "not executed: the rewritten graphs hold unrunnable collectives (the simulated checks reported it)"
+            return [Finding(NAME, f"the ranks' rewritten graphs hold collectives no real group can run: "
+                                  f"{'; '.join(unrunnable[:3])}", details={"kind": "unrunnable_rewrite"})], None
         override = exact_override(exact, case.seed)
         try:
             original = simulate(case, build_world(case), override=override)
         except Exception as exc:  # noqa: BLE001 - a case whose originals cannot run is not executed
             return [], f"not executed: the original graphs do not run in the simulated world ({type(exc).__name__})"
-        modules = {rank: build_module(graph_from_json(planned[rank]["rewritten"])) for rank in world}
+        modules = {rank: build_module(specs[rank]) for rank in world}
         try:
             rewritten = simulate(case, modules, override=override)
         except Exception as exc:  # noqa: BLE001 - the ranks' own rewrites do not run together
@@ -178,6 +188,8 @@ class RealRanks:
         try:
             ran = pool.run({rank: rank_side.RealJob("execute", seed=case.seed, exact_sources=exact) for rank in world})
         except RankFailure as exc:
+            if known:  # the simulated checks already judged this rewrite wrong
+                return [], f"not executed cleanly: real ranks failed ({exc.kind}; the simulated checks reported the case)"
             return [_rank_failure("running the graphs", exc)], None
         self.executed += 1
         for rank in world:
@@ -193,6 +205,32 @@ class RealRanks:
                                                    .replace(" ", "_")}, f.rank) for f in findings], None
 
 
+_SIZED = {"all_gather_into_tensor": -2, "reduce_scatter_tensor": -2, "all_reduce": None}
+
+
+def _unrunnable(case: Case, graphs: dict) -> list[str]:
+    """Launches no real group can run (an unknown group, a size argument that is not the group's
+    size), per rank; the same rule as ``triage.invalid_collectives``, which sits above this layer.
+    The simulated world resolves groups by name alone, so only real ranks would trip on these."""
+    found = []
+    for rank, graph in sorted(graphs.items()):
+        groups = case.graph.group_ranks(rank)
+        for node in graph.nodes:
+            parts = str(node.target).split(".")
+            if node.op != "call_function" or parts[0] != "_c10d_functional" or len(parts) < 2 \
+                    or parts[1] not in _SIZED:
+                continue
+            group = node.kwargs.get("group_name", node.args[-1] if node.args else None)
+            ranks = groups.get(group) if isinstance(group, str) else None
+            position = _SIZED[parts[1]]
+            if ranks is None:
+                found.append(f"rank {rank}: {node.name}: group {group!r} is not a group of rank {rank}")
+            elif position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
+                found.append(f"rank {rank}: {node.name}: size argument {node.args[position]!r} on a group of "
+                             f"{len(ranks)} ranks")
+    return found
+
+
 def _hashseeds(planned: dict) -> dict:
     return {rank: result.get("hashseed") for rank, result in sorted(planned.items())}
 
@@ -205,18 +243,20 @@ def _rank_failure(when: str, exc: RankFailure) -> Finding:
                             "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}})
 
 
-def _planning(planned: dict, flight: dict) -> list[Finding]:
+def _planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
     """Rank-dependent planning: a digest mismatch in the exchange, plans whose digests differ, or a
     target that raised on some ranks only."""
     statuses = {rank: result["status"] for rank, result in sorted(planned.items())}
     seeds = _hashseeds(planned)
-    details = {"statuses": statuses, "hashseeds": seeds, "last_collective": {str(r): c for r, c in flight.items()}}
+    flights = {str(rank): result.get("flight") or flight.get(rank, "") for rank, result in sorted(planned.items())}
+    details = {"statuses": statuses, "hashseeds": seeds, "last_collective": flights}
     disagree = [result for _, result in sorted(planned.items()) if result["status"] == "disagree"]
     if disagree:
         first = disagree[0]
         return [Finding(NAME, f"rank-dependent planning: {first['message']} (digest per rank "
-                              f"{_short(first['seen'])}; PYTHONHASHSEED per rank {seeds}): on a cluster every rank "
-                              f"stops here, or hangs without the digest exchange",
+                              f"{_short(first['seen'])}; PYTHONHASHSEED per rank {seeds}; last entered: "
+                              f"{'; '.join(flights.values())}): on a cluster every rank stops here, or hangs "
+                              f"without the digest exchange",
                         details={**details, "kind": "rank_dependent_planning", "group": first["group"],
                                  "round": first["round"], "digests": first["seen"],
                                  "exchanged": first.get("exchanged", [])})]
@@ -230,11 +270,12 @@ def _planning(planned: dict, flight: dict) -> list[Finding]:
     if raised:
         return []
     for index in range(max((len(r["digests"]) for r in planned.values()), default=0)):
-        by_group: dict[str, dict[int, str]] = {}
+        by_group: dict[tuple, dict[int, str]] = {}  # (group, its ranks as this rank sees them): one subgroup
         for rank, result in sorted(planned.items()):
             for group, digest in (result["digests"][index] if index < len(result["digests"]) else {}).items():
-                by_group.setdefault(group, {})[rank] = digest
-        for group, digests in sorted(by_group.items()):
+                members = tuple(case.graph.group_ranks(rank).get(group, ()))
+                by_group.setdefault((group, members), {})[rank] = digest
+        for (group, _), digests in sorted(by_group.items()):
             if len(set(digests.values())) > 1:
                 return [Finding(NAME, f"rank-dependent planning: round {index + 1}: the plans the ranks returned "
                                       f"for group {group} disagree (digest per rank {_short(digests)}; "

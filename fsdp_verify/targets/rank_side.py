@@ -68,11 +68,13 @@ class Exchange:
     def __init__(self, rank: int, world: int, record=lambda text: None):
         self.rank, self.world, self.record = rank, world, record
         self.round = 0
+        self.last = ""  # the last exchange this rank entered (its flight record of the planning phase)
         self.log: list[dict] = []  # per round: group -> rank -> digest, as exchanged
 
     def gather(self, tag: str, payload: Any) -> list:
         import torch.distributed as dist
-        self.record(f"rank {self.rank} digest exchange ({tag})")
+        self.last = f"rank {self.rank} digest exchange ({tag})"
+        self.record(self.last)
         out: list = [None] * self.world
         dist.all_gather_object(out, (tag, payload))
         return out
@@ -170,6 +172,7 @@ def plan_on_rank(target_name: str, case_doc: dict, rank: int, world: int, record
                            message=(str(exc).strip().splitlines() or [""])[0],
                            traceback="".join(traceback.format_exception(exc))[-4000:])
     outcome["digests"] = _round_digests(plans)
+    outcome["flight"] = exchange.last or "none"
     outcome["exchanged"] = [{g: {str(r): d for r, d in per.items()} for g, per in rnd.items()} for rnd in exchange.log]
     peers = exchange.finish({k: v for k, v in outcome.items() if k != "traceback"})
     result = dict(outcome, peers=peers)
