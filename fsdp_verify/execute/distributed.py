@@ -276,8 +276,9 @@ class RankPool:
                 conn.send(None)
             except (BrokenPipeError, OSError):
                 pass
+        end = time.monotonic() + 3
         for process in self.processes:
-            process.join(timeout=5)
+            process.join(timeout=max(0.0, end - time.monotonic()))
         self._kill()
         shutil.rmtree(getattr(self, "folder", ""), ignore_errors=True)
 
