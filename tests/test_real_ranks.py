@@ -248,3 +248,22 @@ def test_cuda_compute_with_gloo_collectives_when_gpus_are_fewer_than_ranks():
         case = Case(render(Blueprint(blocks=((ParamDraw((2, 4)), ParamDraw((3,))),), degree=gpus + 1)))
         assert session.check(case, "reference") == ([], None)
         assert "NCCL needs one GPU per rank" in session.report()["placements"][str(gpus + 1)]
+
+
+def _torchrun(folder: Path, *extra: str):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "fsdp_verify.torchrun_replay", str(folder), *extra],
+                          capture_output=True, text=True, timeout=300, cwd=str(Path(__file__).parent))
+
+
+def test_torchrun_replay_plans_on_each_rank_and_names_rank_dependent_planning(tmp_path):
+    # The single-node example of the README, with the hash-seed planner: each process plans its own
+    # rank under its own PYTHONHASHSEED and the digests cross the real process group.
+    entry = corpus.Entry(two_block_case(), HASH_BUG, corpus.Verdict(corpus.PASS), {})
+    corpus.save(entry, str(tmp_path))
+    out = _torchrun(tmp_path, "--target", HASH_BUG, "--hash-seed", "0")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "ranks: real, gloo on cpu, 2 ranks" in out.stdout
+    assert "FAIL" in out.stdout and "rank-dependent planning" in out.stdout and "'7919'" in out.stdout

@@ -161,11 +161,11 @@ class RealRanks:
             return findings, None
         if set(statuses.values()) != {"ok"}:
             return [], "not executed: the target raised on every rank (the simulated checks judge that)"
-        unrunnable = _unrunnable(case, {rank: case.graph for rank in world})
+        unrunnable = unrunnable_collectives(case, {rank: case.graph for rank in world})
         if unrunnable:
             return [], f"not executed: the original graphs hold collectives no real group can run ({unrunnable[0]})"
         specs = {rank: graph_from_json(planned[rank]["rewritten"]) for rank in world}
-        unrunnable = _unrunnable(case, specs)
+        unrunnable = unrunnable_collectives(case, specs)
         if unrunnable:
             if known:
                 return [], "not executed: the rewritten graphs hold unrunnable collectives (the simulated checks reported it)"
@@ -208,7 +208,7 @@ class RealRanks:
 _SIZED = {"all_gather_into_tensor": -2, "reduce_scatter_tensor": -2, "all_reduce": None}
 
 
-def _unrunnable(case: Case, graphs: dict) -> list[str]:
+def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
     """Launches no real group can run (an unknown group, a size argument that is not the group's
     size), per rank; the same rule as ``triage.invalid_collectives``, which sits above this layer.
     The simulated world resolves groups by name alone, so only real ranks would trip on these."""
