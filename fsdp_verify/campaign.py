@@ -19,7 +19,7 @@ import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from . import corpus, example_db, profiles
+from . import corpus, example_db, names, profiles
 from .case import Case
 from .checks import ERROR, INVALID
 from .orchestrate import check_all, die_with_parent
@@ -112,7 +112,7 @@ class Config:
     raw_forms: bool = False  # keep graph forms the target never receives in practice (contract probing)
 
 
-STRATEGIES = ("cases", "hazards", "mutations")
+STRATEGIES = names.STRATEGIES
 
 
 def database_key(config: Config) -> bytes:
