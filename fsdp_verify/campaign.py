@@ -19,7 +19,7 @@ import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from . import corpus, example_db, profiles
+from . import corpus, example_db, names, profiles
 from .case import Case
 from .checks import ERROR, INVALID, real_ranks
 from .orchestrate import check_all, die_with_parent
@@ -114,7 +114,7 @@ class Config:
     real_fraction: float = 1.0  # share of examples also run on real ranks (chosen by case content)
 
 
-STRATEGIES = ("cases", "hazards", "mutations")
+STRATEGIES = names.STRATEGIES
 
 
 def database_key(config: Config) -> bytes:

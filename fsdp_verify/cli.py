@@ -11,11 +11,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from . import campaign, corpus, example_db, profiles, spec_params
-from .strategies.graphs import SIZES
-from .targets.mutants import MUTANTS
+from . import names, spec_params
+
+if TYPE_CHECKING:
+    from . import campaign, corpus
+
+# Torch and Hypothesis are imported by the commands that need them, not here: ``--help`` and
+# argument errors answer in a fraction of a second (tests/test_cli.py imports nothing heavy).
 
 DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
            "github:owner/repo[@artifact] (read-only); a remote one is paired with a local folder (another --db "
@@ -47,7 +51,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
+class _MutantNames:
+    """The planted bugs' names as argparse choices, loaded (with torch) only when one is given."""
+
+    def _names(self) -> list[str]:
+        from .targets.mutants import MUTANTS
+        return sorted(MUTANTS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self):
+        return iter(self._names())
+
+
 def _budget(text: str) -> "campaign.Budget":
+    from . import campaign
     try:
         budget = campaign.Budget.parse(text)
     except ValueError as exc:
@@ -79,6 +98,7 @@ def _writable_folder(text: str) -> str:
 
 
 def _database(text: str) -> str:
+    from . import example_db
     """A ``--db`` value (folder, redis URL or GitHub artifact), checked before any work starts."""
     try:
         spec = example_db.parse(text)
@@ -88,6 +108,7 @@ def _database(text: str) -> str:
 
 
 def _databases(args: argparse.Namespace) -> tuple[str, ...]:
+    from . import example_db
     """The ``--db`` values, with every redis server asked whether it answers (exit 2 if not)."""
     values = tuple(args.db or ())
     try:
@@ -114,12 +135,12 @@ def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs
     return progress
 
 
+RANK_MODES = ("simulated", "real", "real:gloo", "real:nccl")  # checks.real_ranks.MODES, without importing torch
+
+
 def _ranks_mode(text: str) -> str:
-    from .checks.real_ranks import parse_mode
-    try:
-        parse_mode(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    if text not in RANK_MODES:
+        raise argparse.ArgumentTypeError(f"--ranks {text!r}: expected one of {', '.join(RANK_MODES)}")
     return text
 
 
@@ -158,6 +179,7 @@ def _real_session(args: argparse.Namespace, seed: int = 0):
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
+    from . import campaign
     from .report.summary import junit_xml, summary_text
     _target(args.target)
     budget = args.budget
@@ -192,7 +214,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     return code
 
 
-def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, corpus.Entry]], list[str]]:
+def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, "corpus.Entry"]], list[str]]:
+    from . import corpus
     entries, errors = [], []
     for path in corpus.discover(paths or ["corpus"]):
         try:
@@ -245,6 +268,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from . import corpus
     from .orchestrate import check_all
     from .report.account import account
     from .report.divergence import first_divergence
@@ -304,6 +328,7 @@ def cmd_compiled(args: argparse.Namespace) -> int:
 
 def cmd_targets(args: argparse.Namespace) -> int:
     from .targets import available
+    from .targets.mutants import MUTANTS
     for name, summary in sorted(available().items()):
         print(f"{name:<20} {summary}")
     print("module:callable      any importable factory returning a fsdp_verify.targets.Target")
@@ -337,6 +362,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    from . import example_db
     from .gate import gate_report, stored_cases
     baseline, candidate = _target(args.baseline), _target(args.candidate)
     entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
@@ -362,6 +388,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from .selftest import run_selftest
+    from .targets.mutants import MUTANTS
     only = args.mutant or None
     with _progress(args, "selftest", unit="planted bugs", bad="survivors",
                    total=len(only or MUTANTS)) as progress:
@@ -390,18 +417,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     fuzz = sub.add_parser("fuzz", parents=[shown], help="fuzz a target; shrunk failures are saved to the corpus")
     fuzz.add_argument("--target", default="reference", help="target name or module:callable (default reference)")
-    fuzz.add_argument("--budget", default=_budget("60s"), type=_budget,
+    fuzz.add_argument("--budget", default="60s", type=_budget,
                       help="wall clock (90s, 5m, 1h) or an example count (500); default 60s")
     fuzz.add_argument("--workers", type=_positive_int, default=1, help="worker processes (they share --db)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the example stream (each worker derives its own)")
-    fuzz.add_argument("--profile", choices=profiles.PROFILES, default="dev", help="Hypothesis settings profile")
+    fuzz.add_argument("--profile", choices=names.PROFILES, default="dev", help="Hypothesis settings profile")
     fuzz.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
                       help=DB_HELP + "; shared by the workers and by later runs, which try its examples first")
     fuzz.add_argument("--corpus", default="corpus/found", type=_writable_folder,
                       help="where shrunk failures are written")
-    fuzz.add_argument("--size", default="default", choices=SIZES, help="graph size preset")
+    fuzz.add_argument("--size", default="default", choices=names.SIZES, help="graph size preset")
     fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
-    fuzz.add_argument("--strategy", choices=campaign.STRATEGIES, default="cases",
+    fuzz.add_argument("--strategy", choices=names.STRATEGIES, default="cases",
                       help="cases: valid, mutated, hazard and traced graphs; hazards: several planted hazards "
                            "per graph (finds planner bugs fastest)")
     fuzz.add_argument("--spec-param", action="append", type=_spec_param, metavar="NAME=VALUE",
@@ -465,7 +492,7 @@ def build_parser() -> argparse.ArgumentParser:
                               "reach (exit 1 naming any unreached)")
     coverage.add_argument("--examples", type=_positive_int, default=2000, help="generated cases")
     coverage.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
-    coverage.add_argument("--size", default="tiny", choices=SIZES, help="graph size preset")
+    coverage.add_argument("--size", default="tiny", choices=names.SIZES, help="graph size preset")
     coverage.add_argument("--target", default="reference", help="target whose planner is asked")
     coverage.add_argument("--branches", action="store_true",
                           help="also plan and rewrite every case under coverage.py and report the branch "
@@ -475,8 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     selftest = sub.add_parser("selftest", parents=[shown], help="fuzz every planted bug and report which checker kills it")
     selftest.add_argument("--examples", type=_positive_int, default=200, help="example budget per planted bug")
     selftest.add_argument("--seed", type=int, default=0, help="seed of the hunts")
-    selftest.add_argument("--mutant", action="append", choices=sorted(MUTANTS), metavar="NAME",
-                          help="only this planted bug (repeatable)")
+    selftest.add_argument("--mutant", action="append", choices=_MutantNames(), metavar="NAME",
+                          help="only this planted bug (repeatable; `fsdp-verify targets` lists them)")
     _ranks_options(selftest, fraction=False)
     selftest.set_defaults(func=cmd_selftest)
     return parser
@@ -489,6 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # stray .hypothesis/ in the working folder: examples live only where --db says.
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(os.environ.get("XDG_CACHE_HOME")
                                                                     or Path.home() / ".cache") / "fsdp-verify" / "hypothesis"))
+    from . import profiles
     profiles.load_default()
     try:
         return args.func(args)

@@ -11,6 +11,8 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
+from . import names
+
 # Health checks stay on except these two: big graphs are slow to draw and large by design.
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
@@ -23,7 +25,7 @@ settings.register_profile("smoke", max_examples=3, deadline=None, derandomize=Tr
 settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=SLOW_OK)
 
-PROFILES = ("dev", "ci", "nightly", "smoke")
+PROFILES = names.PROFILES
 
 
 def load_default() -> str:

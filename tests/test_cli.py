@@ -43,6 +43,19 @@ def test_every_option_has_help_and_fixed_values_are_choices():
             if action.dest in ("size", "profile", "strategy"):
                 assert action.choices, f"{name} --{action.dest} should list its values"
     assert tuple(commands["fuzz"]._option_string_actions["--size"].choices) == tuple(SIZES)
+    from fsdp_verify import campaign, profiles
+    assert commands["fuzz"]._option_string_actions["--strategy"].choices == campaign.STRATEGIES
+    assert commands["fuzz"]._option_string_actions["--profile"].choices == profiles.PROFILES
+
+
+def test_help_imports_neither_torch_nor_hypothesis():
+    """``fsdp-verify --help`` and argument errors answer without the heavy imports (issue 17: <0.5 s)."""
+    probe = ("import sys\nfrom fsdp_verify.cli import build_parser\nbuild_parser().format_help()\n"
+             "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    bad = cli("selftest", "--mutant", "no_such_bug")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "fused_launch_early" in bad.stderr
 
 
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])

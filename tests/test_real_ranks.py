@@ -280,3 +280,9 @@ def test_collectives_staged_through_cpu_give_the_same_bits():
     target = get_target("reference")
     with RankPool(2, backend="gloo", deadline=20, handler=staged_handler) as pool:
         assert check_collectives(CheckContext(run_target(target, two_block_case()), target), pool) == []
+
+
+def test_the_command_line_offers_the_modes_real_ranks_knows():
+    from fsdp_verify import cli
+    from fsdp_verify.checks.real_ranks import MODES
+    assert cli.RANK_MODES == MODES

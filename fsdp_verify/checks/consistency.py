@@ -12,7 +12,7 @@ from torch import fx
 from ..execute.simulated import WorldRun
 from .findings import CheckContext, Finding
 from .registry import Checker
-from .graph_facts import FSDP_KINDS, by_name, c10d_name, is_launch
+from .graph_facts import FSDP_KINDS, by_name, c10d_name, fingerprint, is_launch
 
 NAME = "consistency"
 FUSED_META = ("comm_type", "comm_group", "autograd_backward", "fsdp_bucket_id", "fsdp_bucket_members")
@@ -68,11 +68,11 @@ def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
             or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
         return []  # a plan that crossed a process boundary cannot be re-applied
     module = copy.deepcopy(ctx.rewritten[rank])
-    before = module.code
+    before = fingerprint(module)
     try:
         rewriters[0](module, plans[0])
     except ValueError:
-        return [] if module.code == before else [Finding(
+        return [] if fingerprint(module) == before else [Finding(
             NAME, "a stale plan was rejected but the graph was changed before the error")]
     except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
         return [Finding(NAME, f"a stale plan (made for the original graph) was not rejected: applying it to the "

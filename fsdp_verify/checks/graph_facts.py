@@ -159,3 +159,9 @@ def rs_prep_chain(launch: fx.Node) -> set[fx.Node]:
         chain.add(node)
         stack.extend(node.all_input_nodes)
     return set() if any(set(n.users) - chain - {launch} for n in chain) else chain
+
+
+def fingerprint(module: fx.GraphModule) -> list[tuple]:
+    """What the generated code would say, node by node (name, op, target, args, kwargs, in
+    order), without generating code: two graphs with equal fingerprints compute the same."""
+    return [(n.name, n.op, str(n.target), str(n.args), str(n.kwargs)) for n in module.graph.nodes]

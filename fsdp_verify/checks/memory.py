@@ -9,12 +9,9 @@ flag every correct AG rewrite whose copy-out moment is the peak). Both peaks are
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
 from torch import fx
 
-from ..execute.world import simulate
+from ..execute.simulated import WorldRun
 from .findings import CheckContext, Finding
 from .registry import Checker
 from .graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
@@ -23,15 +20,11 @@ NAME = "memory"
 SLACK = 2
 
 
-def _sizes(ctx: CheckContext, modules: dict[int, fx.GraphModule], rank: int) -> dict[str, int]:
-    sizes: dict[str, int] = {}
-
-    def observe(seen_rank: int, node: fx.Node, inputs: tuple, result: Any) -> None:
-        if seen_rank == rank and isinstance(result, torch.Tensor) and not aliases_input(node):
-            sizes[node.name] = result.numel() * result.element_size()
-
-    simulate(ctx.case, modules, observe=observe)
-    return sizes
+def _sizes(run: WorldRun, module: fx.GraphModule, rank: int) -> dict[str, int]:
+    """Bytes of each storage-owning node's result on ``rank``, from the numerics checker's run."""
+    seen = run.sizes.get(rank, {})
+    return {node.name: seen[node.name] for node in module.graph.nodes
+            if node.name in seen and not aliases_input(node)}
 
 
 def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
@@ -65,10 +58,9 @@ def check_memory(ctx: CheckContext) -> list[Finding]:
     """Rewritten peak <= original peak + the largest fused buffer (on the first rank)."""
     original, rewritten = ctx.original, ctx.rewritten
     rank = min(rewritten)
-    try:
-        before, after = _sizes(ctx, original, rank), _sizes(ctx, rewritten, rank)
-    except Exception:  # noqa: BLE001 - runs that fail are reported by the numerics checker
-        return []
+    if not isinstance(ctx.original_sim, WorldRun) or not isinstance(ctx.rewritten_sim, WorldRun):
+        return []  # runs that fail are reported by the numerics checker
+    before, after = _sizes(ctx.original_sim, original[rank], rank), _sizes(ctx.rewritten_sim, rewritten[rank], rank)
     old, new = peak_live_bytes(original[rank], before), peak_live_bytes(rewritten[rank], after)
     known = by_name(original[rank])
     fused = [n for n in rewritten[rank].graph.nodes if is_launch(n) and n.name not in known]

@@ -8,13 +8,16 @@ from torch import fx
 
 from ..case import Case
 from ..graph.builder import build_module, localize
+from ..graph.spec import validate
 from .inputs import make_inputs
 from .simulated import WorldRun, run_world
 
 
 def build_world(case: Case) -> dict[int, fx.GraphModule]:
-    """One module per rank, each with that rank's device index in its specs."""
-    return {rank: build_module(localize(case.graph, rank)) for rank in case.graph.world()}
+    """One module per rank, each with that rank's device index in its specs (the description is
+    validated once: localising changes device indices only)."""
+    validate(case.graph)
+    return {rank: build_module(localize(case.graph, rank), validated=True) for rank in case.graph.world()}
 
 
 def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,

@@ -47,8 +47,20 @@ def is_free_target(target: Any) -> bool:
     return target is _free_tensor_storage or getattr(target, "__name__", None) == "_free_tensor_storage"
 
 
+_RESOLVED: dict[str, Callable] = {}
+
+
 def resolve_target(name: str, path: str = "target") -> Callable:
-    """Turn a target name (``aten.view.default``, ``_c10d_functional.wait_tensor``) into a callable."""
+    """Turn a target name (``aten.view.default``, ``_c10d_functional.wait_tensor``) into a callable
+    (a name once resolved is remembered: graphs are built many times per case)."""
+    if isinstance(name, str) and name in _RESOLVED:
+        return _RESOLVED[name]
+    found = _resolve(name, path)
+    _RESOLVED[name] = found
+    return found
+
+
+def _resolve(name: str, path: str) -> Callable:
     if not isinstance(name, str) or not name:
         raise SpecError(path, "target must be a non-empty string")
     if name in FUNCTIONS:

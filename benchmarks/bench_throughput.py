@@ -1,0 +1,101 @@
+"""Where a fuzz example's time goes: the target's own plan+rewrite against the harness's checks,
+per checker, in CPU seconds (``time.process_time``) beside wall seconds, on the default campaign
+mix (the cases are drawn first, so generation is not counted).
+
+    python benchmarks/bench_throughput.py [--examples 150] [--seed 0] [--profile out.prof]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import time
+from collections import defaultdict
+
+import torch
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from fsdp_verify.checks import CheckContext, default_checkers
+from fsdp_verify.execute.world import build_world
+from fsdp_verify.targets.outcome import TargetRun
+from fsdp_verify.strategies import cases
+from fsdp_verify.targets import get_target
+
+
+def draw(count: int, at: int) -> list:
+    """``count`` cases of the default campaign mix, reproducibly."""
+    drawn: list = []
+
+    @settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @seed(at)
+    @given(cases("default", modules=True))
+    def collect(case) -> None:
+        drawn.append(case)
+
+    collect()
+    return drawn[:count]
+
+
+def measure(drawn: list) -> dict[str, list[float]]:
+    """CPU and wall seconds of building the graphs, of the target's plan+rewrite and of each checker,
+    summed over ``drawn`` (what ``orchestrate.run_target`` and ``check_run`` do, stage by stage)."""
+    target = get_target("reference")
+    cpu: dict[str, float] = defaultdict(float)
+    wall: dict[str, float] = defaultdict(float)
+    for case in drawn:
+        c, w = time.process_time(), time.perf_counter()
+        run = TargetRun(case, build_world(case))
+        modules = build_world(case)
+        cpu["build"] += time.process_time() - c
+        wall["build"] += time.perf_counter() - w
+        c, w = time.process_time(), time.perf_counter()
+        try:
+            run.plans = target.rewrite(case, modules)
+        except Exception:  # noqa: BLE001 - a refused case has nothing to check
+            continue
+        finally:
+            cpu["target"] += time.process_time() - c
+            wall["target"] += time.perf_counter() - w
+        run.rewritten = modules
+        ctx = CheckContext(run, target)
+        for name, checker in default_checkers().items():
+            c, w = time.process_time(), time.perf_counter()
+            if checker.skip_reason is None or checker.skip_reason(ctx) is None:
+                checker.run(ctx)
+            cpu[name] += time.process_time() - c
+            wall[name] += time.perf_counter() - w
+    return {name: [cpu[name], wall[name]] for name in cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=150)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--profile", help="write a cProfile of the measured part here")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the campaign uses 1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    drawn = draw(args.examples, args.seed)
+    traced = sum(1 for case in drawn if case.label.startswith("module"))
+    profiler = cProfile.Profile() if args.profile else None
+    if profiler:
+        profiler.enable()
+    c, w = time.process_time(), time.perf_counter()
+    figures = measure(drawn)
+    total_cpu, total_wall = time.process_time() - c, time.perf_counter() - w
+    if profiler:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
+    target_cpu = figures["target"][0]
+    harness_cpu = sum(v[0] for k, v in figures.items() if k != "target")
+    print(f"{len(drawn)} cases ({traced} traced), {sum(len(c.graph.nodes) for c in drawn)} nodes")
+    print(f"{'stage':<14}{'cpu s':>9}{'wall s':>9}{'x target':>10}")
+    for name, (cpu, wall) in sorted(figures.items(), key=lambda item: -item[1][0]):
+        print(f"{name:<14}{cpu:>9.2f}{wall:>9.2f}{cpu / target_cpu:>10.2f}")
+    print(f"harness (build + checks) / target (cpu): {harness_cpu / target_cpu:.2f}x;  examples per cpu-second: "
+          f"{len(drawn) / total_cpu:.2f} (wall {len(drawn) / total_wall:.2f}/s)")
+
+
+if __name__ == "__main__":
+    main()
