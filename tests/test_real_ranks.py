@@ -143,6 +143,27 @@ def test_the_campaign_kills_the_hash_seed_planner_in_real_mode_and_reports_how_r
     assert props["real_rank_counts"] == "2" and float(props["real_fraction"]) == 1.0
 
 
+def test_the_gate_runs_the_candidate_on_real_ranks(real):
+    from fsdp_verify.gate import gate_report
+    entry = corpus.Entry(two_block_case(), "reference", corpus.Verdict(corpus.PASS), {})
+    real.max_ranks = 2  # generated cases may need 8 ranks: those are skipped here, and said so
+    before = real.report()["findings"].get("rank_dependent_planning", 0)
+    try:
+        text, violations = gate_report(get_target("reference"), get_target(HASH_BUG), [entry], 1, 0, real=real,
+                                       candidate_spec=HASH_BUG)
+    finally:
+        real.max_ranks = 8
+    assert violations >= 1  # the report shows each case's first finding (here the planner oracle's, maybe)
+    assert real.report()["findings"]["rank_dependent_planning"] == before + 1
+    assert "ranks: real (gloo on cpu, 2 ranks" in text
+
+
+def test_a_rank_dependent_rewrite_with_agreeing_digests_is_found_on_real_ranks(real):
+    findings, _ = real.check(two_block_case(), "mutant:rank_dependent_packing")
+    assert findings  # odd ranks pack in another order: every rank gathers wrong columns
+    assert findings[0].details["kind"] == "rewritten_vs_original"
+
+
 def test_a_simulated_run_says_it_did_not_use_real_ranks(tmp_path):
     from fsdp_verify.report.tally import Result
     result = Result(ranks={"mode": "simulated", "note": "x"})

@@ -147,7 +147,10 @@ class RealRanks:
                         f"torchrun across nodes")
         if not chosen(case, self.fraction):
             return [], f"not chosen (--real-fraction {self.fraction:g})"
-        pool = self.pool(len(world))
+        try:
+            pool = self.pool(len(world))
+        except (RankFailure, OSError) as exc:  # the harness's resource, not the target: said, never the run's end
+            return [], f"no pool of {len(world)} real ranks could start ({type(exc).__name__}: {str(exc)[:160]})"
         self.cases += 1
         exact = reduce_sources(case)
         job = rank_side.RealJob("plan", target, case.to_json(), case.seed, "exact", exact)
@@ -326,7 +329,10 @@ def judge(session: RealRanks, case: Case, target: str, findings: list, ctx: Opti
     if only is not None and NAME not in only:
         return []
     known = frozenset(f.checker for f in findings if f.severity == ERROR)
-    extra, why = session.check(case, target, known)
+    try:
+        extra, why = session.check(case, target, known)
+    except Exception as exc:  # noqa: BLE001 - as a crashing checker is: a finding, and the run goes on
+        return [Finding(NAME, f"checker {NAME} crashed: {type(exc).__name__}: {exc}", details={"kind": "checker_crash"})]
     if why and ctx is not None:
         ctx.skipped[NAME] = why
     return extra

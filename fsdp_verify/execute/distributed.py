@@ -28,6 +28,7 @@ import signal
 import tempfile
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
@@ -236,6 +237,8 @@ class RankPool:
                  env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None):
         self.world_size = world_size
         self.placement = placement or place(backend, world_size)  # ValueError: NCCL asked for without GPUs
+        if backend and backend != "auto" and self.placement.backend != backend:
+            warnings.warn(f"RankPool: {backend} was asked for; running {self.placement.describe()}", stacklevel=2)
         self.backend, self.device = self.placement.backend, self.placement.device
         self.deadline, self.start_timeout = deadline, start_timeout
         self.handler, self.env = handler, env
