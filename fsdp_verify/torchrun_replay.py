@@ -48,7 +48,7 @@ def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device
     same collective calls whatever happens, so no rank is left waiting."""
     slot = SimpleNamespace(value=b"")
     state: dict = {}
-    planned = plan_on_rank(target, case_doc, rank, world, state=state)
+    planned = plan_on_rank(target, case_doc, rank, world, state=state, cache=cache)
     statuses = {peer["rank"]: peer["status"] for peer in planned["peers"]}
     if "disagree" in statuses.values():
         first = next(p for p in planned["peers"] if p["status"] == "disagree")

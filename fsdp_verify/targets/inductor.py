@@ -28,11 +28,16 @@ ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket
 
 @contextlib.contextmanager
 def fake_world(rank: int, world_size: int, groups: dict[str, tuple[tuple[int, ...], ...]]) -> Iterator[None]:
-    """A fake default process group for ``rank`` with every case group registered by name."""
+    """A fake default process group for ``rank`` with every case group registered by name; on a real
+    rank (``--ranks real``: the rank process registered the case's groups) the real one."""
     from torch._C._distributed_c10d import _register_process_group, _unregister_process_group
     from torch.testing._internal.distributed.fake_pg import FakeStore
     if dist.is_initialized():
-        raise RuntimeError("the torch-inductor target needs an uninitialised default process group")
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            raise RuntimeError("the torch-inductor target needs an uninitialised default process group, or the "
+                               "real one of this case's rank")
+        yield
+        return
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
     try:
         for name in sorted(groups):

@@ -145,10 +145,13 @@ def _round_digests(plans: list) -> list[dict]:
 
 
 def plan_on_rank(target_name: str, case_doc: dict, rank: int, world: int, record=lambda text: None,
-                 state: Optional[dict] = None) -> dict:
+                 state: Optional[dict] = None, cache: Optional[dict] = None) -> dict:
     """Plan and rewrite this rank's graph with real digest exchanges; every rank's outcome, the same
-    on every rank (``peers``), and this rank's rewritten graph as a document."""
+    on every rank (``peers``), and this rank's rewritten graph as a document. With ``cache`` (process
+    groups by ranks) the case's groups are registered by name first, as a real pass finds them."""
     case = case_from_json(case_doc)
+    if cache is not None:  # every rank, before its target runs: new_group is a collective of the world
+        _ensure_groups({name: [list(p) for p in parts] for name, parts in case.graph.groups.items()}, rank, cache)
     target = _target(target_name)
     if case.target_options and type(target).configure is not Target.configure:
         target = target.configure(dict(case.target_options))
@@ -203,7 +206,7 @@ def execute_on_rank(job: RealJob, state: dict, rank: int, device: str, slot: Any
 def handle(job: RealJob, ctx: RankContext) -> dict:
     """The rank pool's handler for real-mode jobs."""
     if job.phase == "plan":
-        return plan_on_rank(job.target, job.case, ctx.rank, ctx.world, ctx.record, ctx.state)
+        return plan_on_rank(job.target, job.case, ctx.rank, ctx.world, ctx.record, ctx.state, ctx.cache)
     if job.phase == "execute":
         return execute_on_rank(job, ctx.state, ctx.rank, ctx.device, ctx.slot, ctx.cache, ctx.staged)
     if job.phase == "env":
