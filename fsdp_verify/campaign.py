@@ -104,7 +104,8 @@ class Config:
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
-    # each) or "skip:REASON" (one defect for that skip rule: how the self-test hunts a bug in one rule)
+    # each), "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
+    # self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
@@ -129,7 +130,7 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = hazard_graphs(config.size, max_hazards=6)
     elif config.strategy == "mutations":
         graphs = mutated_graphs(config.size)
-    elif config.strategy.startswith("skip:"):
+    elif config.strategy.startswith(("skip:", "rule:")):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:
         graphs = cases(config.size, modules=config.modules)
