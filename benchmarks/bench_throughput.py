@@ -12,7 +12,6 @@ import cProfile
 import time
 from collections import defaultdict
 
-import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fsdp_verify.checks import CheckContext, default_checkers
@@ -37,13 +36,20 @@ def draw(count: int, at: int) -> list:
     return drawn[:count]
 
 
-def measure(drawn: list) -> dict[str, list[float]]:
+def source(case) -> str:
+    """``traced`` (a graph traced from an nn.Module) or ``generated`` (blueprints, mutations, hazards)."""
+    return "traced" if case.label.startswith("module") else "generated"
+
+
+def measure(drawn: list, per_source: dict[str, list[float]]) -> dict[str, list[float]]:
     """CPU and wall seconds of building the graphs, of the target's plan+rewrite and of each checker,
-    summed over ``drawn`` (what ``orchestrate.run_target`` and ``check_run`` do, stage by stage)."""
+    summed over ``drawn`` (what ``orchestrate.run_target`` and ``check_run`` do, stage by stage);
+    ``per_source`` gets each source's harness CPU seconds and node count."""
     target = get_target("reference")
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
     for case in drawn:
+        before = sum(v for k, v in cpu.items() if k != "target")
         c, w = time.process_time(), time.perf_counter()
         run = TargetRun(case, build_world(case))
         modules = build_world(case)
@@ -65,6 +71,9 @@ def measure(drawn: list) -> dict[str, list[float]]:
                 checker.run(ctx)
             cpu[name] += time.process_time() - c
             wall[name] += time.perf_counter() - w
+        tally = per_source.setdefault(source(case), [0.0, 0])
+        tally[0] += sum(v for k, v in cpu.items() if k != "target") - before
+        tally[1] += len(case.graph.nodes)
     return {name: [cpu[name], wall[name]] for name in cpu}
 
 
@@ -73,16 +82,15 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (the campaign uses 1)")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     drawn = draw(args.examples, args.seed)
     traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
     c, w = time.process_time(), time.perf_counter()
-    figures = measure(drawn)
+    per_source: dict[str, list[float]] = {}
+    figures = measure(drawn, per_source)
     total_cpu, total_wall = time.process_time() - c, time.perf_counter() - w
     if profiler:
         profiler.disable()
@@ -95,6 +103,8 @@ def main() -> None:
         print(f"{name:<14}{cpu:>9.2f}{wall:>9.2f}{cpu / target_cpu:>10.2f}")
     print(f"harness (build + checks) / target (cpu): {harness_cpu / target_cpu:.2f}x;  examples per cpu-second: "
           f"{len(drawn) / total_cpu:.2f} (wall {len(drawn) / total_wall:.2f}/s)")
+    for name, (cpu, nodes) in sorted(per_source.items()):
+        print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes)")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ one Hypothesis example database so a failure found once is replayed first next t
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import queue
@@ -104,7 +105,8 @@ class Config:
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
-    # each) or "skip:REASON" (one defect for that skip rule: how the self-test hunts a bug in one rule)
+    # each), "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
+    # self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
@@ -131,7 +133,7 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = hazard_graphs(config.size, max_hazards=6)
     elif config.strategy == "mutations":
         graphs = mutated_graphs(config.size)
-    elif config.strategy.startswith("skip:"):
+    elif config.strategy.startswith(("skip:", "rule:")):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:
         graphs = cases(config.size, modules=config.modules)
@@ -170,6 +172,11 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
 
     failing: dict = {}
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
+    # Torch, Hypothesis and the target are loaded and live for the whole run: frozen out of the
+    # collector's sight, each collection walks only what the examples allocate (measured: garbage
+    # collection 13% of a run's CPU time, 6% frozen); thawed at the end for the caller.
+    gc.collect()
+    gc.freeze()
     if progress is not None:
         progress(0, 0)  # the work starts now
     try:
@@ -182,6 +189,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
         result.ranks = real_ranks.session_report(real, config.ranks)
         if real is not None and session is None:
             real.close()
+        gc.unfreeze()
     result.seconds = time.monotonic() - start
     return result
 

@@ -123,15 +123,26 @@ MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "fusion": 1, "args": 
 SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2}
 
 
+def _rule_kind(reason: str) -> str:
+    """Which table of ``mutations`` plants a defect for ``reason``."""
+    for kind, table in (("skip", mutations.SKIP_MUTATIONS), ("split", mutations.SPLIT_MUTATIONS),
+                        ("singleton", mutations.SINGLETON_MUTATIONS)):
+        if reason in table:
+            return kind
+    raise ValueError(f"no mutation plants {reason!r}: pick one of {sorted(mutations.SKIP_MUTATIONS)}, "
+                     f"{sorted(mutations.SPLIT_MUTATIONS)} or {sorted(mutations.SINGLETON_MUTATIONS)}")
+
+
 @st.composite
 def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...] = MUTATION_KINDS,
                    reason: Optional[str] = None, **kwargs) -> Case:
     """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args), or
-    one fusion the rewriter must handle with care; ``reason`` pins the skip reason (a planted bug in
-    one rule is hunted with it)."""
+    one fusion the rewriter must handle with care; ``reason`` pins the skip, split or singleton
+    reason (a planted bug in one rule is hunted with it)."""
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
-    kind = "skip" if reason else draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
+    kind = _rule_kind(reason) if reason else \
+        draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
     if kind == "args":
         name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
@@ -143,7 +154,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     else:
         table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
                  "fusion": mutations.FUSION_MUTATIONS}[kind]
-        reason = draw(st.sampled_from(sorted(table)))
+        reason = reason or draw(st.sampled_from(sorted(table)))
         variant = draw(st.sampled_from(table[reason]))
         sites = mutations.sibling_pairs(case.graph)
     sites = [site for site in sites if mutations.fits(variant, case, site)]

@@ -34,7 +34,8 @@ class Mutant(ReferenceTarget):
 
     ``kills`` names the checker(s) whose rule the bug breaks: the self-test counts a kill by any
     other checker (or by a crash) separately, so a checker that cannot fire shows up. ``hunt`` is
-    the campaign strategy the self-test hunts it with (``skip:REASON`` for a bug in one skip rule).
+    the campaign strategy the self-test hunts it with (``skip:REASON`` / ``rule:REASON`` for a bug in
+    one skip, split or singleton rule).
     ``needs="real"``: a bug only real rank processes can show (its plan depends on process-local
     state that is the same for every simulated rank): the self-test hunts it with ``--ranks real``,
     and a simulated self-test lists it as not hunted, never as killed or survived.
