@@ -3,9 +3,10 @@
     python benchmarks/bench_checkers.py [--sizes 1 10 100] [--repeat 1]
 
 Graph size is set by the number of identical blocks (5 parameters each, ~19 nodes per
-parameter). For each size it prints the node count, the plan+rewrite seconds, each checker's
-seconds and its ratio to plan+rewrite, and the growth exponent log(t2/t1)/log(n2/n1) between
-consecutive sizes (1.0 = linear).
+parameter). For each size it prints the node count, the CPU seconds (``time.process_time``) of
+building the per-rank graphs, of the target's own plan+rewrite and of each checker with its ratio
+to plan+rewrite, the wall seconds of the whole, and the growth exponent log(t2/t1)/log(n2/n1)
+between consecutive sizes (1.0 = linear).
 """
 
 from __future__ import annotations
@@ -16,29 +17,41 @@ import time
 
 from fsdp_verify.case import Case
 from fsdp_verify.checks import CheckContext, default_checkers
-from fsdp_verify.orchestrate import run_target
-from fsdp_verify.targets import get_target
+from fsdp_verify.execute.world import build_world
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.targets import get_target
+from fsdp_verify.targets.outcome import TargetRun
 
 BLOCK = (ParamDraw((2, 4), view="t"), ParamDraw((4,), view="flat"), ParamDraw((2, 2, 2), view="split"),
          ParamDraw((1, 6), view="chain"), ParamDraw((3, 2), view="slice"))
 
 
 def measure(blocks: int, repeat: int) -> dict:
+    """Best-of-``repeat`` CPU seconds per stage on a graph of ``blocks`` identical blocks."""
     case = Case(render(Blueprint(blocks=(BLOCK,) * blocks)))
     target = get_target("reference")
     best: dict[str, float] = {}
+
+    def keep(name: str, since: float) -> None:
+        best[name] = min(best.get(name, math.inf), time.process_time() - since)
+
+    wall = time.perf_counter()
     for _ in range(repeat):
-        start = time.perf_counter()
-        run = run_target(target, case)
-        best["plan+rewrite"] = min(best.get("plan+rewrite", math.inf), time.perf_counter() - start)
+        start = time.process_time()
+        run = TargetRun(case, build_world(case))
+        modules = build_world(case)
+        keep("build", start)
+        start = time.process_time()
+        run.plans = target.rewrite(case, modules)
+        run.rewritten = modules
+        keep("plan+rewrite", start)
         ctx = CheckContext(run, target)
         for name, checker in default_checkers().items():
-            start = time.perf_counter()
+            start = time.process_time()
             findings = checker.run(ctx)
             assert not findings, findings
-            best[name] = min(best.get(name, math.inf), time.perf_counter() - start)
-    return {"nodes": len(case.graph.nodes), **best}
+            keep(name, start)
+    return {"nodes": len(case.graph.nodes), "wall": (time.perf_counter() - wall) / repeat, **best}
 
 
 def main() -> None:
@@ -46,16 +59,19 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100], help="block counts")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    rows = [measure(blocks, args.repeat) for blocks in args.sizes]
-    names = ["plan+rewrite", *default_checkers()]
-    print(f"{'nodes':>7} " + " ".join(f"{n:>13}" for n in names) + f" {'all/plan':>9}")
+    rows = []
+    for blocks in args.sizes:
+        rows.append(measure(blocks, args.repeat))
+        print(f"measured {rows[-1]['nodes']} nodes", flush=True)
+    names = ["build", "plan+rewrite", *default_checkers()]
+    print(f"{'nodes':>7} " + " ".join(f"{n:>14}" for n in names) + f" {'checks/plan':>11} {'wall all':>9}")
     for row in rows:
         base = row["plan+rewrite"]
         cells = [f"{row[n]:7.3f}s" + (f" {row[n] / base:4.1f}x" if n != "plan+rewrite" else "      ") for n in names]
         total = sum(row[n] for n in default_checkers()) / base
-        print(f"{row['nodes']:>7} " + " ".join(f"{c:>13}" for c in cells) + f" {total:>8.1f}x")
+        print(f"{row['nodes']:>7} " + " ".join(f"{c:>14}" for c in cells) + f" {total:>10.1f}x {row['wall']:>8.1f}s")
     for a, b in zip(rows, rows[1:]):
-        growth = {n: math.log(b[n] / a[n]) / math.log(b["nodes"] / a["nodes"]) for n in names if a[n] > 0}
+        growth = {n: math.log(b[n] / a[n]) / math.log(b["nodes"] / a["nodes"]) for n in names if a[n] > 0 and b[n] > 0}
         print(f"growth {a['nodes']}->{b['nodes']} nodes: " + ", ".join(f"{n} {g:.2f}" for n, g in growth.items()))
 
 
