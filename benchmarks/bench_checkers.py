@@ -12,6 +12,7 @@ between consecutive sizes (1.0 = linear).
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import time
 
@@ -59,6 +60,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100], help="block counts")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
+    gc.collect()
+    gc.freeze()  # as the campaign does once its libraries are loaded
     rows = []
     for blocks in args.sizes:
         rows.append(measure(blocks, args.repeat))

@@ -8,6 +8,7 @@ mix (the cases are drawn first, so generation is not counted).
 from __future__ import annotations
 
 import argparse
+import gc
 import cProfile
 import time
 from collections import defaultdict
@@ -83,6 +84,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
     args = parser.parse_args()
+    gc.collect()
+    gc.freeze()  # as the campaign does once its libraries are loaded
     drawn = draw(args.examples, args.seed)
     traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None

@@ -49,13 +49,20 @@ def _launches(ctx: CheckContext, rank: int) -> dict[str, list[fx.Node]]:
             if all(n.meta.get("comm_type") in FSDP_KINDS for n in nodes)}
 
 
-def _match(bucket: dict, launches: dict[str, list[fx.Node]]) -> Optional[str]:
-    want = Counter(_key(m["param_name"], m["kind"], m["state_idx"]) for m in bucket["members"])
+def _by_members(launches: dict[str, list[fx.Node]]) -> dict[frozenset, str]:
+    """Each launch under the multiset of members it delivers (the first launch wins a tie), so a
+    bucket finds its launch in one lookup instead of a scan of every launch."""
+    index: dict[frozenset, str] = {}
     for name, nodes in launches.items():
-        if Counter(_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx"))
-                   for n in nodes) == want:
-            return name
-    return None
+        members = Counter(_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx"))
+                          for n in nodes)
+        index.setdefault(frozenset(members.items()), name)
+    return index
+
+
+def _match(bucket: dict, index: dict[frozenset, str]) -> Optional[str]:
+    want = Counter(_key(m["param_name"], m["kind"], m["state_idx"]) for m in bucket["members"])
+    return index.get(frozenset(want.items()))
 
 
 def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
@@ -126,10 +133,11 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
     matched: dict[int, list[tuple[dict, str, list[fx.Node]]]] = {}
     for rank in sorted(ctx.plans):
         launches = _launches(ctx, rank)
+        index = _by_members(launches)
         records = {record.node: record for record in run.streams.get(rank, [])}
         used: set[str] = set()
         for bucket in applied_buckets(ctx.plans[rank]):
-            name = _match(bucket, launches)
+            name = _match(bucket, index)
             names = [m["param_name"] for m in bucket["members"]]
             if name is None:
                 findings.append(Finding(NAME, f"rank {rank}: the plan fuses {names} ({bucket['members'][0]['kind']}) "
