@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "fsdp_verify": 0,  # the package root holds only __version__
     "fsdp_verify.graph": 0, "fsdp_verify.spec_params": 0, "fsdp_verify.names": 0,
-    "fsdp_verify.case": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1, "fsdp_verify.reference": 1,
+    "fsdp_verify.case": 1, "fsdp_verify.capture": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1,
+    "fsdp_verify.reference": 1,
     "fsdp_verify.execute": 2, "fsdp_verify.strategies": 2,
     "fsdp_verify.targets": 3,
     "fsdp_verify.checks": 4,
