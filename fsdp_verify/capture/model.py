@@ -106,15 +106,16 @@ def check(desc: ModelDesc, path: str = "model") -> None:
         if not 1 <= layer.width <= 64:
             raise ValueError(f"{where}.width: must be in 1..64")
         if layer.tie >= 0:
-            if layer.kind != "linear" or layer.tie >= index or desc.layers[layer.tie].kind == "norm":
-                raise ValueError(f"{where}.tie: a linear can tie only to an earlier linear or embedding")
+            if (layer.kind != "linear" or layer.tie >= index or desc.layers[layer.tie].kind == "norm"
+                    or desc.layers[layer.tie].tie >= 0):
+                raise ValueError(f"{where}.tie: a linear can tie only to an earlier untied linear or embedding")
             if _weight_shape(desc, layer.tie)[1] != width:
                 raise ValueError(f"{where}.tie: layer {layer.tie}'s weight does not take width {width}")
         width = _out_width(desc, index, width)
 
 
 def _weight_shape(desc: ModelDesc, index: int) -> tuple[int, int]:
-    """(rows, cols) of a linear's or embedding's weight."""
+    """(rows, cols) of an untied linear's or an embedding's weight."""
     layer = desc.layers[index]
     if layer.kind == "embed":
         return (VOCAB, layer.width)
@@ -124,18 +125,27 @@ def _weight_shape(desc: ModelDesc, index: int) -> tuple[int, int]:
 def widths(desc: ModelDesc) -> list[int]:
     """The width each layer receives."""
     out, width = [], desc.in_width
-    for index in range(len(desc.layers)):
+    for layer in desc.layers:
         out.append(width)
-        width = _out_width(desc, index, width)
+        if layer.tie >= 0 and 0 <= layer.tie < len(out):
+            tied = desc.layers[layer.tie]
+            width = VOCAB if tied.kind == "embed" else tied.width
+        elif layer.kind != "norm":
+            width = layer.width
     return out
 
 
 def _out_width(desc: ModelDesc, index: int, width: int) -> int:
-    layer = desc.layers[index]
+    return widths(desc)[index + 1] if index + 1 < len(desc.layers) else _last_width(desc, width)
+
+
+def _last_width(desc: ModelDesc, width: int) -> int:
+    layer = desc.layers[-1]
     if layer.kind == "norm":
         return width
     if layer.tie >= 0:
-        return _weight_shape(desc, layer.tie)[0]
+        tied = desc.layers[layer.tie]
+        return VOCAB if tied.kind == "embed" else tied.width
     return layer.width
 
 

@@ -100,7 +100,7 @@ def _compile(model: SimpleFSDPModel, example: torch.Tensor) -> tuple[fx.GraphMod
     them and, per forward placeholder that is a parameter shard, its FQN (else "")."""
     import torch._dynamo
     from torch._functorch.aot_autograd import aot_module_simplified
-    owners = {id(p): fqn for fqn, p in zip(model.names, model.params.values())}
+    owners = {id(model.params[key]): fqn for fqn, key in model.names.items()}
     kept: dict[str, Any] = {}
 
     def keep(name: str):
