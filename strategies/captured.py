@@ -19,7 +19,8 @@ WIDTHS = (8, 4, 6, 10, 3)  # shrinks towards 8: even over every mesh; 6, 10 and 
 
 
 @st.composite
-def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] = MESHES) -> ModelDesc:
+def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] = MESHES,
+                min_layers: int = 1) -> ModelDesc:
     """A model: embedding or not, then linears and norms (tied weights, checkpointed layers, per-layer
     2-D placements), a mesh, and mixed-precision dtypes."""
     mesh = draw(st.sampled_from(meshes))
@@ -28,7 +29,7 @@ def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] =
     if draw(st.booleans()):
         layers.append(Layer("embed", in_width, bias=False, checkpoint=draw(st.booleans())))
     width = in_width
-    for _ in range(draw(st.integers(1, max_layers))):
+    for _ in range(draw(st.integers(min_layers, max(min_layers, max_layers)))):
         kind = draw(st.sampled_from(("linear", "norm")))
         placement = draw(st.sampled_from(PLACEMENTS)) if len(mesh) == 2 else "shard"
         layer = Layer(kind, draw(st.sampled_from(WIDTHS)), bias=draw(st.booleans()),

@@ -25,7 +25,7 @@ LAYERS = {
     "fsdp_verify.orchestrate": 5, "fsdp_verify.corpus": 5,
     "fsdp_verify.coverage": 6, "fsdp_verify.report": 6, "fsdp_verify.expectations": 6, "fsdp_verify.triage": 6,
     "fsdp_verify.replay": 7, "fsdp_verify.campaign": 7, "fsdp_verify.fuzz_properties": 7, "fsdp_verify.gate": 7,
-    "fsdp_verify.torchrun_replay": 7,
+    "fsdp_verify.torchrun_replay": 7, "fsdp_verify.e2e": 7,
     "fsdp_verify.selftest": 8,
     "fsdp_verify.cli": 9, "fsdp_verify.pytest_plugin": 9,
     "fsdp_verify.__main__": 10,

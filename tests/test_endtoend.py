@@ -1,0 +1,35 @@
+"""End to end (issue 20): a drawn model compiled by inductor under a bucketing configuration of the
+torch-inductor target's space, on a real one-process gloo world, is bitwise equal to the unbucketed
+compile and to eager; a planted wrong merge is reported with its configuration named."""
+
+from __future__ import annotations
+
+from fsdp_verify import e2e
+from fsdp_verify.capture import Layer, ModelDesc
+from fsdp_verify.execute.endtoend import configurations, failed, sweep
+from fsdp_verify.targets.inductor import CONFIG_SPACE
+
+TWO_LAYERS = ModelDesc((Layer("linear", 16), Layer("linear", 8)))
+ALL = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}
+
+
+def test_a_correct_configuration_is_bitwise_equal_and_a_planted_merge_is_named():
+    planted = {**ALL, "plant": "ag_merge_rounds_to_bf16"}
+    good, bad = sweep(TWO_LAYERS, [ALL, planted])
+    assert good["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # 4 + 4 bucketed to 1 + 1
+    assert good["difference"] is None and good["eager_difference"] is None and failed(good) is None
+    why = failed(bad)
+    assert why is not None and "'plant': 'ag_merge_rounds_to_bf16'" in why and "first differing tensor: output" in why
+
+
+def test_configurations_cover_every_choice_of_the_space():
+    configs = configurations(CONFIG_SPACE, 3)
+    for name, choices in CONFIG_SPACE.items():
+        assert {c[name] for c in configs} == set(choices), name
+    assert configs[0]["bucket_all_gathers_fx"] == "all" and configs[0]["bucket_reduce_scatters_fx"] == "all"
+
+
+def test_drawn_models_with_a_plant_report_the_configuration():
+    outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_to_bf16", max_layers=2)
+    assert outcome.models == outcome.compiles == 1
+    assert outcome.failures and "ag_merge_rounds_to_bf16" in outcome.failures[0]["why"], outcome.reports
