@@ -105,3 +105,10 @@ def test_drawn_descriptions_are_valid_and_json_round_trips():
 def test_a_bad_description_names_the_field(doc, field):
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         desc_from_json(doc)
+
+
+def test_a_reference_campaign_on_captured_graphs_finds_nothing(tmp_path):
+    from fsdp_verify.campaign import Budget, Config, run
+    result = run(Config(target="reference", strategy="captured", budget=Budget(examples=3), corpus_dir=str(tmp_path),
+                        deadline=None))
+    assert result.examples == 3 and not result.failures and not result.invalid

@@ -33,3 +33,15 @@ def test_drawn_models_with_a_plant_report_the_configuration():
     outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_to_bf16", max_layers=2)
     assert outcome.models == outcome.compiles == 1
     assert outcome.failures and "ag_merge_rounds_to_bf16" in outcome.failures[0]["why"], outcome.reports
+
+
+def test_an_unknown_plant_is_a_usage_error(capsys):
+    from fsdp_verify.cli import main
+    assert main(["endtoend", "--plant", "bogus"]) == 2
+    assert "plant 'bogus': unknown" in capsys.readouterr().err
+
+
+def test_inductor_campaigns_draw_captured_graphs_by_default():
+    from fsdp_verify.campaign import default_strategy
+    assert default_strategy("torch-inductor") == default_strategy("torch-inductor:custom_ops@fsdp") == "captured"
+    assert default_strategy("reference") == "cases"
