@@ -73,7 +73,7 @@ def test_the_reference_buckets_captured_graphs():
         assert run.error is None and any(r.summary[kind] == 2 for r in run.plans[0]), phase
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=SLOW_OK, database=None)
+@settings(max_examples=4, deadline=None, suppress_health_check=SLOW_OK, database=None)
 @given(captured_graphs(max_layers=3))
 def test_reference_and_every_checker_pass_on_captured_graphs(case):
     findings, _ = check_all(get_target("reference"), case)
@@ -109,6 +109,24 @@ def test_a_bad_description_names_the_field(doc, field):
 
 def test_a_reference_campaign_on_captured_graphs_finds_nothing(tmp_path):
     from fsdp_verify.campaign import Budget, Config, run
-    result = run(Config(target="reference", strategy="captured", budget=Budget(examples=3), corpus_dir=str(tmp_path),
+    result = run(Config(target="reference", strategy="captured", budget=Budget(examples=2), corpus_dir=str(tmp_path),
                         deadline=None))
-    assert result.examples == 3 and not result.failures and not result.invalid
+    assert result.examples == 2 and not result.failures and not result.invalid
+
+
+def test_the_self_test_checks_the_reference_on_real_shapes():
+    from fsdp_verify.selftest import real_shapes
+    lines, problems = real_shapes(examples=2, seed=0, hunts=())
+    assert not problems, lines
+    assert "reference on captured graphs: 2 examples, 0 failures" in lines
+
+
+NORM = ModelDesc((Layer("linear", 8), Layer("norm")))  # the norm's weight and bias: two equal-sized members
+
+
+@pytest.mark.parametrize("mutant, model, phase", [("swapped_copy_out", NORM, "forward"),
+                                                  ("rank_dependent_packing", TWO_LAYERS, "forward")])
+def test_planted_rewriter_bugs_are_killed_on_real_shapes(mutant, model, phase):
+    from fsdp_verify.targets.mutants import MUTANTS
+    findings, _ = check_all(get_target(f"mutant:{mutant}"), Case(capture(model).phase(phase)))
+    assert {f.checker for f in findings if f.severity == "error"} & set(MUTANTS[mutant].kills), findings

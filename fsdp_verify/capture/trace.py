@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -186,7 +187,11 @@ def capture(desc: ModelDesc) -> Captured:
 def _capture(desc: ModelDesc) -> Captured:
     check(desc)
     start = time.perf_counter()
-    with fake_mesh(desc.mesh) as mesh:
+    quiet = logging.getLogger("torch.distributed.tensor._redistribute")  # "2 sequential all_gathers": wanted here
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    with fake_mesh(desc.mesh) as mesh, contextlib.ExitStack() as restore:
+        restore.callback(quiet.setLevel, level)
         from .model import example_input
         model = _build(desc, mesh)
         fake_groups = {mesh.get_group(dim).group_name: name for dim, name in enumerate(mesh_dim_names(desc.mesh))}
