@@ -99,6 +99,18 @@ def compiled_outputs(desc: ModelDesc, options: dict[str, Any], seed: int = 0) ->
     """One step of ``desc`` compiled by inductor under ``options`` (``torch._inductor.config`` names;
     ``bucket_cap_mb`` sets both size determinators; ``plant`` names a planted fault), and the
     collectives inductor's post-grad passes left."""
+    launches: dict[str, int] = {}
+    with gloo_world() as group, inductor(options, launches):
+        model = _model(desc, group, seed)
+        outputs = _step(torch.compile(model, backend="inductor", fullgraph=True, dynamic=False), model,
+                        example_input(desc, seed))
+    return outputs, launches
+
+
+@contextlib.contextmanager
+def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None]:
+    """Inductor configured by ``options`` (``bucket_cap_mb`` sets both size determinators; ``plant``
+    names a planted fault), with a fresh dynamo and the launches after post-grad passes counted."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
     patch = {k: v for k, v in options.items() if k not in ("bucket_cap_mb", "plant")}
@@ -109,13 +121,9 @@ def compiled_outputs(desc: ModelDesc, options: dict[str, Any], seed: int = 0) ->
     patch["fx_graph_cache"] = False  # every compile must run the passes again
     if options.get("plant"):
         patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
-    launches: dict[str, int] = {}
     torch._dynamo.reset()
-    with gloo_world() as group, inductor_config.patch(patch), _counting(launches), _planted(options.get("plant")):
-        model = _model(desc, group, seed)
-        outputs = _step(torch.compile(model, backend="inductor", fullgraph=True, dynamic=False), model,
-                        example_input(desc, seed))
-    return outputs, launches
+    with inductor_config.patch(patch), _counting(launches), _planted(options.get("plant")):
+        yield
 
 
 def eager_outputs(desc: ModelDesc, seed: int = 0) -> Outputs:
@@ -181,4 +189,4 @@ def sweep(desc: ModelDesc, configs: list[dict[str, Any]], seed: int = 0) -> list
     return [judge(desc, options, seed, baseline, eager) for options in configs]
 
 
-__all__ = ["PLANTS", "compiled_outputs", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
+__all__ = ["PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
