@@ -16,12 +16,15 @@ from hypothesis import strategies as st
 
 from .capture.model import ModelDesc
 from .execute.endtoend import PLANTS, configurations, failed, judge, sweep
+from .execute.endtoend_ranks import sweep_ranks
 from .strategies.captured import model_descs
 from .targets.inductor import CONFIG_SPACE
 
 # A one-process world has one rank, so meshes and uneven shards do not matter there: 1-D models only;
-# two layers at least, so that there is something to bucket.
+# two layers at least, so that there is something to bucket. On N real ranks each model runs on its
+# own mesh (one process per rank).
 E2E_MESHES = ((4,),)
+RANK_MESHES = ((2,), (4,), (2, 2))
 
 
 @dataclass
@@ -53,8 +56,9 @@ def planned_configurations(count: int, plant: Optional[str] = None) -> list[dict
 
 
 def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, shrink: bool = False,
-        max_layers: int = 3, progress: Optional[Callable[[str], None]] = None) -> Outcome:
-    """Draw ``models`` model descriptions and judge each under the planned configurations."""
+        max_layers: int = 3, progress: Optional[Callable[[str], None]] = None, ranks: bool = False) -> Outcome:
+    """Draw ``models`` model descriptions and judge each under the planned configurations, in one
+    process (a one-rank group) or, with ``ranks``, on one gloo process per rank of its mesh."""
     outcome = Outcome()
     chosen = planned_configurations(configs, plant)
     start = time.monotonic()
@@ -63,17 +67,18 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=[hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else []), print_blob=False)
     @hypothesis.seed(seed)
-    @given(model_descs(max_layers=max_layers, meshes=E2E_MESHES, min_layers=2), st.just(None))
+    @given(model_descs(max_layers=max_layers, meshes=RANK_MESHES if ranks else E2E_MESHES, min_layers=2), st.just(None))
     def prop(desc: ModelDesc, _: None) -> None:
         if first:  # shrinking the first failure: only its configuration is re-judged
-            report = judge(desc, first["options"], seed)
+            report = (sweep_ranks(desc, [first["options"]], seed)[0] if ranks
+                      else judge(desc, first["options"], seed))
             why = failed(report)
             if why:
                 first.update(model=desc.to_json(), why=why)
                 raise AssertionError(why)
             return
         outcome.models += 1
-        for report in sweep(desc, chosen, seed):
+        for report in (sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)):
             outcome.compiles += 1
             outcome.reports.append({"model": desc.to_json(), **report})
             why = failed(report)
@@ -95,4 +100,4 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     return outcome
 
 
-__all__ = ["E2E_MESHES", "Outcome", "planned_configurations", "run"]
+__all__ = ["E2E_MESHES", "RANK_MESHES", "Outcome", "planned_configurations", "run"]

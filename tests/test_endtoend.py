@@ -4,6 +4,10 @@ compile and to eager; a planted wrong merge is reported with its configuration n
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from fsdp_verify import e2e
 from fsdp_verify.capture import Layer, ModelDesc
 from fsdp_verify.execute.endtoend import configurations, failed, sweep
@@ -44,3 +48,14 @@ def test_inductor_campaigns_draw_captured_graphs_by_default():
     from fsdp_verify.campaign import default_strategy
     assert default_strategy("torch-inductor") == default_strategy("torch-inductor:custom_ops@fsdp") == "captured"
     assert default_strategy("reference") == "cases"
+
+
+@pytest.mark.skipif(not os.environ.get("FSDP_VERIFY_E2E_RANKS"),
+                    reason="spawns 2 gloo ranks that each compile 3 times (35-90 s): set FSDP_VERIFY_E2E_RANKS=1")
+def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_is_named():
+    from fsdp_verify.execute.endtoend_ranks import sweep_ranks
+    model = ModelDesc((Layer("linear", 6), Layer("linear", 3)), mesh=(2,))  # 3 rows over 2 ranks: uneven shards
+    good, bad = sweep_ranks(model, [ALL, {**ALL, "plant": "ag_merge_rounds_to_bf16"}])
+    assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4
+    assert failed(good) is None and good["eager_difference"] is None
+    assert "ag_merge_rounds_to_bf16" in failed(bad) and "rank " in bad["difference"]
