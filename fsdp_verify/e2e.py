@@ -55,6 +55,11 @@ def planned_configurations(count: int, plant: Optional[str] = None) -> list[dict
     return configs
 
 
+def _fail(why: str) -> None:
+    """The one place the property fails from: Hypothesis tells failures apart by where they are raised."""
+    raise AssertionError(why)
+
+
 def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, shrink: bool = False,
         max_layers: int = 3, progress: Optional[Callable[[str], None]] = None, ranks: bool = False) -> Outcome:
     """Draw ``models`` model descriptions and judge each under the planned configurations, in one
@@ -75,7 +80,7 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
             why = failed(report)
             if why:
                 first.update(model=desc.to_json(), why=why)
-                raise AssertionError(why)
+                _fail(why)
             return
         outcome.models += 1
         for report in (sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)):
@@ -89,11 +94,11 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
                 outcome.failures.append({"model": desc.to_json(), "options": report["options"], "why": why})
                 if shrink and not first:
                     first.update(options=report["options"], model=desc.to_json(), why=why)
-                    raise AssertionError(why)
+                    _fail(why)
 
     try:
         prop()
-    except AssertionError:
+    except (AssertionError, hypothesis.errors.FlakyFailure):
         outcome.failures.append({"model": first["model"], "options": first["options"], "why": first["why"],
                                  "shrunk": True})
     outcome.seconds = time.monotonic() - start

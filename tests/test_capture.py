@@ -130,3 +130,18 @@ def test_planted_rewriter_bugs_are_killed_on_real_shapes(mutant, model, phase):
     from fsdp_verify.targets.mutants import MUTANTS
     findings, _ = check_all(get_target(f"mutant:{mutant}"), Case(capture(model).phase(phase)))
     assert {f.checker for f in findings if f.severity == "error"} & set(MUTANTS[mutant].kills), findings
+
+
+def test_inductor_folding_a_mixed_precision_cast_on_a_captured_graph_is_a_contract_mismatch():
+    from fsdp_verify.triage import MISMATCH, classify
+    target = get_target("torch-inductor")
+    options = (("bucket_all_gathers_bucket_mode", "custom_ops"), ("bucket_all_gathers_fx", "only_fsdp"),
+               ("bucket_cap_mb", None), ("bucket_reduce_scatters_bucket_mode", "default"),
+               ("bucket_reduce_scatters_fx", "none"), ("dedup_reduce_scatters", False))
+    case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
+                target_options=options)
+    findings, _ = check_all(target, case)
+    errors = tuple(sorted({f.checker for f in findings if f.severity == "error"}))
+    assert errors and set(errors) <= {"dependencies", "layout", "ordering"}, findings
+    kind, why = classify(target, case, errors)
+    assert kind == MISMATCH and "folds each parameter's pre-gather cast" in " ".join(why)
