@@ -101,6 +101,10 @@ def test_drawn_descriptions_are_valid_and_json_round_trips():
     ({"layers": [{"kind": "linear"}], "mesh": [3]}, "model.mesh"),
     ({"layers": [{"kind": "linear"}, {"kind": "linear", "tie": 0}], "in_width": 4}, "model.layers[1].tie"),
     ({"layers": [{"kind": "linear"}], "param_dtype": "int8"}, "model.param_dtype"),
+    ({"layers": [{"kind": "linear", "width": "8"}]}, "model.layers[0].width"),
+    ({"layers": [{"kind": "linear", "bias": 1}]}, "model.layers[0].bias"),
+    ({"layers": [{"kind": "linear"}], "mesh": "4"}, "model.mesh"),
+    ({"layers": [{"kind": "linear"}], "batch": True}, "model.batch"),
 ])
 def test_a_bad_description_names_the_field(doc, field):
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):

@@ -73,16 +73,28 @@ def desc_from_json(doc: Any, path: str = "model") -> ModelDesc:
     for index, item in enumerate(doc["layers"]):
         if not isinstance(item, dict) or set(item) - layer_keys:
             raise ValueError(f"{path}.layers[{index}]: must be an object with keys among {sorted(layer_keys)}")
+        _types(item, Layer(kind=""), f"{path}.layers[{index}]")
         layers.append(Layer(**item))
     rest = {k: v for k, v in doc.items() if k != "layers"}
     unknown = set(rest) - set(ModelDesc.__dataclass_fields__)
     if unknown:
         raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
     if "mesh" in rest:
+        if not isinstance(rest["mesh"], list) or not all(type(d) is int for d in rest["mesh"]):
+            raise ValueError(f"{path}.mesh: must be a list of integers")
         rest["mesh"] = tuple(rest["mesh"])
+    _types({k: v for k, v in rest.items() if k != "mesh"}, ModelDesc(()), path)
     desc = ModelDesc(tuple(layers), **rest)
     check(desc, path)
     return desc
+
+
+def _types(doc: dict, default: Any, path: str) -> None:
+    """Each field of ``doc`` has the type of ``default``'s value (bool and int kept apart)."""
+    for key, value in doc.items():
+        want = type(getattr(default, key))
+        if type(value) is not want:
+            raise ValueError(f"{path}.{key}: must be a {want.__name__}, got {type(value).__name__}")
 
 
 def check(desc: ModelDesc, path: str = "model") -> None:

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import logging
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -25,7 +26,8 @@ from ..graph.builder import HEADER_KEY
 from ..graph.importer import import_module
 from ..graph.spec import GraphSpec, InputSpec, ParamSpec
 from ..graph.values import DTYPE_NAMES
-from .model import VOCAB, ModelDesc, SimpleFSDPModel, check, dtensor_gather, full_params, param_shapes
+from .model import (VOCAB, ModelDesc, SimpleFSDPModel, check, dtensor_gather, example_input, full_params,
+                    param_shapes)
 from .tags import add_fsdp_tags
 
 PHASES = ("forward", "backward")
@@ -116,7 +118,6 @@ def _compile(model: SimpleFSDPModel, example: torch.Tensor) -> tuple[fx.GraphMod
 
     torch._dynamo.reset()  # a fresh model must not meet the recompile limit of the one before
     compiled = torch.compile(model, backend=backend, fullgraph=True, dynamic=False)
-    import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         compiled(example).sum().backward()
@@ -192,7 +193,6 @@ def _capture(desc: ModelDesc) -> Captured:
     quiet.setLevel(logging.ERROR)
     with fake_mesh(desc.mesh) as mesh, contextlib.ExitStack() as restore:
         restore.callback(quiet.setLevel, level)
-        from .model import example_input
         model = _build(desc, mesh)
         fake_groups = {mesh.get_group(dim).group_name: name for dim, name in enumerate(mesh_dim_names(desc.mesh))}
         try:
