@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from fsdp_verify.capture import PHASES, Layer, ModelDesc, capture
-from fsdp_verify.capture.model import FLOAT_DTYPES, MESHES, PLACEMENTS, _weight_shape
+from fsdp_verify.capture.model import FLOAT_DTYPES, MESHES, PLACEMENTS, weight_shape
 from fsdp_verify.case import Case
 
 WIDTHS = (8, 4, 6, 10, 3)  # shrinks towards 8: even over every mesh; 6, 10 and 3 shard unevenly over 4
@@ -37,10 +37,10 @@ def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] =
         if kind == "linear":
             partial = ModelDesc((*layers, layer), in_width, mesh)
             ties = [i for i, earlier in enumerate(layers) if earlier.kind != "norm" and earlier.tie < 0
-                    and _weight_shape(partial, i)[1] == width]
+                    and weight_shape(partial, i)[1] == width]
             if ties and draw(st.booleans()):
                 tie = draw(st.sampled_from(ties))
-                layer = Layer(kind, _weight_shape(partial, tie)[0], layer.bias, tie, layer.checkpoint, placement)
+                layer = Layer(kind, weight_shape(partial, tie)[0], layer.bias, tie, layer.checkpoint, placement)
         layers.append(layer)
         width = width if kind == "norm" else layer.width
     return ModelDesc(tuple(layers), in_width, mesh, draw(st.sampled_from(FLOAT_DTYPES)),

@@ -11,7 +11,6 @@ real one-process world runs: DTensor issues no collective on a one-rank mesh).
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
@@ -121,12 +120,12 @@ def check(desc: ModelDesc, path: str = "model") -> None:
             if (layer.kind != "linear" or layer.tie >= index or desc.layers[layer.tie].kind == "norm"
                     or desc.layers[layer.tie].tie >= 0):
                 raise ValueError(f"{where}.tie: a linear can tie only to an earlier untied linear or embedding")
-            if _weight_shape(desc, layer.tie)[1] != width:
+            if weight_shape(desc, layer.tie)[1] != width:
                 raise ValueError(f"{where}.tie: layer {layer.tie}'s weight does not take width {width}")
         width = _out_width(desc, index, width)
 
 
-def _weight_shape(desc: ModelDesc, index: int) -> tuple[int, int]:
+def weight_shape(desc: ModelDesc, index: int) -> tuple[int, int]:
     """(rows, cols) of an untied linear's or an embedding's weight."""
     layer = desc.layers[index]
     if layer.kind == "embed":
@@ -171,7 +170,7 @@ def param_shapes(desc: ModelDesc) -> dict[str, tuple[int, ...]]:
                 shapes[f"layers.{index}.bias"] = (width,)
             continue
         if layer.tie < 0:
-            shapes[f"layers.{index}.weight"] = _weight_shape(desc, index)
+            shapes[f"layers.{index}.weight"] = weight_shape(desc, index)
         if layer.kind == "linear" and layer.bias:
             shapes[f"layers.{index}.bias"] = (_out_width(desc, index, width),)
     return shapes
@@ -229,14 +228,6 @@ def example_input(desc: ModelDesc, seed: int = 0) -> torch.Tensor:
     return torch.randint(-8, 9, (desc.batch, desc.in_width), generator=gen).to(torch.float32) / 8
 
 
-def shard_rows(rows: int, degree: int, index: int) -> tuple[int, int]:
-    """(start, length) of shard ``index`` of ``rows`` rows, as DTensor's ``Shard(0)`` splits them
-    (``torch.chunk``: ceil-sized chunks, the last ones shorter or empty: uneven shards)."""
-    size = math.ceil(rows / degree)
-    start = min(size * index, rows)
-    return start, max(0, min(size, rows - start))
-
-
 def dtype(name: str) -> torch.dtype:
     """torch dtype of a description's dtype name."""
     return getattr(torch, name)
@@ -269,4 +260,4 @@ def funcol_gather(desc: ModelDesc, group: Any) -> Gather:
 
 __all__ = ["FLOAT_DTYPES", "KINDS", "MESHES", "PLACEMENTS", "VOCAB", "Layer", "ModelDesc", "SimpleFSDPModel",
            "check", "desc_from_json", "dtensor_gather", "example_input", "full_params", "funcol_gather",
-           "param_shapes", "shard_rows", "widths"]
+           "param_shapes", "weight_shape", "widths"]
