@@ -99,6 +99,8 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     try:
         prop()
     except (AssertionError, hypothesis.errors.FlakyFailure):
+        if not first:
+            raise  # not a judged failure: a harness error, reported as it is
         outcome.failures.append({"model": first["model"], "options": first["options"], "why": first["why"],
                                  "shrunk": True})
     outcome.seconds = time.monotonic() - start
