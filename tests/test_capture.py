@@ -139,7 +139,7 @@ def test_planted_rewriter_bugs_are_killed_on_real_shapes(mutant, model, phase):
 def test_inductor_folding_a_mixed_precision_cast_on_a_captured_graph_is_a_contract_mismatch():
     from fsdp_verify.triage import MISMATCH, classify
     target = get_target("torch-inductor")
-    options = (("bucket_all_gathers_bucket_mode", "custom_ops"), ("bucket_all_gathers_fx", "only_fsdp"),
+    options = (("bucket_all_gathers_bucket_mode", "default"), ("bucket_all_gathers_fx", "all"),
                ("bucket_cap_mb", None), ("bucket_reduce_scatters_bucket_mode", "default"),
                ("bucket_reduce_scatters_fx", "none"), ("dedup_reduce_scatters", False))
     case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,

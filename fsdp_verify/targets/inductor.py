@@ -118,9 +118,9 @@ def _captured_mismatches(case: Case, checkers: tuple[str, ...]) -> list[str]:
     casts = [n for n in case.graph.nodes if n.target in _CASTS and n.inputs()
              and nodes[n.inputs()[0]].op == "placeholder"
              and any("all_gather" in u.target for u in case.graph.nodes if n.name in u.inputs())]
-    if casts and options.get("bucket_all_gathers_fx") == "only_fsdp" \
+    if casts and options.get("bucket_all_gathers_fx", "none") != "none" \
             and set(checkers) <= {"dependencies", "layout", "ordering"}:
-        found.append("inductor's FSDP all-gather bucketing folds each parameter's pre-gather cast (mixed "
+        found.append("inductor's all-gather bucketing folds each parameter's pre-gather cast (mixed "
                      "precision) into the bucket's copy-in by design: the cast node goes, values are kept")
     return found
 
