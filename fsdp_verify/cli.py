@@ -335,7 +335,7 @@ def cmd_endtoend(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"{args.models} drawn models x {len(configs)} configurations, seed {args.seed}", flush=True)
     outcome = e2e.run(args.models, args.configs, args.seed, args.plant, args.shrink,
-                      progress=lambda line: print(line, flush=True), ranks=args.ranks)
+                      progress=lambda line: print(line, flush=True), ranks=args.ranks == "real")
     for failure in outcome.failures:
         print(f"FAILURE{' (shrunk)' if failure.get('shrunk') else ''}: {failure['why']}\n  model: "
               f"{json.dumps(failure['model'])}")
@@ -517,8 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     endtoend.add_argument("--seed", type=int, default=0, help="seed of the draws and of the weights")
     endtoend.add_argument("--plant", default=None, help="a planted merge fault (execute/endtoend.py PLANTS)")
     endtoend.add_argument("--shrink", action="store_true", help="shrink the model of the first failure")
-    endtoend.add_argument("--ranks", action="store_true", help="run each model on one gloo process per rank of "
-                          "its mesh (2 or 4; DTensor parameters, uneven shards, HSDP) instead of one process")
+    endtoend.add_argument("--ranks", choices=("one", "real"), default="one",
+                          help="one (default: one process, a one-rank gloo group) or real (each model on one gloo "
+                               "process per rank of its mesh, 2 or 4: DTensor parameters, uneven shards, HSDP)")
     endtoend.add_argument("--json", default=None, help="write every report here")
     endtoend.set_defaults(func=cmd_endtoend)
 

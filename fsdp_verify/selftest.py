@@ -126,6 +126,5 @@ def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] =
     table, survivors = format_table(kills), [k.mutant for k in kills if not k.killed and not k.not_hunted]
     if only is None:  # the whole self-test also checks the reference's verdicts on real shapes
         lines, problems = real_shapes(min(examples, 10), seed)
-        table, survivors = f"{table}
-{lines}", survivors + problems
+        table, survivors = f"{table}\n{lines}", survivors + problems
     return table, survivors
