@@ -105,7 +105,8 @@ class Config:
     worker: int = 0
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
-    # each), "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
+    # each), "captured" (models compiled through torch.compile; default_strategy gives it to inductor),
+    # "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
     # self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
@@ -119,6 +120,13 @@ class Config:
 STRATEGIES = names.STRATEGIES
 
 
+def default_strategy(target: str) -> str:
+    """What a campaign draws from when ``--strategy`` is not given: inductor's bucketing gets the
+    graphs it is written for (SimpleFSDP-style models captured through torch.compile); every other
+    target gets the FSDP-pass-shaped mix."""
+    return "captured" if target.split(":")[0].split("@")[0] == "torch-inductor" else "cases"
+
+
 def database_key(config: Config) -> bytes:
     """Examples are stored by what they are drawn from, not by target (a failure of one target is
     tried first on the next), and not by this module's source (an edit keeps the database valid)."""
@@ -128,8 +136,10 @@ def database_key(config: Config) -> bytes:
 def _strategy(config: Config, target: Optional[Any] = None):
     """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
-    from .strategies import cases, hazard_graphs, mutated_graphs, spec_settings
-    if config.strategy == "hazards":
+    from .strategies import captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings
+    if config.strategy == "captured":
+        graphs = captured_graphs()
+    elif config.strategy == "hazards":
         graphs = hazard_graphs(config.size, max_hazards=6)
     elif config.strategy == "mutations":
         graphs = mutated_graphs(config.size)

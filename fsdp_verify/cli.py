@@ -187,7 +187,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                              db=_databases(args),
                              corpus_dir=args.corpus, size=args.size, modules=not args.no_modules,
                              max_failures=args.max_failures, deadline=None if args.in_process else args.deadline,
-                             strategy=args.strategy, spec=tuple(args.spec_param or ()),
+                             strategy=args.strategy or campaign.default_strategy(args.target),
+                             spec=tuple(args.spec_param or ()),
                              draw_spec=args.draw_spec_params, raw_forms=args.raw_forms,
                              ranks=args.ranks, real_fraction=args.real_fraction)
     _real_session(args)  # checks the request (NCCL without a GPU is a usage error) before any work
@@ -326,6 +327,27 @@ def cmd_compiled(args: argparse.Namespace) -> int:
     return 1 if differences else 0
 
 
+def cmd_endtoend(args: argparse.Namespace) -> int:
+    from . import e2e
+    try:
+        configs = e2e.planned_configurations(args.configs, args.plant)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{args.models} drawn models x {len(configs)} configurations, seed {args.seed}", flush=True)
+    outcome = e2e.run(args.models, args.configs, args.seed, args.plant, args.shrink,
+                      progress=lambda line: print(line, flush=True), ranks=args.ranks == "real")
+    for failure in outcome.failures:
+        print(f"FAILURE{' (shrunk)' if failure.get('shrunk') else ''}: {failure['why']}\n  model: "
+              f"{json.dumps(failure['model'])}")
+    print(f"{outcome.compiles} (model, configuration) examples judged in {outcome.seconds:.1f} s "
+          f"({outcome.per_second:.2f} examples/s), {len(outcome.failures)} failures")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
+                                               "seconds": outcome.seconds, "failures": outcome.failures,
+                                               "reports": outcome.reports}, indent=1, default=str))
+    return 1 if outcome.failures else 0
+
+
 def cmd_targets(args: argparse.Namespace) -> int:
     from .targets import available
     from .targets.mutants import MUTANTS
@@ -428,9 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="where shrunk failures are written")
     fuzz.add_argument("--size", default="default", choices=names.SIZES, help="graph size preset")
     fuzz.add_argument("--no-modules", action="store_true", help="skip graphs traced from real nn.Modules")
-    fuzz.add_argument("--strategy", choices=names.STRATEGIES, default="cases",
-                      help="cases: valid, mutated, hazard and traced graphs; hazards: several planted hazards "
-                           "per graph (finds planner bugs fastest)")
+    fuzz.add_argument("--strategy", choices=names.STRATEGIES, default=None,
+                      help="cases (the default, torch-inductor aside): valid, mutated, hazard and traced graphs; "
+                           "hazards: several planted hazards per graph (finds planner bugs fastest); captured (the "
+                           "default for torch-inductor): SimpleFSDP-style models compiled through torch.compile")
     fuzz.add_argument("--spec-param", action="append", type=_spec_param, metavar="NAME=VALUE",
                       help="pin one of the spec's [I] settings for planner and oracles alike (repeatable): "
                            + ", ".join(sorted(spec_params.CHOICES)))
@@ -484,6 +507,21 @@ def build_parser() -> argparse.ArgumentParser:
                           help="configurations per model: all-on, then draws from inductor's option space")
     compiled.add_argument("--seed", type=int, default=0, help="seed of the draws and of the model weights")
     compiled.set_defaults(func=cmd_compiled)
+
+    endtoend = sub.add_parser("endtoend", help="end to end on drawn models (the captured strategy's descriptions): "
+                              "each compiled by inductor under configurations of the torch-inductor space on a "
+                              "one-process gloo world, bitwise against the unbucketed compile")
+    endtoend.add_argument("--models", type=_positive_int, default=3, help="model descriptions to draw")
+    endtoend.add_argument("--configs", type=_positive_int, default=3,
+                          help="configurations per model (together they take every choice of every option)")
+    endtoend.add_argument("--seed", type=int, default=0, help="seed of the draws and of the weights")
+    endtoend.add_argument("--plant", default=None, help="a planted merge fault (execute/endtoend.py PLANTS)")
+    endtoend.add_argument("--shrink", action="store_true", help="shrink the model of the first failure")
+    endtoend.add_argument("--ranks", choices=("one", "real"), default="one",
+                          help="one (default: one process, a one-rank gloo group) or real (each model on one gloo "
+                               "process per rank of its mesh, 2 or 4: DTensor parameters, uneven shards, HSDP)")
+    endtoend.add_argument("--json", default=None, help="write every report here")
+    endtoend.set_defaults(func=cmd_endtoend)
 
     targets = sub.add_parser("targets", help="list the available targets")
     targets.set_defaults(func=cmd_targets)

@@ -4,4 +4,4 @@ give the names meaning use these tuples (sizes: ``tests/test_cli.py`` checks the
 
 PROFILES = ("dev", "ci", "nightly", "smoke")
 SIZES = ("tiny", "default", "medium", "large", "scale")
-STRATEGIES = ("cases", "hazards", "mutations")
+STRATEGIES = ("cases", "hazards", "mutations", "captured")

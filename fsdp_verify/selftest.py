@@ -43,16 +43,17 @@ class Kill:
         return self.outcome == "intended"
 
 
-def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = True, ranks: str = "simulated") -> Kill:
+def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = True, ranks: str = "simulated",
+         strategy: Optional[str] = None) -> Kill:
     """Fuzz one planted bug until a checker meant for it fires (shrunk unless ``shrink`` is off), a
     few other failures were saved, or the budget is spent. A bug that ``needs`` real ranks is not
-    hunted in a simulated self-test (``ranks``), and says so."""
+    hunted in a simulated self-test (``ranks``), and says so; ``strategy`` overrides the bug's own."""
     intended = MUTANTS[name].kills
     if getattr(MUTANTS[name], "needs", "") == "real" and not ranks.startswith("real"):
         return Kill(name, intended, None, None, None, (), not_hunted="needs real ranks (--ranks real)")
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=4,
-                             strategy=MUTANTS[name].hunt, shrink=shrink, stop_on=intended, ranks=ranks)
+                             strategy=strategy or MUTANTS[name].hunt, shrink=shrink, stop_on=intended, ranks=ranks)
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, intended, None, None, None, ())
@@ -86,6 +87,29 @@ def format_table(kills: list[Kill]) -> str:
     return "\n".join(lines)
 
 
+# Planted rewriter bugs hunted on captured graphs too: their kills show the checkers work on real shapes.
+REAL_SHAPE_HUNTS = ("swapped_copy_out", "rank_dependent_packing")  # avg_twice: DTensor reduces with "sum"
+
+
+def real_shapes(examples: int = 10, seed: int = 0, hunts: tuple[str, ...] = REAL_SHAPE_HUNTS) -> tuple[str, list[str]]:
+    """The reference's verdicts on real shapes (graphs captured through torch.compile): it must pass
+    every checker on ``examples`` of them, and each bug of ``hunts`` must be killed on them."""
+    problems, lines = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        result = campaign.run(campaign.Config(target="reference", budget=campaign.Budget(examples=examples), seed=seed,
+                                              profile="ci", corpus_dir=folder, strategy="captured", shrink=False))
+        lines.append(f"reference on captured graphs: {result.examples} examples, {len(result.failures)} failures, "
+                     f"{result.invalid} invalid")
+        if result.failures or result.invalid:
+            problems.append(f"reference on captured graphs: {[f['message'] for f in result.failures]}")
+        for name in hunts:
+            kill = hunt(name, examples, seed, folder, shrink=False, strategy="captured")
+            lines.append(f"{name} on captured graphs: {kill.outcome} ({', '.join(kill.checkers) or '-'})")
+            if not kill.killed:
+                problems.append(f"{name} on captured graphs: {kill.outcome}")
+    return "\n".join(lines), problems
+
+
 def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] = None,
                  progress: Optional[Callable[[int, int], None]] = None,
                  ranks: str = "simulated") -> tuple[str, list[str]]:
@@ -99,4 +123,8 @@ def run_selftest(examples: int = 200, seed: int = 0, only: Optional[list[str]] =
             kills.append(hunt(name, examples, seed, folder, ranks=ranks))
             if progress is not None:
                 progress(len(kills), sum(not k.killed and not k.not_hunted for k in kills))
-    return format_table(kills), [k.mutant for k in kills if not k.killed and not k.not_hunted]
+    table, survivors = format_table(kills), [k.mutant for k in kills if not k.killed and not k.not_hunted]
+    if only is None:  # the whole self-test also checks the reference's verdicts on real shapes
+        lines, problems = real_shapes(min(examples, 10), seed)
+        table, survivors = f"{table}\n{lines}", survivors + problems
+    return table, survivors

@@ -21,3 +21,7 @@ __all__ += ["MODELS", "fsdp_module_graph", "graphs_from_modules"]
 from .spec_settings import spec_settings  # noqa: E402
 
 __all__ += ["spec_settings"]
+
+from .captured import captured_graphs, model_descs  # noqa: E402
+
+__all__ += ["captured_graphs", "model_descs"]

@@ -17,14 +17,15 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "fsdp_verify": 0,  # the package root holds only __version__
     "fsdp_verify.graph": 0, "fsdp_verify.spec_params": 0, "fsdp_verify.names": 0,
-    "fsdp_verify.case": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1, "fsdp_verify.reference": 1,
+    "fsdp_verify.case": 1, "fsdp_verify.capture": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1,
+    "fsdp_verify.reference": 1,
     "fsdp_verify.execute": 2, "fsdp_verify.strategies": 2,
     "fsdp_verify.targets": 3,
     "fsdp_verify.checks": 4,
     "fsdp_verify.orchestrate": 5, "fsdp_verify.corpus": 5,
     "fsdp_verify.coverage": 6, "fsdp_verify.report": 6, "fsdp_verify.expectations": 6, "fsdp_verify.triage": 6,
     "fsdp_verify.replay": 7, "fsdp_verify.campaign": 7, "fsdp_verify.fuzz_properties": 7, "fsdp_verify.gate": 7,
-    "fsdp_verify.torchrun_replay": 7,
+    "fsdp_verify.torchrun_replay": 7, "fsdp_verify.e2e": 7,
     "fsdp_verify.selftest": 8,
     "fsdp_verify.cli": 9, "fsdp_verify.pytest_plugin": 9,
     "fsdp_verify.__main__": 10,

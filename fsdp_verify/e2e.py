@@ -1,0 +1,110 @@
+"""End-to-end runs over drawn models: the strategy's model descriptions, each compiled by inductor
+under configurations of the ``torch-inductor`` target's space and judged bit for bit
+(``execute/endtoend.py``). A failure names the model, the configuration and the first differing
+tensor (or the error); with ``shrink`` Hypothesis shrinks the model of the first failure.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import hypothesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .capture.model import ModelDesc
+from .execute.endtoend import PLANTS, configurations, failed, judge, sweep
+from .execute.endtoend_ranks import sweep_ranks
+from .strategies.captured import model_descs
+from .targets.inductor import CONFIG_SPACE
+
+# A one-process world has one rank, so meshes and uneven shards do not matter there: 1-D models only;
+# two layers at least, so that there is something to bucket. On N real ranks each model runs on its
+# own mesh (one process per rank).
+E2E_MESHES = ((4,),)
+RANK_MESHES = ((2,), (4,), (2, 2))
+
+
+@dataclass
+class Outcome:
+    """What an end-to-end run judged and found."""
+
+    models: int = 0
+    compiles: int = 0
+    seconds: float = 0.0
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    reports: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def per_second(self) -> float:
+        """Judged (model, configuration) examples per second."""
+        return self.compiles / self.seconds if self.seconds else 0.0
+
+
+def planned_configurations(count: int, plant: Optional[str] = None) -> list[dict[str, Any]]:
+    """``count`` configurations covering every choice of the target's space; with ``plant``, each
+    buckets both kinds and carries the planted fault (so the fault has a merge to act on)."""
+    if plant is not None and plant not in PLANTS:
+        raise ValueError(f"plant {plant!r}: unknown; known plants are {sorted(PLANTS)}")
+    configs = configurations(CONFIG_SPACE, count)
+    if plant:
+        configs = [{**c, "bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all",
+                    "bucket_all_gathers_bucket_mode": "default", "plant": plant} for c in configs[:1]]
+    return configs
+
+
+def _fail(why: str) -> None:
+    """The one place the property fails from: Hypothesis tells failures apart by where they are raised."""
+    raise AssertionError(why)
+
+
+def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, shrink: bool = False,
+        max_layers: int = 3, progress: Optional[Callable[[str], None]] = None, ranks: bool = False) -> Outcome:
+    """Draw ``models`` model descriptions and judge each under the planned configurations, in one
+    process (a one-rank group) or, with ``ranks``, on one gloo process per rank of its mesh."""
+    outcome = Outcome()
+    chosen = planned_configurations(configs, plant)
+    start = time.monotonic()
+    first: dict[str, Any] = {}
+
+    @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
+              phases=[hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else []), print_blob=False)
+    @hypothesis.seed(seed)
+    @given(model_descs(max_layers=max_layers, meshes=RANK_MESHES if ranks else E2E_MESHES, min_layers=2), st.just(None))
+    def prop(desc: ModelDesc, _: None) -> None:
+        if first:  # shrinking the first failure: only its configuration is re-judged
+            report = (sweep_ranks(desc, [first["options"]], seed)[0] if ranks
+                      else judge(desc, first["options"], seed))
+            why = failed(report)
+            if why:
+                first.update(model=desc.to_json(), why=why)
+                _fail(why)
+            return
+        outcome.models += 1
+        for report in (sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)):
+            outcome.compiles += 1
+            outcome.reports.append({"model": desc.to_json(), **report})
+            why = failed(report)
+            if progress is not None:
+                progress(f"{'FAIL' if why else 'ok  '} {len(desc.layers)} layers {report['options']}: "
+                         f"launches {report['launches']}" + (f": {why}" if why else ""))
+            if why:
+                outcome.failures.append({"model": desc.to_json(), "options": report["options"], "why": why})
+                if shrink and not first:
+                    first.update(options=report["options"], model=desc.to_json(), why=why)
+                    _fail(why)
+
+    try:
+        prop()
+    except (AssertionError, hypothesis.errors.FlakyFailure):
+        if not first:
+            raise  # not a judged failure: a harness error, reported as it is
+        outcome.failures.append({"model": first["model"], "options": first["options"], "why": first["why"],
+                                 "shrunk": True})
+    outcome.seconds = time.monotonic() - start
+    return outcome
+
+
+__all__ = ["E2E_MESHES", "RANK_MESHES", "Outcome", "planned_configurations", "run"]

@@ -1,0 +1,192 @@
+"""End to end on drawn models: the model a captured case came from, compiled by inductor under one
+bucketing configuration and run on a real gloo world, compared bit for bit (forward output, then
+every gradient) with the same compile without bucketing, and with eager (reported).
+
+Why the unbucketed compile decides: bucketing moves data, it must not change one bit, whereas
+inductor's own kernels may round differently from eager (norms). Why random weights: a planted
+merge that rounds a member through another dtype must show (small dyadics survive bf16).
+
+A real one-process world has a one-rank group, on which DTensor issues no collective at all, so the
+model gathers with the autograd-aware functional all-gather (SimpleFSDP's shape, same graphs for
+inductor); every parameter is then its own full shard.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from torch import fx, nn
+
+from ..capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
+from .compiled import OFF, _counting, _same, gloo_world
+
+Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
+
+
+def _model(desc: ModelDesc, group: Any, seed: int) -> SimpleFSDPModel:
+    gen = torch.Generator().manual_seed(seed)
+    params = {fqn: nn.Parameter(torch.randn(shape, generator=gen)) for fqn, shape in param_shapes(desc).items()}
+    return SimpleFSDPModel(desc, params, funcol_gather(desc, group))
+
+
+def _step(module: Callable, model: SimpleFSDPModel, x: torch.Tensor) -> Outputs:
+    for p in model.parameters():
+        p.grad = None
+    out = module(x)
+    out.sum().backward()
+    found = {"output": out.detach().clone()}
+    for fqn, key in model.names.items():
+        grad = model.params[key].grad
+        if grad is not None:
+            found[f"grad {fqn}"] = grad.detach().clone()
+    return found
+
+
+def _merged_gathers_round_through_bf16(gm: fx.GraphModule, before: set) -> None:
+    """Planted fault: the first all-gather a bucketing pass created rounds its input through bfloat16."""
+    for node in list(gm.graph.nodes):
+        if node not in before and "all_gather_into_tensor" in str(node.target) and isinstance(node.args[0], fx.Node):
+            source = node.args[0]
+            dtype = source.meta["val"].dtype
+            if dtype == torch.bfloat16:
+                continue
+            with gm.graph.inserting_before(node):
+                low = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (source, torch.bfloat16))
+                back = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (low, dtype))
+            low.meta["val"] = source.meta["val"].to(torch.bfloat16)
+            back.meta["val"] = source.meta["val"]
+            node.args = (back, *node.args[1:])
+            return
+
+
+PLANTS: dict[str, Callable[[fx.GraphModule, set], None]] = {
+    "ag_merge_rounds_to_bf16": _merged_gathers_round_through_bf16,
+}
+
+
+@contextlib.contextmanager
+def _planted(name: Optional[str]) -> Iterator[None]:
+    """Wrap inductor's all-gather bucketing entry points so that ``PLANTS[name]`` edits what they merged."""
+    if not name:
+        yield
+        return
+    if name not in PLANTS:
+        raise ValueError(f"plant {name!r}: unknown; known plants are {sorted(PLANTS)}")
+    from torch._inductor.fx_passes import bucketing, fsdp
+    originals = {(bucketing, "bucket_all_gather"): bucketing.bucket_all_gather,
+                 (fsdp, "bucket_fsdp_all_gather"): fsdp.bucket_fsdp_all_gather}
+
+    def wrap(original: Callable) -> Callable:
+        def planted(gm: fx.GraphModule, *args: Any, **kwargs: Any) -> Any:
+            before = set(gm.graph.nodes)
+            result = original(gm, *args, **kwargs)
+            PLANTS[name](gm, before)
+            return result
+        return planted
+    for (module, attr), original in originals.items():
+        setattr(module, attr, wrap(original))
+    try:
+        yield
+    finally:
+        for (module, attr), original in originals.items():
+            setattr(module, attr, original)
+
+
+def compiled_outputs(desc: ModelDesc, options: dict[str, Any], seed: int = 0) -> tuple[Outputs, dict[str, int]]:
+    """One step of ``desc`` compiled by inductor under ``options`` (``torch._inductor.config`` names;
+    ``bucket_cap_mb`` sets both size determinators; ``plant`` names a planted fault), and the
+    collectives inductor's post-grad passes left."""
+    launches: dict[str, int] = {}
+    with gloo_world() as group, inductor(options, launches):
+        model = _model(desc, group, seed)
+        outputs = _step(torch.compile(model, backend="inductor", fullgraph=True, dynamic=False), model,
+                        example_input(desc, seed))
+    return outputs, launches
+
+
+@contextlib.contextmanager
+def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None]:
+    """Inductor configured by ``options`` (``bucket_cap_mb`` sets both size determinators; ``plant``
+    names a planted fault), with a fresh dynamo and the launches after post-grad passes counted."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    patch = {k: v for k, v in options.items() if k not in ("bucket_cap_mb", "plant")}
+    cap = options.get("bucket_cap_mb")
+    if cap is not None:
+        patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
+        patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
+    patch["fx_graph_cache"] = False  # every compile must run the passes again
+    if options.get("plant"):
+        patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
+    torch._dynamo.reset()
+    with inductor_config.patch(patch), _counting(launches), _planted(options.get("plant")):
+        yield
+
+
+def eager_outputs(desc: ModelDesc, seed: int = 0) -> Outputs:
+    """The same step without compiling."""
+    with gloo_world() as group:
+        model = _model(desc, group, seed)
+        return _step(model, model, example_input(desc, seed))
+
+
+def failed(report: dict[str, Any]) -> Optional[str]:
+    """Why a judged configuration is wrong (a differing tensor or an error, with the configuration
+    named), or None."""
+    if report.get("error"):
+        return f"configuration {report['options']} failed: {report['error']}"
+    if report.get("difference"):
+        return f"configuration {report['options']}: first differing tensor: {report['difference']}"
+    return None
+
+
+def first_difference(base: Outputs, other: Outputs) -> Optional[str]:
+    """The first tensor (output, then gradients in parameter order) whose bits differ, or None."""
+    for name, tensor in base.items():
+        if name not in other:
+            return f"{name} is missing"
+        if not _same(tensor, other[name]):
+            return name
+    return None
+
+
+def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
+          baseline: Optional[Outputs] = None, eager: Optional[Outputs] = None) -> dict[str, Any]:
+    """Bucketed vs unbucketed compile (the verdict) and vs eager (reported). ``baseline``/``eager``
+    may be passed in when several configurations of one model are judged."""
+    if baseline is None:
+        baseline, _ = compiled_outputs(desc, OFF, seed)
+    eager = eager if eager is not None else eager_outputs(desc, seed)
+    try:
+        bucketed, launches = compiled_outputs(desc, options, seed)
+    except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding, named
+        message = str(exc).strip().splitlines()
+        return {"options": dict(options), "difference": None, "eager_difference": None, "launches": {},
+                "error": f"{type(exc).__name__}: {message[0] if message else ''}"}
+    return {"options": dict(options), "difference": first_difference(baseline, bucketed),
+            "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None}
+
+
+def configurations(space: dict[str, tuple], count: int) -> list[dict[str, Any]]:
+    """``count`` configurations of ``space`` (option -> choices) that together take every choice of
+    every option (the i-th configuration takes choice i mod len(choices), options shifted so
+    combinations vary); the first buckets everything at the defaults."""
+    names = sorted(space)
+    chosen = []
+    for index in range(count):
+        chosen.append({name: space[name][(index + shift * (index // max(len(space[name]), 1)))
+                                         % len(space[name])] for shift, name in enumerate(names)})
+    return [dict(c) for c, _ in itertools.groupby(chosen)]
+
+
+def sweep(desc: ModelDesc, configs: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
+    """Judge ``desc`` under each configuration (one baseline and one eager run shared)."""
+    baseline, _ = compiled_outputs(desc, OFF, seed)
+    eager = eager_outputs(desc, seed)
+    return [judge(desc, options, seed, baseline, eager) for options in configs]
+
+
+__all__ = ["PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]

@@ -1,0 +1,61 @@
+"""End to end (issue 20): a drawn model compiled by inductor under a bucketing configuration of the
+torch-inductor target's space, on a real one-process gloo world, is bitwise equal to the unbucketed
+compile and to eager; a planted wrong merge is reported with its configuration named."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fsdp_verify import e2e
+from fsdp_verify.capture import Layer, ModelDesc
+from fsdp_verify.execute.endtoend import configurations, failed, sweep
+from fsdp_verify.targets.inductor import CONFIG_SPACE
+
+TWO_LAYERS = ModelDesc((Layer("linear", 16), Layer("linear", 8)))
+ALL = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}
+
+
+def test_a_correct_configuration_is_bitwise_equal_to_the_unbucketed_compile_and_to_eager():
+    good, = sweep(TWO_LAYERS, [ALL])
+    assert good["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # 4 + 4 bucketed to 1 + 1
+    assert good["difference"] is None and good["eager_difference"] is None and failed(good) is None
+
+
+def test_configurations_cover_every_choice_of_the_space():
+    configs = configurations(CONFIG_SPACE, 3)
+    for name, choices in CONFIG_SPACE.items():
+        assert {c[name] for c in configs} == set(choices), name
+    assert configs[0]["bucket_all_gathers_fx"] == "all" and configs[0]["bucket_reduce_scatters_fx"] == "all"
+
+
+def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configuration():
+    outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_to_bf16", max_layers=2)
+    assert outcome.models == outcome.compiles == 1
+    why = outcome.failures[0]["why"] if outcome.failures else ""
+    assert "'plant': 'ag_merge_rounds_to_bf16'" in why and "'bucket_all_gathers_fx': 'all'" in why, outcome.reports
+    assert "first differing tensor: output" in why
+
+
+def test_an_unknown_plant_is_a_usage_error(capsys):
+    from fsdp_verify.cli import main
+    assert main(["endtoend", "--plant", "bogus"]) == 2
+    assert "plant 'bogus': unknown" in capsys.readouterr().err
+
+
+def test_inductor_campaigns_draw_captured_graphs_by_default():
+    from fsdp_verify.campaign import default_strategy
+    assert default_strategy("torch-inductor") == default_strategy("torch-inductor:custom_ops@fsdp") == "captured"
+    assert default_strategy("reference") == "cases"
+
+
+@pytest.mark.skipif(not os.environ.get("FSDP_VERIFY_E2E_RANKS"),
+                    reason="spawns 2 gloo ranks that each compile 3 times (35-90 s): set FSDP_VERIFY_E2E_RANKS=1")
+def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_is_named():
+    from fsdp_verify.execute.endtoend_ranks import sweep_ranks
+    model = ModelDesc((Layer("linear", 6), Layer("linear", 3)), mesh=(2,))  # 3 rows over 2 ranks: uneven shards
+    good, bad = sweep_ranks(model, [ALL, {**ALL, "plant": "ag_merge_rounds_to_bf16"}])
+    assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4
+    assert failed(good) is None and good["eager_difference"] is None
+    assert "ag_merge_rounds_to_bf16" in failed(bad) and "rank " in bad["difference"]
