@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fsdp_verify.case import Case
 from fsdp_verify.checks import registered
 from fsdp_verify.orchestrate import check_all
-from fsdp_verify.targets.mutants import get_mutant
+from fsdp_verify.targets.mutants import MUTANTS, get_mutant
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import mutations
@@ -109,8 +111,16 @@ def test_invalid_arguments_must_be_refused_with_the_spec_message():
     assert findings == [] and ctx.run.error_type == "ValueError"
 
 
+# Checkers whose planted bugs need a resource this file does not start (real rank processes).
+EXERCISED_ELSEWHERE = {"real_ranks": Path(__file__).with_name("test_real_ranks.py")}
+
+
 def test_every_registered_checker_is_exercised_here():
     tested = {checker for checker, *_ in PLANTED}
+    for checker, test_file in EXERCISED_ELSEWHERE.items():
+        mutants = [name for name, m in MUTANTS.items() if checker in m.kills]
+        assert mutants and all(name in test_file.read_text() for name in mutants), (checker, mutants)
+        tested.add(checker)
     assert set(registered()) <= tested
 
 
