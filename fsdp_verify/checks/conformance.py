@@ -37,9 +37,9 @@ def _key(param: Any, kind: Any, index: Any) -> tuple:
     return (str(param), str(kind), str(index))
 
 
-def applied_buckets(plans: list) -> list[dict]:
+def applied_buckets(reports: list[dict]) -> list[dict]:
     """The fusable buckets each round's rewriter acts on (AG in round 1, RS in round 2; spec 3.5)."""
-    return [bucket for plan, kinds in zip(plans, ROUND_KINDS) for bucket in plan.to_dict()["buckets"]
+    return [bucket for report, kinds in zip(reports, ROUND_KINDS) for bucket in report["buckets"]
             if bucket["fusable"] and bucket["members"][0]["kind"] in kinds]
 
 
@@ -136,7 +136,7 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
         index = _by_members(launches)
         records = {record.node: record for record in run.streams.get(rank, [])}
         used: set[str] = set()
-        for bucket in applied_buckets(ctx.plans[rank]):
+        for bucket in applied_buckets(ctx.reports(rank)):
             name = _match(bucket, index)
             names = [m["param_name"] for m in bucket["members"]]
             if name is None:

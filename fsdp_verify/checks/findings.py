@@ -43,6 +43,7 @@ class CheckContext:
     metrics: dict = field(default_factory=dict)  # figures checkers report besides findings
     skipped: dict = field(default_factory=dict)  # checker name -> why it could not judge this case
     _refinements: dict = field(default_factory=dict, repr=False)
+    _reports: dict = field(default_factory=dict, repr=False)
 
     @property
     def case(self) -> Case:
@@ -71,6 +72,13 @@ class CheckContext:
         if rank not in self._refinements:
             self._refinements[rank] = refine(self.original[rank], self.rewritten[rank])
         return self._refinements[rank]
+
+    def reports(self, rank: int) -> list[dict]:
+        """``to_dict()`` of each of ``rank``'s plans, asked once per case and shared by the checkers
+        (which only read them)."""
+        if rank not in self._reports:
+            self._reports[rank] = [plan.to_dict() for plan in self.plans.get(rank, [])]
+        return self._reports[rank]
 
     @cached_property
     def original_sim(self) -> WorldRun | SimulationError | Exception:

@@ -27,11 +27,11 @@ _INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
 
 
-def _plan_findings(plans: dict[int, list]) -> list[Finding]:
+def _plan_findings(ctx: CheckContext) -> list[Finding]:
     findings = []
-    for rank, rounds in sorted(plans.items()):
-        for plan in rounds:
-            for bucket in plan.to_dict()["buckets"]:
+    for rank in sorted(ctx.plans):
+        for report in ctx.reports(rank):
+            for bucket in report["buckets"]:
                 offset = 0
                 for member in bucket["members"]:
                     rs = member["kind"] == "fsdp_reduce_scatter"
@@ -153,8 +153,8 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
 
 def check_layout(ctx: CheckContext) -> list[Finding]:
     """Plan offsets are contiguous per the numel rule, and every consumer gets its own elements."""
-    original, rewritten, plans = ctx.original, ctx.rewritten, ctx.plans
-    findings = _plan_findings(plans)
+    original, rewritten = ctx.original, ctx.rewritten
+    findings = _plan_findings(ctx)
     if findings:
         return findings
     first = min(original)

@@ -157,14 +157,15 @@ def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
         return {}
 
 
-def _exchange_problems(case: Any, plans: dict[int, list]) -> list[Finding]:
-    """Spec 2.12 on every group and round: each member rank reports, with the same ranks and digest."""
+def _exchange_problems(case: Any, plans: dict[int, list[dict]]) -> list[Finding]:
+    """Spec 2.12 on every group and round: each member rank reports, with the same ranks and digest
+    (``plans``: each rank's reports, round by round)."""
     findings = []
     rounds = {rank: len(plans[rank]) for rank in plans}
     if len(set(rounds.values())) > 1:
         findings.append(Finding(NAME, f"ranks planned different numbers of rounds: {rounds}"))
     for round_index in range(min(rounds.values())):
-        reports = {rank: plans[rank][round_index].to_dict() for rank in plans}
+        reports = {rank: plans[rank][round_index] for rank in plans}
         for group, ranks in case.group_ranks(min(plans)).items():
             members = [rank for rank in ranks if rank in reports]
             if len(members) != len(ranks):
@@ -198,6 +199,8 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
         plans = _first_round_plans(ctx)  # judge what the planner decided before the target failed
     if not plans:
         return []
+    reports = {rank: ctx.reports(rank) for rank in plans} if plans is ctx.plans else \
+        {rank: [plan.to_dict() for plan in rounds] for rank, rounds in plans.items()}
     module = copy.deepcopy(original[first])
     before = signature_of(module)
     plan_a = ctx.target.plan(case, module, first).to_dict()
@@ -208,12 +211,12 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
-        for round_index, (graph, plan) in enumerate(_rounds(ctx, original[rank], plans[rank])):
-            for problem in _judge(graph, plan.to_dict(), case.group_ranks(rank), case.plan_args,
+        for round_index, (graph, _) in enumerate(_rounds(ctx, original[rank], plans[rank])):
+            for problem in _judge(graph, reports[rank][round_index], case.group_ranks(rank), case.plan_args,
                                   f"rank {rank} round {round_index + 1}"):
                 findings.append(Finding(NAME, problem, rank=rank))
         if findings:
             return findings
-    return findings + _exchange_problems(case, plans)
+    return findings + _exchange_problems(case, reports)
 
 CHECKER = Checker(NAME, check_planner, order=10, summary='planner invariants of spec 5.2, re-derived from the graph')
