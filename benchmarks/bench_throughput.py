@@ -42,10 +42,10 @@ def source(case) -> str:
     return "traced" if case.label.startswith("module") else "generated"
 
 
-def measure(drawn: list, per_source: dict[str, list[float]]) -> dict[str, list[float]]:
+def measure(drawn: list, per_source: dict[str, list]) -> dict[str, list[float]]:
     """CPU and wall seconds of building the graphs, of the target's plan+rewrite and of each checker,
     summed over ``drawn`` (what ``orchestrate.run_target`` and ``check_run`` do, stage by stage);
-    ``per_source`` gets each source's harness CPU seconds and node count."""
+    ``per_source`` gets each source's harness CPU seconds, node count and node count times ranks."""
     target = get_target("reference")
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
@@ -72,9 +72,10 @@ def measure(drawn: list, per_source: dict[str, list[float]]) -> dict[str, list[f
                 checker.run(ctx)
             cpu[name] += time.process_time() - c
             wall[name] += time.perf_counter() - w
-        tally = per_source.setdefault(source(case), [0.0, 0])
+        tally = per_source.setdefault(source(case), [0.0, 0, 0])
         tally[0] += sum(v for k, v in cpu.items() if k != "target") - before
         tally[1] += len(case.graph.nodes)
+        tally[2] += len(case.graph.nodes) * len(case.graph.world())
     return {name: [cpu[name], wall[name]] for name in cpu}
 
 
@@ -92,7 +93,7 @@ def main() -> None:
     if profiler:
         profiler.enable()
     c, w = time.process_time(), time.perf_counter()
-    per_source: dict[str, list[float]] = {}
+    per_source: dict[str, list] = {}
     figures = measure(drawn, per_source)
     total_cpu, total_wall = time.process_time() - c, time.perf_counter() - w
     if profiler:
@@ -106,8 +107,10 @@ def main() -> None:
         print(f"{name:<14}{cpu:>9.2f}{wall:>9.2f}{cpu / target_cpu:>10.2f}")
     print(f"harness (build + checks) / target (cpu): {harness_cpu / target_cpu:.2f}x;  examples per cpu-second: "
           f"{len(drawn) / total_cpu:.2f} (wall {len(drawn) / total_wall:.2f}/s)")
-    for name, (cpu, nodes) in sorted(per_source.items()):
-        print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes)")
+    for name, (cpu, nodes, rank_nodes) in sorted(per_source.items()):
+        print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes), "
+              f"{1000 * cpu / max(rank_nodes, 1):.3f} per node and rank ({rank_nodes / max(nodes, 1):.1f} ranks on "
+              f"average: every stage works rank by rank)")
 
 
 if __name__ == "__main__":
