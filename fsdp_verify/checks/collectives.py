@@ -22,14 +22,21 @@ TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, tor
 
 
 def _compare(expected: list, actual: list, names: list[str], rank: int, what: str) -> list[Finding]:
+    """The first difference between two output lists: their count, a tensor against a non-tensor,
+    or a tensor's bits (as ``numerics`` judges the simulated world)."""
+    if len(expected) != len(actual):
+        return [Finding(NAME, f"rank {rank}: {what}: {len(actual)} outputs instead of {len(expected)}", rank=rank,
+                        details={"reason": "output count", "expected": len(expected), "actual": len(actual)})]
     for index, (x, y) in enumerate(zip(expected, actual)):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            diff = bit_difference(x, y)
-            if diff is not None:
-                name = names[index] if index < len(names) else f"#{index}"
-                return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
-                                         f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
-                                nodes=(name,), rank=rank, details={"output": index, **diff})]
+        if not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor):
+            continue
+        diff = bit_difference(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else \
+            {"reason": f"{type(x).__name__} vs {type(y).__name__}"}
+        if diff is not None:
+            name = names[index] if index < len(names) else f"#{index}"
+            return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
+                                     f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
+                            nodes=(name,), rank=rank, details={"output": index, **diff})]
     return []
 
 
