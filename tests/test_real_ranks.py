@@ -307,3 +307,110 @@ def test_the_command_line_offers_the_modes_real_ranks_knows():
     from fsdp_verify import cli
     from fsdp_verify.checks.real_ranks import MODES
     assert cli.RANK_MODES == MODES
+
+
+def test_ranks_running_different_numbers_of_exchange_rounds_are_rank_dependent_planning(real):
+    findings, why = real.check(two_block_case(), "real_targets:EvenRankExtraRound")
+    assert [f.details["kind"] for f in findings] == ["rank_dependent_planning"], (findings, why)
+    assert "different numbers of digest-exchange rounds" in findings[0].message
+    assert findings[0].details["stopped"] == [0] and set(findings[0].details["last_collective"]) == {"0", "1"}
+    assert real.check(two_block_case(), "reference") == ([], None)
+
+
+def test_ranks_returning_different_numbers_of_plans_are_rank_dependent_planning(real):
+    findings, _ = real.check(two_block_case(), "real_targets:OddRankExtraPlan")
+    assert [f.details["kind"] for f in findings] == ["rank_dependent_planning"]
+    assert "different numbers of plans" in findings[0].message
+
+
+@pytest.mark.parametrize("bug, kind", [("packing_follows_rank_env", "rewritten_vs_original"),
+                                       ("bucket_padded_by_rank_env", "rank_rewrites_disagree")])
+def test_real_only_rewrite_bugs_are_invisible_in_process_and_killed_by_their_real_rule(real, bug, kind):
+    assert MUTANTS[bug].needs == "real" and MUTANTS[bug].kills == (NAME,)
+    simulated, _ = check_all(get_target(f"mutant:{bug}"), two_block_case())
+    assert not [f for f in simulated if f.severity == "error"]  # the harness's process has no RANK
+    findings, _ = real.check(two_block_case(), f"mutant:{bug}", frozenset(f.checker for f in simulated))
+    assert findings and {f.checker for f in findings} == {NAME} and findings[0].details["kind"] == kind
+
+
+def test_a_case_the_simulated_checks_found_invalid_is_planned_but_never_compared(real):
+    from fsdp_verify.checks import CheckContext
+    from fsdp_verify.checks.findings import INVALID, Finding
+    from fsdp_verify.checks.real_ranks import judge
+    from fsdp_verify.orchestrate import run_target
+    target = get_target("mutant:swapped_copy_out")
+    ctx = CheckContext(run_target(target, two_block_case()), target)
+    invalid = [Finding("numerics", "not finite", severity=INVALID)]
+    before = real.executed
+    assert judge(real, two_block_case(), "mutant:swapped_copy_out", invalid, ctx) == []
+    assert "cannot be judged (invalid)" in ctx.skipped[NAME] and real.executed == before
+
+
+def test_a_shrink_step_runs_on_real_ranks_whatever_the_fraction_chooses(real):
+    case = replace(two_block_case(), seed=11)
+    real.fraction = 1e-9
+    try:
+        assert real.check(case, "reference")[1].startswith("not chosen")
+        assert real.check(case, "reference", force=True) == ([], None)
+    finally:
+        real.fraction = 1.0
+
+
+def test_plans_without_digests_are_said_not_compared(real):
+    findings, why = real.check(two_block_case(), "real_targets:NoDigests")
+    assert findings == [] and "planning not compared across ranks" in why
+    assert real.executed and "no to_dict()" in why
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
+def test_a_pool_that_cannot_be_had_is_the_harness_s_reason_once_never_a_finding_or_a_crash():
+    session = RealRanks(backend="nccl")
+    first = session.check(two_block_case(), "reference")
+    assert first[0] == [] and "no pool of 2 real ranks could start (ValueError" in first[1]
+    assert session.check(replace(two_block_case(), seed=5), "reference") == first  # remembered, not retried
+    assert session.report()["pools_not_started"] == {"2": first[1]} and session.cases == 0
+
+
+def test_a_pool_that_does_not_start_in_time_kills_its_ranks_and_says_so():
+    from fsdp_verify.execute.distributed import PoolStartFailure, RankPool
+    pool = RankPool(2, backend="gloo", start_timeout=0.01)
+    with pytest.raises(PoolStartFailure, match="the pool did not start"):
+        pool.start()
+    assert pool.processes == []  # killed and reaped
+
+
+def test_coalesced_and_out_collectives_staged_through_cpu_give_the_same_bits():
+    from fsdp_verify.execute.distributed import RankPool
+    from real_targets import staged_variants_handler
+    with RankPool(2, backend="gloo", deadline=20, handler=staged_variants_handler) as pool:
+        results = pool.run({rank: "variants" for rank in range(2)})
+    for rank in range(2):
+        for direct, staged, out in results[rank]:
+            direct, staged = (direct, staged) if isinstance(direct, list) else ([direct], [staged])
+            assert len(direct) == len(staged) and all(torch.equal(a, b) for a, b in zip(direct, staged))
+            if out is not None:
+                assert torch.equal(out, direct[0])  # the caller's out= holds the result
+
+
+def test_real_comparisons_count_outputs_and_types_and_compare_bits():
+    from fsdp_verify.checks.collectives import _compare
+    from fsdp_verify.torchrun_replay import _same
+    one, nan = torch.ones(2), torch.tensor([float("nan")])
+    assert "1 outputs instead of 2" in _compare([one, one], [one], ["a", "b"], 0, "x")[0].message
+    assert "Tensor vs int" in _compare([one], [3], ["a"], 0, "x")[0].message
+    assert _compare([one, 3], [one.clone(), 3], ["a", "b"], 0, "x") == []
+    assert _same([nan], [nan.clone()]) and not _same([torch.tensor([0.0])], [torch.tensor([-0.0])])
+    assert not _same([one], [one, one]) and not _same([one], [1])
+
+
+def test_torchrun_replay_names_ranks_that_ran_different_rounds_and_exits_2_when_nothing_was_judged(tmp_path):
+    rounds, other = tmp_path / "rounds", tmp_path / "other"
+    corpus.save(corpus.Entry(two_block_case(), "reference", corpus.Verdict(corpus.PASS), {}), str(rounds))
+    out = _torchrun(rounds, "--target", "real_targets:EvenRankExtraRound", "--case-deadline", "120")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL" in out.stdout and "different numbers of digest-exchange rounds" in out.stdout
+    four = corpus.load(_shipped(limit_four=1)[-1]).case
+    assert len(four.graph.world()) == 4
+    corpus.save(corpus.Entry(four, "reference", corpus.Verdict(corpus.PASS), {}), str(other))
+    out = _torchrun(other)
+    assert out.returncode == 2 and "no case was judged (exit 2)" in out.stdout, out.stdout + out.stderr

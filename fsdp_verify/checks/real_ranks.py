@@ -200,7 +200,7 @@ class RealRanks:
             return [], self._broken(len(world), exc)
         except RankFailure as exc:
             return [_rank_failure("while planning", exc)], None
-        findings = _planning(case, planned, pool.flight_record())
+        findings = planning(case, planned, pool.flight_record())
         statuses = {rank: planned[rank]["status"] for rank in world}
         if findings:
             return findings, None
@@ -328,7 +328,7 @@ def _rank_failure(when: str, exc: RankFailure) -> Finding:
                             "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}})
 
 
-def _planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
+def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
     """Rank-dependent planning: a digest mismatch in the exchange, a target that raised on some ranks
     only, ranks that ran different numbers of exchange rounds (one left while a peer waited in another
     round), ranks of one group that returned different numbers of plans, or plans whose digests differ."""
