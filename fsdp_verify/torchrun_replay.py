@@ -17,7 +17,8 @@ cases whose world size differs from the launch are skipped and counted. Every ca
 (code 1; the launcher ends its peers), so a pure-Python hang ends the run. Exit code 1 when any
 case fails (rank-dependent planning, a rewritten graph that differs from its original, real
 outputs that differ from the simulated world's), 2 when no case was judged (every one skipped or
-of another world size: a run that checked nothing must not read as a pass), else 0.
+of another world size: a run that checked nothing must not read as a pass; torchrun itself exits 1
+when any process fails, and names the code), else 0.
 """
 
 from __future__ import annotations
