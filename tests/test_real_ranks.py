@@ -176,7 +176,9 @@ def test_the_simulated_selftest_lists_a_real_only_bug_as_not_hunted(tmp_path):
     assert MUTANTS["members_follow_hash_seed"].needs == "real"
     kill = hunt("members_follow_hash_seed", 5, 0, str(tmp_path))
     assert kill.outcome == "not hunted" and not kill.killed
-    assert "needs real ranks" in format_table([kill])
+    table = format_table([kill])
+    assert "needs real ranks" in table
+    assert "not hunted: 1 (need --ranks real): members_follow_hash_seed" in table.splitlines()[-1]
 
 
 def test_real_fraction_choice_is_stable_and_proportional():
