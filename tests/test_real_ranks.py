@@ -417,3 +417,26 @@ def test_torchrun_replay_names_ranks_that_ran_different_rounds_and_exits_2_when_
     # Each process exits 2; torchrun itself reports any failed process as its exit 1, naming the code.
     assert out.returncode != 0 and "no case was judged (exit 2)" in out.stdout, out.stdout + out.stderr
     assert "exitcode: 2" in out.stderr
+
+
+def test_the_ranks_rewritten_graphs_are_simulated_in_a_child_under_the_deadline(monkeypatch):
+    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.graph.builder import localize
+    case = two_block_case()
+    specs = {rank: localize(case.graph, rank) for rank in case.graph.world()}
+    stage, original, rewritten, _ = real_ranks.simulate_isolated(case, specs, (), 20)
+    assert stage == "ok" and set(original) == set(rewritten) == {0, 1}
+    assert all(torch.equal(a, b) for r in original for a, b in zip(original[r], rewritten[r]))
+    simulate = real_ranks.simulate
+    calls = iter([lambda: None, lambda: time.sleep(60)])
+
+    def hanging_second(case, modules, **kw):
+        next(calls)()
+        return simulate(case, modules, **kw)
+    monkeypatch.setattr(real_ranks, "simulate", hanging_second)
+    start = time.monotonic()
+    stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 1.0)
+    assert stage == "rewritten" and "did not finish within 1s" in problem and time.monotonic() - start < 10
+    monkeypatch.setattr(real_ranks, "simulate", lambda case, modules, **kw: os._exit(9))
+    stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 20)
+    assert stage == "original" and "the simulating process died (exit code 9)" in problem

@@ -35,6 +35,7 @@ says so as its skip reason when a shrink step asks ``check_all`` for it.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 import zlib
@@ -44,7 +45,7 @@ from typing import Optional
 import torch
 
 from ..case import Case
-from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, place, reduce_sources
+from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, exit_reason, place, reduce_sources
 from ..execute.inputs import exact_override
 from ..execute.world import build_world, simulate
 from ..graph.builder import build_module
@@ -227,19 +228,14 @@ class RealRanks:
                 return [], "not executed: the rewritten graphs hold unrunnable collectives (the simulated checks reported it)"
             return [Finding(NAME, f"the ranks' rewritten graphs hold collectives no real group can run: "
                                   f"{'; '.join(unrunnable[:3])}", details={"kind": "unrunnable_rewrite"})], None
-        override = exact_override(exact, case.seed)
-        try:
-            original = simulate(case, build_world(case), override=override)
-        except Exception as exc:  # noqa: BLE001 - a case whose originals cannot run is not executed
-            return [], f"not executed: the original graphs do not run in the simulated world ({type(exc).__name__})"
-        modules = {rank: build_module(specs[rank]) for rank in world}
-        try:
-            rewritten = simulate(case, modules, override=override)
-        except Exception as exc:  # noqa: BLE001 - the ranks' own rewrites do not run together
+        stage, original, rewritten, problem = simulate_isolated(case, specs, exact, self.deadline)
+        if stage == "original":  # a case whose originals cannot run is not executed
+            return [], f"not executed: the original graphs do not run in the simulated world ({problem})"
+        if stage == "rewritten":  # the ranks' own rewrites do not run together (or not within the deadline)
             if known:
                 return [], "not executed: the rewritten graphs do not run (the simulated checks reported it)"
             return [Finding(NAME, f"the ranks' own rewritten graphs do not run together (simulated on what each "
-                                  f"rank process produced; a real run would hang or fail): {exc}",
+                                  f"rank process produced; a real run would hang or fail): {problem}",
                             details={"kind": "rank_rewrites_disagree", "hashseeds": _hashseeds(planned)})], None
         try:
             ran = pool.run({rank: rank_side.RealJob("execute", seed=case.seed, exact_sources=exact) for rank in world})
@@ -250,17 +246,17 @@ class RealRanks:
                 return [], f"not executed cleanly: real ranks failed ({exc.kind}; the simulated checks reported the case)"
             return [_rank_failure("running the graphs", exc)], None
         self.executed += 1
-        nonfinite = _nonfinite(original.outputs, "simulated") or _nonfinite({r: ran[r]["original"] for r in world}, "real")
+        nonfinite = _nonfinite(original, "simulated") or _nonfinite({r: ran[r]["original"] for r in world}, "real")
         if nonfinite:  # NaN payloads carry no comparable meaning (and may differ between devices)
             return [Finding(NAME, f"the original graph's {nonfinite} output is not finite, so real outputs cannot be "
                                   f"compared", severity=INVALID, details={"kind": "non_finite"})], \
                 "executed, not compared: non-finite original outputs"
         findings = []
         for rank in world:
-            names = output_names(modules[rank])
-            findings += _compare(original.outputs[rank], ran[rank]["original"], names, rank,
+            names = output_names(build_module(specs[rank]))
+            findings += _compare(original[rank], ran[rank]["original"], names, rank,
                                  "real vs simulated (original)")
-            findings += _compare(rewritten.outputs[rank], ran[rank]["rewritten"], names, rank,
+            findings += _compare(rewritten[rank], ran[rank]["rewritten"], names, rank,
                                  "real vs simulated (rewritten)")
             if not known:
                 findings += _compare(ran[rank]["original"], ran[rank]["rewritten"], names, rank,
@@ -296,6 +292,65 @@ def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
                 found.append(f"rank {rank}: {node.name}: size argument {node.args[position]!r} on a group of "
                              f"{len(ranks)} ranks")
     return found
+
+
+def simulate_isolated(case: Case, specs: dict, exact: tuple, deadline: float) -> tuple:
+    """The simulated world of the original graphs and of the ranks' own rewritten graphs ``specs``,
+    run in a forked child under ``deadline`` seconds per stage: a rank-produced graph that hangs,
+    exhausts memory or kills its process fails its stage, never the harness. Returns ``(stage,
+    original outputs, rewritten outputs, problem)``: stage ``ok``, or the stage that failed
+    (``original`` or ``rewritten``) with what happened."""
+    context = multiprocessing.get_context("fork")
+    parent, child = context.Pipe(duplex=False)
+    process = context.Process(target=_simulate_child, args=(case, specs, exact, child), daemon=True)
+    process.start()
+    child.close()
+    got: dict = {}
+    try:
+        for stage in ("original", "rewritten"):
+            if not parent.poll(deadline):
+                return stage, None, None, f"did not finish within {deadline:g}s"
+            status, payload = parent.recv()
+            if status != "ok":
+                return stage, None, None, payload
+            got[stage] = {rank: [_unpack(v) for v in values] for rank, values in payload.items()}
+    except (EOFError, ConnectionError):
+        process.join(5)
+        return ("rewritten" if got else "original"), None, None, f"the simulating process died ({exit_reason(process.exitcode)})"
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(10)
+    return "ok", got["original"], got["rewritten"], ""
+
+
+def _simulate_child(case: Case, specs: dict, exact: tuple, conn) -> None:
+    override = exact_override(exact, case.seed)
+    for modules in (lambda: build_world(case), lambda: {rank: build_module(spec) for rank, spec in specs.items()}):
+        try:
+            outputs = simulate(case, modules(), override=override).outputs
+        except Exception as exc:  # noqa: BLE001 - said to the harness as this stage's failure
+            conn.send(("error", f"{type(exc).__name__}: {str(exc)[:1000]}"))
+            return
+        conn.send(("ok", {rank: [_pack(v) for v in values] for rank, values in outputs.items()}))
+
+
+def _pack(value):
+    """A tensor as (dtype, shape, bytes): plain data across the pipe (no shared-memory handles)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    flat = value.detach().contiguous().cpu().reshape(-1)
+    return ("tensor", str(flat.dtype).split(".")[-1], tuple(value.shape), flat.view(torch.uint8).numpy().tobytes())
+
+
+def _unpack(value):
+    if not (isinstance(value, tuple) and len(value) == 4 and value[0] == "tensor"):
+        return value
+    _, dtype, shape, data = value
+    dtype = getattr(torch, dtype)
+    if not data:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 def _nonfinite(outputs: dict, where: str) -> str:
