@@ -440,3 +440,32 @@ def test_the_ranks_rewritten_graphs_are_simulated_in_a_child_under_the_deadline(
     monkeypatch.setattr(real_ranks, "simulate", lambda case, modules, **kw: os._exit(9))
     stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 20)
     assert stage == "original" and "the simulating process died (exit code 9)" in problem
+
+
+class _PoolThatCannotRestart:
+    """A pool whose ranks died and cannot be started again (what heal() raises then)."""
+
+    restarts, events = 0, []
+
+    def run(self, jobs):
+        from fsdp_verify.execute.distributed import PoolStartFailure
+        raise PoolStartFailure("hang", "the pool did not start: ranks [0, 1] did not finish within 120s", {}, {})
+
+    def close(self):
+        pass
+
+
+def test_a_pool_that_cannot_restart_is_the_harness_s_reason_not_a_finding_against_the_target():
+    from fsdp_verify.checks import CheckContext
+    from fsdp_verify.checks.collectives import check_collectives
+    from fsdp_verify.checks.findings import INVALID
+    from fsdp_verify.orchestrate import run_target
+    session = RealRanks(backend="gloo")
+    session.pools[2] = _PoolThatCannotRestart()
+    findings, why = session.check(two_block_case(), "reference")
+    assert findings == [] and why.startswith("no pool of 2 real ranks could start (PoolStartFailure")
+    assert 2 in session.broken and 2 not in session.pools
+    assert session.check(two_block_case(), "reference") == ([], why)  # not retried
+    target = get_target("reference")
+    findings = check_collectives(CheckContext(run_target(target, two_block_case()), target), _PoolThatCannotRestart())
+    assert [(f.severity, f.details["kind"]) for f in findings] == [(INVALID, "pool_not_started")]

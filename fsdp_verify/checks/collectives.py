@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ..execute.distributed import RankFailure, RankPool, jobs_for, reduce_sources
+from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, jobs_for, reduce_sources
 from ..execute.inputs import exact_override
 from ..execute.world import simulate
-from .findings import DRIFT, ERROR, CheckContext, Finding
+from .findings import DRIFT, ERROR, INVALID, CheckContext, Finding
 from .numerics import bit_difference, output_names
 
 NAME = "collectives"
@@ -61,6 +61,9 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
         return []
     try:
         results = pool.run(jobs_for(case, ctx.rewritten, originals=ctx.original))
+    except PoolStartFailure as exc:  # the harness's resource, not the rewrite: the case cannot be judged
+        return [Finding(NAME, f"the rank pool could not start, so the case cannot be judged: {exc}", severity=INVALID,
+                        details={"kind": "pool_not_started"})]
     except RankFailure as exc:
         return [Finding(NAME, f"real collectives failed ({exc.kind}): {exc}",
                         details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors})]
@@ -73,6 +76,9 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
     if drift and not findings:
         try:
             noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))
+        except PoolStartFailure as exc:
+            return findings + [Finding(NAME, f"the rank pool could not start, so drift was not judged: {exc}",
+                                       severity=INVALID, details={"kind": "pool_not_started"})]
         except RankFailure as exc:
             return [Finding(NAME, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
         for rank, result in sorted(noisy.items()):
