@@ -469,3 +469,11 @@ def test_a_pool_that_cannot_restart_is_the_harness_s_reason_not_a_finding_agains
     target = get_target("reference")
     findings = check_collectives(CheckContext(run_target(target, two_block_case()), target), _PoolThatCannotRestart())
     assert [(f.severity, f.details["kind"]) for f in findings] == [(INVALID, "pool_not_started")]
+
+
+def test_a_rank_whose_harness_is_already_gone_exits_before_importing_torch():
+    import subprocess
+    import sys
+    code = "from fsdp_verify.execute.distributed import _die_with_parent; _die_with_parent(1); print('alive')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "alive" not in out.stdout
