@@ -477,3 +477,19 @@ def test_a_rank_whose_harness_is_already_gone_exits_before_importing_torch():
     code = "from fsdp_verify.execute.distributed import _die_with_parent; _die_with_parent(1); print('alive')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "alive" not in out.stdout
+
+
+def test_non_finite_original_outputs_are_invalid_never_compared_on_real_ranks(real, monkeypatch):
+    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.checks.findings import INVALID
+    simulate_isolated = real_ranks.simulate_isolated
+
+    def with_nan(*args):
+        stage, original, rewritten, problem = simulate_isolated(*args)
+        first = next(i for i, v in enumerate(original[0]) if isinstance(v, torch.Tensor) and v.is_floating_point())
+        original[0][first] = torch.full_like(original[0][first], float("nan"))
+        return stage, original, rewritten, problem
+    monkeypatch.setattr(real_ranks, "simulate_isolated", with_nan)
+    findings, why = real.check(two_block_case(), "mutant:swapped_copy_out")
+    assert [(f.severity, f.details["kind"]) for f in findings] == [(INVALID, "non_finite")]
+    assert why == "executed, not compared: non-finite original outputs"
