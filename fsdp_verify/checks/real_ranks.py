@@ -425,7 +425,8 @@ def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
                 members = tuple(case.graph.group_ranks(rank).get(group, ()))
                 members_of.setdefault((group, members), set()).add(rank)
     for (group, members), ranks in sorted(members_of.items()):
-        counts = {rank: len(planned[rank]["digests"]) for rank in sorted(set(members) | ranks) if rank in planned}
+        counts = {rank: sum(group in rnd for rnd in planned[rank]["digests"])  # plans for this group, per rank
+                  for rank in sorted(set(members) | ranks) if rank in planned}
         if len(set(counts.values())) > 1:
             return [Finding(NAME, f"rank-dependent planning: the ranks of group {group} returned different numbers "
                                   f"of plans (per rank {counts}; PYTHONHASHSEED per rank {seeds})",
