@@ -11,7 +11,8 @@ the pool is torn down (children killed and reaped) and restarted. A rank that di
 ``events``, and runs the case.
 
 A pool may be given a ``handler`` (a module-level function, so a higher layer can give the ranks
-other work without this module importing it) and a per-rank environment (``env``), set before
+other work without this module importing it; a rank gets its ``module:qualname`` and imports it
+only once its death signal is armed) and a per-rank environment (``env``), set before
 each rank starts: real mode gives every rank its own ``PYTHONHASHSEED``. ``place`` decides the
 backend and device from what is asked and the GPUs present, and says why: never a silent fallback.
 """
@@ -220,10 +221,16 @@ def _default_handler(job: Job, ctx: RankContext) -> dict:
 
 
 def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float,
-            device_kind: str = "cpu", handler: Optional[Callable] = None, parent: Optional[int] = None) -> None:
-    _die_with_parent(parent)  # before the seconds importing torch takes
+            device_kind: str = "cpu", handler: Optional[str] = None, parent: Optional[int] = None) -> None:
+    _die_with_parent(parent)  # before the seconds importing torch (and the handler's module) takes
+    import importlib
+
     import torch
     import torch.distributed as dist
+    run_job: Callable = _default_handler
+    if handler is not None:  # "module:qualname", resolved only now (unpickling a function imports its module)
+        module, _, name = handler.partition(":")
+        run_job = getattr(importlib.import_module(module), name)
     torch.set_num_threads(1)
     device = "cpu"
     if device_kind == "cuda":
@@ -239,7 +246,7 @@ def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: st
             break
         try:
             _record(slot, "")
-            result = (handler or _default_handler)(job, ctx)
+            result = run_job(job, ctx)
             _record(slot, "finished")
             conn.send(("ok", result))
         except Exception:  # noqa: BLE001 - reported to the parent as this rank's error
@@ -289,11 +296,12 @@ class RankPool:
         store = os.path.join(self.folder, "store")
         self.slots = [context.Array(ctypes.c_char, ENTRY_BYTES, lock=False) for _ in range(self.world_size)]
         self.conns, self.processes = [], []
+        handler = f"{self.handler.__module__}:{self.handler.__qualname__}" if self.handler else None
         for rank in range(self.world_size):
             parent, child = context.Pipe()
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
-                                            max(self.deadline * 4, 60), self.device, self.handler, os.getpid()))
+                                            max(self.deadline * 4, 60), self.device, handler, os.getpid()))
             with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
                 process.start()
             child.close()
