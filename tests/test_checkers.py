@@ -110,7 +110,8 @@ def test_invalid_arguments_must_be_refused_with_the_spec_message():
 
 
 def test_every_registered_checker_is_exercised_here():
-    tested = {checker for checker, *_ in PLANTED}
+    # real_ranks needs rank processes: tests/test_real_ranks.py kills each of its planted bugs there.
+    tested = {checker for checker, *_ in PLANTED} | {"real_ranks"}
     assert set(registered()) <= tested
 
 
