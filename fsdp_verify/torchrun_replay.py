@@ -80,7 +80,9 @@ def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device
     errors = {peer: message for peer, (status, _, message) in enumerate(gathered) if status == "error"}
     if errors:
         return f"error: the harness failed on ranks {sorted(errors)} ({next(iter(errors.values()))})"
-    peers = {peer["rank"]: dict(peer, status=gathered[peer["rank"]][0]) for peer in planned["peers"]}
+    peers = {peer["rank"]: peer if gathered[peer["rank"]][0] == peer["status"] else  # failed after ``finish``
+             dict(peer, status=gathered[peer["rank"]][0], message=gathered[peer["rank"]][2])
+             for peer in planned["peers"]}
     findings = planning(case, peers, {})
     if findings:
         return findings[0].message
