@@ -196,7 +196,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
         if failing.get("case") is not None and not failing.get("recorded"):
             _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
     finally:
-        result.ranks = real_ranks.session_report(real, config.ranks)
+        result.ranks = real_ranks.session_report(real)
         if real is not None and session is None:
             real.close()
         gc.unfreeze()

@@ -165,16 +165,21 @@ def _ranks_options(parser: argparse.ArgumentParser, fraction: bool = True) -> No
                                  "e.g. 0.1 for nightly throughput), chosen by each case's content")
 
 
-def _real_session(args: argparse.Namespace, seed: int = 0):
-    """The real-mode session ``--ranks`` asks for (None when simulated); NCCL without a GPU is exit 2."""
-    from .checks.real_ranks import open_session, parse_mode
+def _check_ranks(args: argparse.Namespace) -> None:
+    """Refuse a ``--ranks`` request this machine cannot meet (NCCL without a GPU is exit 2)."""
+    from .checks.real_ranks import parse_mode
     from .execute.distributed import place
-    backend = parse_mode(args.ranks)
-    if backend == "nccl":
+    if parse_mode(args.ranks) == "nccl":
         try:
             place("nccl", 2)
         except ValueError as exc:
             raise UsageError(f"--ranks {args.ranks}: {exc}") from None
+
+
+def _real_session(args: argparse.Namespace, seed: int = 0):
+    """The real-mode session ``--ranks`` asks for (None when simulated); NCCL without a GPU is exit 2."""
+    from .checks.real_ranks import open_session
+    _check_ranks(args)
     return open_session(args.ranks, seed, _deadline(args), getattr(args, "real_fraction", 1.0))
 
 
@@ -191,7 +196,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                              spec=tuple(args.spec_param or ()),
                              draw_spec=args.draw_spec_params, raw_forms=args.raw_forms,
                              ranks=args.ranks, real_fraction=args.real_fraction)
-    _real_session(args)  # checks the request (NCCL without a GPU is a usage error) before any work
+    _check_ranks(args)  # before any work (the campaign opens its own session)
     if config.spec or config.draw_spec:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "
               f"{'the others drawn per example (recorded in each case)' if config.draw_spec else 'the others default'}",

@@ -81,9 +81,12 @@ def format_table(kills: list[Kill]) -> str:
     lines.append(f"intended kills {counts['intended']}/{len(kills)}, killed only by other checkers "
                  f"{counts['other']}, only by their own crash {counts['crash']} (not kills), survived "
                  f"{counts['survived']}; median seconds to first failure {median:.1f}; "
-                 f"max {max(times) if times else float('nan'):.1f}"
-                 + (f"; not hunted {sum(bool(k.not_hunted) for k in kills)} (they need real ranks: --ranks real)"
-                    if any(k.not_hunted for k in kills) else ""))
+                 f"max {max(times) if times else float('nan'):.1f}")
+    skipped = [k for k in kills if k.not_hunted]
+    if skipped:  # never a clean pass: the checkers these bugs are meant for were not tested
+        lines.append(f"not hunted: {len(skipped)} (need --ranks real): {', '.join(k.mutant for k in skipped)}; "
+                     f"their checkers ({', '.join(sorted({c for k in skipped for c in k.intended_checkers}))}) "
+                     f"were not tested by this run")
     return "\n".join(lines)
 
 

@@ -12,15 +12,20 @@ original and rewritten graph with real collectives (NCCL when every local rank h
 fewer GPUs CUDA compute with gloo collectives; gloo on CPU otherwise; printed). Each process also
 simulates the world of the rank processes' own graphs and compares its real outputs with it.
 Rank 0 prints one verdict per case (``ok``, ``FAIL`` with what each rank saw, ``skip`` with why);
-cases whose world size differs from the launch are skipped and counted. Exit code 1 when any
+cases whose world size differs from the launch are skipped and counted. Every case has a deadline
+(``--case-deadline``): a process still in the case then prints every thread's traceback and exits
+(code 1; the launcher ends its peers), so a pure-Python hang ends the run. Exit code 1 when any
 case fails (rank-dependent planning, a rewritten graph that differs from its original, real
-outputs that differ from the simulated world's).
+outputs that differ from the simulated world's), 2 when no case was judged (every one skipped or
+of another world size: a run that checked nothing must not read as a pass; torchrun itself exits 1
+when any process fails, and names the code), else 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import os
 import sys
 from types import SimpleNamespace
@@ -29,7 +34,8 @@ import torch
 import torch.distributed as dist
 
 from . import corpus
-from .checks.real_ranks import HASH_STRIDE, unrunnable_collectives
+from .checks.numerics import bit_difference
+from .checks.real_ranks import HASH_STRIDE, planning, unrunnable_collectives
 from .execute.distributed import place, reduce_sources
 from .execute.inputs import exact_override
 from .execute.world import build_world, simulate
@@ -39,7 +45,20 @@ from .targets.rank_side import RealJob, execute_on_rank, plan_on_rank
 
 
 def _same(a: list, b: list) -> bool:
-    return len(a) == len(b) and all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+    """The same number of outputs, each bitwise equal (NaN payloads and the sign of zero count)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+            if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or bit_difference(x, y) is not None:
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+def _nonfinite(outputs: list) -> bool:
+    return any(isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(v.isfinite().all()) for v in outputs)
 
 
 def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device: str, staged: bool,
@@ -48,20 +67,28 @@ def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device
     same collective calls whatever happens, so no rank is left waiting."""
     slot = SimpleNamespace(value=b"")
     state: dict = {}
-    planned = plan_on_rank(target, case_doc, rank, world, state=state, cache=cache)
-    statuses = {peer["rank"]: peer["status"] for peer in planned["peers"]}
-    if "disagree" in statuses.values():
-        first = next(p for p in planned["peers"] if p["status"] == "disagree")
-        seeds = {p["rank"]: p.get("hashseed") for p in planned["peers"]}
-        return f"rank-dependent planning: {first['message']} (PYTHONHASHSEED per rank {seeds})"
-    raised = sorted(r for r, s in statuses.items() if s == "target_error")
-    if raised and len(raised) < world:
-        return f"rank-dependent planning: the target raised on ranks {raised} only"
-    if raised:
-        return f"skip: the target raised on every rank ({planned.get('error_type')}: {planned.get('message')})"
-    docs: list = [None] * world
-    dist.all_gather_object(docs, planned["rewritten"])
-    specs = {peer: graph_from_json(doc) for peer, doc in enumerate(docs)}
+    planned: dict = {}
+    try:
+        planned = plan_on_rank(target, case_doc, rank, world, state=state, cache=cache)
+        mine = (planned["status"], planned.get("rewritten"), planned.get("message", ""))
+    except Exception as exc:  # noqa: BLE001 - this rank's harness failed: its peers still reach the gather
+        mine = ("error", None, f"{type(exc).__name__}: {str(exc)[:300]}")
+    # One exchange, whatever happened: every rank learns every rank's final status (an importer that
+    # failed after the ``finish`` exchange included) and its rewritten graph, and decides the same.
+    gathered: list = [None] * world
+    dist.all_gather_object(gathered, mine)
+    errors = {peer: message for peer, (status, _, message) in enumerate(gathered) if status == "error"}
+    if errors:
+        return f"error: the harness failed on ranks {sorted(errors)} ({next(iter(errors.values()))})"
+    peers = {peer["rank"]: peer if gathered[peer["rank"]][0] == peer["status"] else  # failed after ``finish``
+             dict(peer, status=gathered[peer["rank"]][0], message=gathered[peer["rank"]][2])
+             for peer in planned["peers"]}
+    findings = planning(case, peers, {})
+    if findings:
+        return findings[0].message
+    if any(status != "ok" for status, _, _ in gathered):
+        return f"skip: the target raised on every rank ({gathered[0][2]})"
+    specs = {peer: graph_from_json(doc) for peer, (_, doc, _) in enumerate(gathered)}
     unrunnable = unrunnable_collectives(case, {peer: case.graph for peer in range(world)})
     if unrunnable:
         return f"skip: the original graphs hold collectives no real group can run ({unrunnable[0]})"
@@ -77,6 +104,8 @@ def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device
         return f"skip: not executed, the graphs do not run in the simulated world ({type(exc).__name__}: {exc})"
     ran = execute_on_rank(RealJob("execute", seed=case.seed, exact_sources=exact), state, rank, device, slot, cache,
                           staged)
+    if any(map(_nonfinite, original.outputs.values())) or _nonfinite(ran["original"]):
+        return "skip: the original outputs are not finite, so the case cannot be judged"
     problems = []
     if not _same(ran["original"], ran["rewritten"]):
         problems.append("rewritten vs original (real) differ")
@@ -95,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hash-seed", type=int, default=None, metavar="BASE",
                         help=f"give rank r PYTHONHASHSEED = BASE + r x {HASH_STRIDE} (the process restarts itself "
                              f"with it; default: whatever the launch gives, random per process when unset)")
+    parser.add_argument("--case-deadline", type=float, default=600.0, metavar="SECONDS",
+                        help="a process still in one case after this long prints every thread's traceback and "
+                             "exits 1, ending the run (default 600; collectives time out after 300 s on their own)")
     args = parser.parse_args(argv)
     if args.hash_seed is not None:
         wanted = str(args.hash_seed + int(os.environ.get("RANK", "0")) * HASH_STRIDE)
@@ -115,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ranks: real, {placement.backend} on {placement.device}, {world} ranks "
               f"({local_world} per node){'; ' + placement.note if placement.note else ''}", flush=True)
     cache: dict = {}
-    failures = skipped = other_world = 0
+    failures = skipped = other_world = judged = 0
     for path in corpus.discover(args.paths):
         try:
             entry = corpus.load(path)
@@ -127,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         if sorted(case.graph.world()) != list(range(world)):
             other_world += 1
             continue
+        if rank == 0:
+            print(f"case {path}", flush=True)  # named before it runs: a hang's tracebacks follow it
+        # A hang in Python (a target looping, a peer that never reaches a gather) is no collective
+        # timeout: the watchdog dumps every thread and exits, and the launcher stops the peers.
+        faulthandler.dump_traceback_later(args.case_deadline, exit=True)
         try:
             verdict = replay_case(entry.case.to_json(), case, args.target, rank, world, device,
                                   placement.backend == "gloo" and placement.device == "cuda", cache)
@@ -134,18 +171,21 @@ def main(argv: list[str] | None = None) -> int:
             verdict = f"error: {type(exc).__name__}: {str(exc)[:300]}"
         verdicts: list = [None] * world
         dist.all_gather_object(verdicts, verdict)
+        faulthandler.cancel_dump_traceback_later()
         bad = {r: v for r, v in enumerate(verdicts) if v != "ok" and not v.startswith("skip")}
         skip = not bad and any(v.startswith("skip") for v in verdicts)
         failures += bool(bad)
         skipped += skip
+        judged += not skip
         if rank == 0:
             label = "FAIL" if bad else "skip" if skip else "ok  "
             detail = f": {bad}" if bad else f": {verdicts[0][6:]}" if skip else ""
             print(f"{label} {path}{detail}", flush=True)
     if rank == 0:
-        print(f"{failures} failed, {skipped} skipped; {other_world} cases need another world size than {world} ranks")
+        print(f"{failures} failed, {skipped} skipped; {other_world} cases need another world size than {world} ranks"
+              + ("; no case was judged (exit 2)" if not judged else ""))
     dist.destroy_process_group()
-    return 1 if failures else 0
+    return 1 if failures else 0 if judged else 2
 
 
 if __name__ == "__main__":

@@ -46,3 +46,66 @@ def staged_handler(job, ctx):
     from fsdp_verify.execute.distributed import _default_handler
     ctx.staged = True
     return _default_handler(job, ctx)
+
+
+class EvenRankExtraRound(ReferenceTarget):
+    """Even rank processes enter one more digest-exchange round after planning (their peers have
+    left for the final exchange): the ranks run different numbers of rounds."""
+
+    name = "even_rank_extra_round"
+
+    def rewrite(self, case, modules):
+        plans = super().rewrite(case, modules)
+        if int(os.environ.get("RANK", "0")) % 2 == 0:
+            from fsdp_verify.reference import driver
+            driver.exchange_and_validate({})
+        return plans
+
+
+class OddRankExtraPlan(ReferenceTarget):
+    """Odd rank processes return their last plan twice: the ranks return different numbers of plans."""
+
+    name = "odd_rank_extra_plan"
+
+    def rewrite(self, case, modules):
+        plans = super().rewrite(case, modules)
+        if int(os.environ.get("RANK", "0")) % 2:
+            plans = {rank: [*found, *found[-1:]] for rank, found in plans.items()}
+        return plans
+
+
+class NoDigests(ReferenceTarget):
+    """The reference rewrite, returning plans that carry no ``to_dict()`` (as torch-inductor's do)."""
+
+    name = "no_digests"
+
+    def rewrite(self, case, modules):
+        return {rank: [object() for _ in found] for rank, found in super().rewrite(case, modules).items()}
+
+
+def staged_variants_handler(job, ctx):
+    """The ``*_coalesced`` and ``*_out`` launches, each run directly and staged through CPU copies
+    (as gloo with CUDA compute runs them), on this rank: both results, for the test to compare."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.distributed as dist
+
+    from fsdp_verify.execute.distributed import _ensure_groups, _staged_collective
+    c10d = torch.ops._c10d_functional
+    _ensure_groups({"pair": [[0, 1]]}, ctx.rank, ctx.cache)
+    x = torch.arange(6, dtype=torch.float32) + 10 * ctx.rank
+    launches = [(c10d.all_gather_into_tensor_coalesced.default, ([x, x[:2]], 2, "pair"), {}),
+                (c10d.reduce_scatter_tensor_coalesced.default, ([x, x[:4]], "sum", 2, "pair"), {}),
+                (c10d.all_reduce_coalesced.default, ([x, x[:3]], "sum", "pair"), {}),
+                (c10d.all_gather_into_tensor_out.default, (x, 2, "pair"), {"out": torch.zeros(12)})]
+    results = []
+    for target, args, kwargs in launches:
+        direct_kwargs = {k: v.clone() for k, v in kwargs.items()}
+        direct = target(*args, **direct_kwargs)
+        direct = [c10d.wait_tensor(t) for t in direct] if isinstance(direct, list) else c10d.wait_tensor(direct)
+        node = SimpleNamespace(target=target)
+        staged = _staged_collective(SimpleNamespace(fetch_args_kwargs_from_env=lambda n: (args, kwargs)), node)
+        results.append((direct, staged, kwargs.get("out")))
+    dist.barrier()
+    return results

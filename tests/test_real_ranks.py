@@ -176,7 +176,9 @@ def test_the_simulated_selftest_lists_a_real_only_bug_as_not_hunted(tmp_path):
     assert MUTANTS["members_follow_hash_seed"].needs == "real"
     kill = hunt("members_follow_hash_seed", 5, 0, str(tmp_path))
     assert kill.outcome == "not hunted" and not kill.killed
-    assert "needs real ranks" in format_table([kill])
+    table = format_table([kill])
+    assert "needs real ranks" in table
+    assert "not hunted: 1 (need --ranks real): members_follow_hash_seed" in table.splitlines()[-1]
 
 
 def test_real_fraction_choice_is_stable_and_proportional():
@@ -307,3 +309,187 @@ def test_the_command_line_offers_the_modes_real_ranks_knows():
     from fsdp_verify import cli
     from fsdp_verify.checks.real_ranks import MODES
     assert cli.RANK_MODES == MODES
+
+
+def test_ranks_running_different_numbers_of_exchange_rounds_are_rank_dependent_planning(real):
+    findings, why = real.check(two_block_case(), "real_targets:EvenRankExtraRound")
+    assert [f.details["kind"] for f in findings] == ["rank_dependent_planning"], (findings, why)
+    assert "different numbers of digest-exchange rounds" in findings[0].message
+    assert findings[0].details["stopped"] == [0] and set(findings[0].details["last_collective"]) == {"0", "1"}
+    assert real.check(two_block_case(), "reference") == ([], None)
+
+
+def test_ranks_returning_different_numbers_of_plans_are_rank_dependent_planning(real):
+    findings, _ = real.check(two_block_case(), "real_targets:OddRankExtraPlan")
+    assert [f.details["kind"] for f in findings] == ["rank_dependent_planning"]
+    assert "different numbers of plans" in findings[0].message
+
+
+@pytest.mark.parametrize("bug, kind", [("packing_follows_rank_env", "rewritten_vs_original"),
+                                       ("bucket_padded_by_rank_env", "rank_rewrites_disagree")])
+def test_real_only_rewrite_bugs_are_invisible_in_process_and_killed_by_their_real_rule(real, bug, kind):
+    assert MUTANTS[bug].needs == "real" and MUTANTS[bug].kills == (NAME,)
+    simulated, _ = check_all(get_target(f"mutant:{bug}"), two_block_case())
+    assert not [f for f in simulated if f.severity == "error"]  # the harness's process has no RANK
+    findings, _ = real.check(two_block_case(), f"mutant:{bug}", frozenset(f.checker for f in simulated))
+    assert findings and {f.checker for f in findings} == {NAME} and findings[0].details["kind"] == kind
+
+
+def test_a_case_the_simulated_checks_found_invalid_is_planned_but_never_compared(real):
+    from fsdp_verify.checks import CheckContext
+    from fsdp_verify.checks.findings import INVALID, Finding
+    from fsdp_verify.checks.real_ranks import judge
+    from fsdp_verify.orchestrate import run_target
+    target = get_target("mutant:swapped_copy_out")
+    ctx = CheckContext(run_target(target, two_block_case()), target)
+    invalid = [Finding("numerics", "not finite", severity=INVALID)]
+    before = real.executed
+    assert judge(real, two_block_case(), "mutant:swapped_copy_out", invalid, ctx) == []
+    assert "cannot be judged (invalid)" in ctx.skipped[NAME] and real.executed == before
+
+
+def test_a_shrink_step_runs_on_real_ranks_whatever_the_fraction_chooses(real):
+    case = replace(two_block_case(), seed=11)
+    real.fraction = 1e-9
+    try:
+        assert real.check(case, "reference")[1].startswith("not chosen")
+        assert real.check(case, "reference", force=True) == ([], None)
+    finally:
+        real.fraction = 1.0
+
+
+def test_plans_without_digests_are_said_not_compared(real):
+    findings, why = real.check(two_block_case(), "real_targets:NoDigests")
+    assert findings == [] and "planning not compared across ranks" in why
+    assert real.executed and "no to_dict()" in why
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
+def test_a_pool_that_cannot_be_had_is_the_harness_s_reason_once_never_a_finding_or_a_crash():
+    session = RealRanks(backend="nccl")
+    first = session.check(two_block_case(), "reference")
+    assert first[0] == [] and "no pool of 2 real ranks could start (ValueError" in first[1]
+    assert session.check(replace(two_block_case(), seed=5), "reference") == first  # remembered, not retried
+    assert session.report()["pools_not_started"] == {"2": first[1]} and session.cases == 0
+
+
+def test_a_pool_that_does_not_start_in_time_kills_its_ranks_and_says_so():
+    from fsdp_verify.execute.distributed import PoolStartFailure, RankPool
+    pool = RankPool(2, backend="gloo", start_timeout=0.01)
+    with pytest.raises(PoolStartFailure, match="the pool did not start"):
+        pool.start()
+    assert pool.processes == []  # killed and reaped
+
+
+def test_coalesced_and_out_collectives_staged_through_cpu_give_the_same_bits():
+    from fsdp_verify.execute.distributed import RankPool
+    from real_targets import staged_variants_handler
+    with RankPool(2, backend="gloo", deadline=20, handler=staged_variants_handler) as pool:
+        results = pool.run({rank: "variants" for rank in range(2)})
+    for rank in range(2):
+        for direct, staged, out in results[rank]:
+            direct, staged = (direct, staged) if isinstance(direct, list) else ([direct], [staged])
+            assert len(direct) == len(staged) and all(torch.equal(a, b) for a, b in zip(direct, staged))
+            if out is not None:
+                assert torch.equal(out, direct[0])  # the caller's out= holds the result
+
+
+def test_real_comparisons_count_outputs_and_types_and_compare_bits():
+    from fsdp_verify.checks.collectives import _compare
+    from fsdp_verify.torchrun_replay import _same
+    one, nan = torch.ones(2), torch.tensor([float("nan")])
+    assert "1 outputs instead of 2" in _compare([one, one], [one], ["a", "b"], 0, "x")[0].message
+    assert "Tensor vs int" in _compare([one], [3], ["a"], 0, "x")[0].message
+    assert _compare([one, 3], [one.clone(), 3], ["a", "b"], 0, "x") == []
+    assert _same([nan], [nan.clone()]) and not _same([torch.tensor([0.0])], [torch.tensor([-0.0])])
+    assert not _same([one], [one, one]) and not _same([one], [1])
+
+
+def test_torchrun_replay_names_ranks_that_ran_different_rounds_and_exits_2_when_nothing_was_judged(tmp_path):
+    rounds, other = tmp_path / "rounds", tmp_path / "other"
+    corpus.save(corpus.Entry(two_block_case(), "reference", corpus.Verdict(corpus.PASS), {}), str(rounds))
+    out = _torchrun(rounds, "--target", "real_targets:EvenRankExtraRound", "--case-deadline", "120")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "FAIL" in out.stdout and "different numbers of digest-exchange rounds" in out.stdout
+    four = next(e.case for e in map(corpus.load, _shipped(limit_four=1)) if len(e.case.graph.world()) == 4)
+    corpus.save(corpus.Entry(four, "reference", corpus.Verdict(corpus.PASS), {}), str(other))
+    out = _torchrun(other)
+    # Each process exits 2; torchrun itself reports any failed process as its exit 1, naming the code.
+    assert out.returncode != 0 and "no case was judged (exit 2)" in out.stdout, out.stdout + out.stderr
+    assert "exitcode: 2" in out.stderr
+
+
+def test_the_ranks_rewritten_graphs_are_simulated_in_a_child_under_the_deadline(monkeypatch):
+    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.graph.builder import localize
+    case = two_block_case()
+    specs = {rank: localize(case.graph, rank) for rank in case.graph.world()}
+    stage, original, rewritten, _ = real_ranks.simulate_isolated(case, specs, (), 20)
+    assert stage == "ok" and set(original) == set(rewritten) == {0, 1}
+    assert all(torch.equal(a, b) for r in original for a, b in zip(original[r], rewritten[r]))
+    simulate = real_ranks.simulate
+    calls = iter([lambda: None, lambda: time.sleep(60)])
+
+    def hanging_second(case, modules, **kw):
+        next(calls)()
+        return simulate(case, modules, **kw)
+    monkeypatch.setattr(real_ranks, "simulate", hanging_second)
+    start = time.monotonic()
+    stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 1.0)
+    assert stage == "rewritten" and "did not finish within 1s" in problem and time.monotonic() - start < 10
+    monkeypatch.setattr(real_ranks, "simulate", lambda case, modules, **kw: os._exit(9))
+    stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 20)
+    assert stage == "original" and "the simulating process died (exit code 9)" in problem
+
+
+class _PoolThatCannotRestart:
+    """A pool whose ranks died and cannot be started again (what heal() raises then)."""
+
+    restarts, events = 0, []
+
+    def run(self, jobs):
+        from fsdp_verify.execute.distributed import PoolStartFailure
+        raise PoolStartFailure("hang", "the pool did not start: ranks [0, 1] did not finish within 120s", {}, {})
+
+    def close(self):
+        pass
+
+
+def test_a_pool_that_cannot_restart_is_the_harness_s_reason_not_a_finding_against_the_target():
+    from fsdp_verify.checks import CheckContext
+    from fsdp_verify.checks.collectives import check_collectives
+    from fsdp_verify.checks.findings import INVALID
+    from fsdp_verify.orchestrate import run_target
+    session = RealRanks(backend="gloo")
+    session.pools[2] = _PoolThatCannotRestart()
+    findings, why = session.check(two_block_case(), "reference")
+    assert findings == [] and why.startswith("no pool of 2 real ranks could start (PoolStartFailure")
+    assert 2 in session.broken and 2 not in session.pools
+    assert session.check(two_block_case(), "reference") == ([], why)  # not retried
+    target = get_target("reference")
+    findings = check_collectives(CheckContext(run_target(target, two_block_case()), target), _PoolThatCannotRestart())
+    assert [(f.severity, f.details["kind"]) for f in findings] == [(INVALID, "pool_not_started")]
+
+
+def test_a_rank_whose_harness_is_already_gone_exits_before_importing_torch():
+    import subprocess
+    import sys
+    code = "from fsdp_verify.execute.distributed import _die_with_parent; _die_with_parent(1); print('alive')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "alive" not in out.stdout
+
+
+def test_non_finite_original_outputs_are_invalid_never_compared_on_real_ranks(real, monkeypatch):
+    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.checks.findings import INVALID
+    simulate_isolated = real_ranks.simulate_isolated
+
+    def with_nan(*args):
+        stage, original, rewritten, problem = simulate_isolated(*args)
+        first = next(i for i, v in enumerate(original[0]) if isinstance(v, torch.Tensor) and v.is_floating_point())
+        original[0][first] = torch.full_like(original[0][first], float("nan"))
+        return stage, original, rewritten, problem
+    monkeypatch.setattr(real_ranks, "simulate_isolated", with_nan)
+    findings, why = real.check(two_block_case(), "mutant:swapped_copy_out")
+    assert [(f.severity, f.details["kind"]) for f in findings] == [(INVALID, "non_finite")]
+    assert why == "executed, not compared: non-finite original outputs"

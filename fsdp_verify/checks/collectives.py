@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from ..execute.distributed import RankFailure, RankPool, jobs_for, reduce_sources
+from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, jobs_for, reduce_sources
 from ..execute.inputs import exact_override
 from ..execute.world import simulate
-from .findings import DRIFT, ERROR, CheckContext, Finding
+from .findings import DRIFT, ERROR, INVALID, CheckContext, Finding
 from .numerics import bit_difference, output_names
 
 NAME = "collectives"
@@ -22,14 +22,21 @@ TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, tor
 
 
 def _compare(expected: list, actual: list, names: list[str], rank: int, what: str) -> list[Finding]:
+    """The first difference between two output lists: their count, a tensor against a non-tensor,
+    or a tensor's bits (as ``numerics`` judges the simulated world)."""
+    if len(expected) != len(actual):
+        return [Finding(NAME, f"rank {rank}: {what}: {len(actual)} outputs instead of {len(expected)}", rank=rank,
+                        details={"reason": "output count", "expected": len(expected), "actual": len(actual)})]
     for index, (x, y) in enumerate(zip(expected, actual)):
-        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            diff = bit_difference(x, y)
-            if diff is not None:
-                name = names[index] if index < len(names) else f"#{index}"
-                return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
-                                         f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
-                                nodes=(name,), rank=rank, details={"output": index, **diff})]
+        if not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor):
+            continue
+        diff = bit_difference(x, y) if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else \
+            {"reason": f"{type(x).__name__} vs {type(y).__name__}"}
+        if diff is not None:
+            name = names[index] if index < len(names) else f"#{index}"
+            return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
+                                     f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
+                            nodes=(name,), rank=rank, details={"output": index, **diff})]
     return []
 
 
@@ -54,6 +61,9 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
         return []
     try:
         results = pool.run(jobs_for(case, ctx.rewritten, originals=ctx.original))
+    except PoolStartFailure as exc:  # the harness's resource, not the rewrite: the case cannot be judged
+        return [Finding(NAME, f"the rank pool could not start, so the case cannot be judged: {exc}", severity=INVALID,
+                        details={"kind": "pool_not_started"})]
     except RankFailure as exc:
         return [Finding(NAME, f"real collectives failed ({exc.kind}): {exc}",
                         details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors})]
@@ -66,6 +76,9 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
     if drift and not findings:
         try:
             noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))
+        except PoolStartFailure as exc:
+            return findings + [Finding(NAME, f"the rank pool could not start, so drift was not judged: {exc}",
+                                       severity=INVALID, details={"kind": "pool_not_started"})]
         except RankFailure as exc:
             return [Finding(NAME, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
         for rank, result in sorted(noisy.items()):

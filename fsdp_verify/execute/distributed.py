@@ -11,7 +11,8 @@ the pool is torn down (children killed and reaped) and restarted. A rank that di
 ``events``, and runs the case.
 
 A pool may be given a ``handler`` (a module-level function, so a higher layer can give the ranks
-other work without this module importing it) and a per-rank environment (``env``), set before
+other work without this module importing it; a rank gets its ``module:qualname`` and imports it
+only once its death signal is armed) and a per-rank environment (``env``), set before
 each rank starts: real mode gives every rank its own ``PYTHONHASHSEED``. ``place`` decides the
 backend and device from what is asked and the GPUs present, and says why: never a silent fallback.
 """
@@ -75,12 +76,16 @@ def place(requested: Optional[str], world: int, gpus: Optional[int] = None) -> P
     return Placement("gloo", "cpu", world, 0, "no CUDA device: gloo on CPU")
 
 
-def _die_with_parent() -> None:
-    """Linux: a rank gets SIGKILL when the harness dies, so no rank outlives it."""
+def _die_with_parent(parent: Optional[int] = None) -> None:
+    """Linux: a rank gets SIGKILL when the harness dies, so no rank outlives it. Armed first thing
+    in a rank; a harness that died before it was armed (``parent`` is no longer this process's
+    parent) is noticed here and the rank exits at once."""
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 def exit_reason(code: Optional[int]) -> str:
@@ -102,6 +107,11 @@ class RankFailure(RuntimeError):
         self.ranks = tuple(ranks) or tuple(sorted(errors))  # the ranks that failed (died, raised or hung)
         flight = "; ".join(f"rank {r}: {c or 'none'}" for r, c in sorted(last_collective.items()))
         super().__init__(f"{message} (last collective entered: {flight})")
+
+
+class PoolStartFailure(RankFailure):
+    """The pool's ranks could not be started (or restarted): the harness's resource failed, not a
+    case's target. Its spawned ranks are killed and reaped before it is raised."""
 
 
 @dataclass
@@ -168,15 +178,24 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, stag
 
 
 def _staged_collective(interpreter: Any, node: Any) -> Any:
-    """A collective launch on CPU copies of its tensor arguments, completed at once, its result on
-    the arguments' device (gloo collectives with CUDA compute)."""
+    """A collective launch on CPU copies of its tensor arguments (lists too: the ``*_coalesced``
+    launches), completed at once (every result tensor waited), its results on the arguments'
+    device; an ``out=`` launch writes a CPU copy, copied back into the caller's ``out``
+    (gloo collectives with CUDA compute)."""
     import torch
+    from torch.utils._pytree import tree_flatten, tree_map
     args, kwargs = interpreter.fetch_args_kwargs_from_env(node)
-    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-    move = lambda v: v.cpu() if isinstance(v, torch.Tensor) else v  # noqa: E731
-    out = node.target(*[move(a) for a in args], **{k: move(v) for k, v in kwargs.items()})
-    out = torch.ops._c10d_functional.wait_tensor(out)
-    return out.to(device)
+    tensors = [v for v in tree_flatten((args, kwargs))[0] if isinstance(v, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
+    cpu = lambda v: v.cpu() if isinstance(v, torch.Tensor) else v  # noqa: E731
+    staged_kwargs = tree_map(cpu, kwargs)
+    out = node.target(*tree_map(cpu, args), **staged_kwargs)
+    out = tree_map(lambda v: torch.ops._c10d_functional.wait_tensor(v) if isinstance(v, torch.Tensor) else v, out)
+    if "out" in kwargs:  # the launch wrote the CPU copy of ``out``: the caller's tensor gets its bits
+        for mine, staged in zip(tree_flatten(kwargs["out"])[0], tree_flatten(staged_kwargs["out"])[0]):
+            mine.copy_(staged)
+        return kwargs["out"]
+    return tree_map(lambda v: v.to(device) if isinstance(v, torch.Tensor) else v, out)
 
 
 @dataclass
@@ -202,10 +221,16 @@ def _default_handler(job: Job, ctx: RankContext) -> dict:
 
 
 def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float,
-            device_kind: str = "cpu", handler: Optional[Callable] = None) -> None:
+            device_kind: str = "cpu", handler: Optional[str] = None, parent: Optional[int] = None) -> None:
+    _die_with_parent(parent)  # before the seconds importing torch (and the handler's module) takes
+    import importlib
+
     import torch
     import torch.distributed as dist
-    _die_with_parent()
+    run_job: Callable = _default_handler
+    if handler is not None:  # "module:qualname", resolved only now (unpickling a function imports its module)
+        module, _, name = handler.partition(":")
+        run_job = getattr(importlib.import_module(module), name)
     torch.set_num_threads(1)
     device = "cpu"
     if device_kind == "cuda":
@@ -221,7 +246,7 @@ def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: st
             break
         try:
             _record(slot, "")
-            result = (handler or _default_handler)(job, ctx)
+            result = run_job(job, ctx)
             _record(slot, "finished")
             conn.send(("ok", result))
         except Exception:  # noqa: BLE001 - reported to the parent as this rank's error
@@ -254,17 +279,29 @@ class RankPool:
         self.close()
 
     def start(self) -> None:
-        """Spawn the ranks and wait until every one has joined the process group."""
+        """Spawn the ranks and wait until every one has joined the process group; on failure the
+        ranks spawned so far are killed and reaped, and PoolStartFailure says why."""
+        try:
+            self._start()
+        except BaseException as exc:
+            self._kill()
+            shutil.rmtree(getattr(self, "folder", ""), ignore_errors=True)
+            if isinstance(exc, PoolStartFailure) or not isinstance(exc, Exception):
+                raise
+            raise PoolStartFailure("error", f"the pool did not start: {type(exc).__name__}: {exc}", {}, {}) from exc
+
+    def _start(self) -> None:
         context = multiprocessing.get_context("spawn")
         self.folder = tempfile.mkdtemp(prefix="fsdp-verify-pg-")
         store = os.path.join(self.folder, "store")
         self.slots = [context.Array(ctypes.c_char, ENTRY_BYTES, lock=False) for _ in range(self.world_size)]
         self.conns, self.processes = [], []
+        handler = f"{self.handler.__module__}:{self.handler.__qualname__}" if self.handler else None
         for rank in range(self.world_size):
             parent, child = context.Pipe()
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
-                                            max(self.deadline * 4, 60), self.device, self.handler))
+                                            max(self.deadline * 4, 60), self.device, handler, os.getpid()))
             with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
                 process.start()
             child.close()
@@ -338,8 +375,11 @@ class RankPool:
                                  *([f"ranks {sorted(set(errors) - died)} failed"] if set(errors) - died else []),
                                  *([f"ranks {hung} did not finish within {timeout:.0f}s"] if hung else [])])
             if expect == "ready":
-                raise RankFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
-            self.restart(f"restarted after a failed case: {message}")
+                raise PoolStartFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
+            try:
+                self.restart(f"restarted after a failed case: {message}")
+            except PoolStartFailure as exc:  # the case's failure is still what is reported; the next run heals
+                self.events.append(f"the restart after that case failed: {exc}")
             raise RankFailure(kind, message, record, errors, tuple(failed))
         return results
 
@@ -353,7 +393,8 @@ class RankPool:
             self.restart(why or "restarted: ranks missing")
 
     def run(self, jobs: dict[int, Job]) -> dict[int, dict]:
-        """Run one case on every rank; raises RankFailure (after restarting the pool) on failure."""
+        """Run one case on every rank; raises RankFailure (after restarting the pool) on failure, and
+        PoolStartFailure when the ranks cannot be (re)started before the case is sent."""
         if sorted(jobs) != list(range(self.world_size)):
             raise ValueError(f"a job per rank 0..{self.world_size - 1} is required, got ranks {sorted(jobs)}")
         self.heal()

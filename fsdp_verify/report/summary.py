@@ -56,6 +56,7 @@ def ranks_lines(result: Result) -> list[str]:
              f"with real collectives (fraction {ranks.get('fraction', 1):g}), {ranks.get('seconds', 0):.1f}s, "
              f"pool restarts {ranks.get('restarts', 0)}"]
     lines += [f"  not on real ranks: {why}: {count} cases" for why, count in sorted(ranks.get("not_run", {}).items())]
+    lines += [f"  no pool of {world} ranks: {why}" for world, why in sorted(ranks.get("pools_not_started", {}).items())]
     lines += [f"  pool: {event}" for event in ranks.get("events", [])[-5:]]
     return lines
 
@@ -71,6 +72,9 @@ def ranks_properties(result: Result) -> list[tuple[str, object]]:
                   ("real_cases", ranks.get("cases", 0)), ("real_executed", ranks.get("executed", 0)),
                   ("real_pool_restarts", ranks.get("restarts", 0))]
         props += [(f"real_placement:{world}_ranks", text) for world, text in sorted(ranks.get("placements", {}).items())]
+        props += [(f"real_not_run:{why}", count) for why, count in sorted(ranks.get("not_run", {}).items())]
+        props += [(f"real_pool_not_started:{world}_ranks", why)
+                  for world, why in sorted(ranks.get("pools_not_started", {}).items())]
     return props
 
 

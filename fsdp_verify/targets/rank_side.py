@@ -132,16 +132,18 @@ def _target(name: str) -> Target:
     return _TARGETS[name]
 
 
-def _round_digests(plans: list) -> list[dict]:
-    """Per round, group -> digest of the plans a target returned (empty when they carry none)."""
-    digests = []
+def _round_digests(plans: list) -> tuple[list[dict], int]:
+    """Per round, group -> digest of the plans a target returned (empty when they carry none), and
+    how many plans carried none (the harness says their planning was not compared)."""
+    digests, undigested = [], 0
     for plan in plans:
         try:
             report = plan.to_dict()
             digests.append(dict(report.get("group_digests", {})))
         except Exception:  # noqa: BLE001 - a plan without a reference report has no digests to compare
             digests.append({})
-    return digests
+            undigested += 1
+    return digests, undigested
 
 
 def plan_on_rank(target_name: str, case_doc: dict, rank: int, world: int, record=lambda text: None,
@@ -174,7 +176,7 @@ def plan_on_rank(target_name: str, case_doc: dict, rank: int, world: int, record
             outcome.update(status="target_error", error_type=type(exc).__name__,
                            message=(str(exc).strip().splitlines() or [""])[0],
                            traceback="".join(traceback.format_exception(exc))[-4000:])
-    outcome["digests"] = _round_digests(plans)
+    outcome["digests"], outcome["undigested"] = _round_digests(plans)
     outcome["flight"] = exchange.last or "none"
     outcome["exchanged"] = [{g: {str(r): d for r, d in per.items()} for g, per in rnd.items()} for rnd in exchange.log]
     peers = exchange.finish({k: v for k, v in outcome.items() if k != "traceback"})

@@ -53,6 +53,14 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Every simulated rank shares the harness's hash seed, so only real rank processes disagree.
     Mutant("members_follow_hash_seed", "bucket members in the iteration order of a set of their names "
            "(PYTHONHASHSEED decides it: ranks disagree)", ("real_ranks",), _hash_order_members, needs="real"),
+    # Harmless in the harness's process (no RANK there): only a rank process with an odd RANK damages
+    # its rewrite, while every digest agrees.
+    Mutant("packing_follows_rank_env", "the rewriter packs by the process's RANK: odd rank processes pack "
+           "an AG bucket's members in another order (real rewritten vs original)", ("real_ranks",),
+           damage=rewrite_bugs.packing_follows_rank_env, needs="real"),
+    Mutant("bucket_padded_by_rank_env", "odd rank processes (by RANK) gather a longer first AG buffer: the "
+           "ranks' own rewrites do not run together", ("real_ranks",),
+           damage=rewrite_bugs.bucket_padded_by_rank_env, needs="real"),
     Mutant("offsets_off_by_one", "plan offsets of later members are off by one", ("layout",), plan_type=_OffByOnePlan),
     Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),

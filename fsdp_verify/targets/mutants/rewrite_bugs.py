@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 
 import torch
 from torch import fx
@@ -102,6 +103,35 @@ def rank_dependent_packing(module: fx.GraphModule, rank: int) -> None:
         if len(parts) >= 2:
             parts[0], parts[1] = parts[1], parts[0]
             cat.args = (parts, *cat.args[1:])
+            return
+
+
+def _odd_rank_process() -> bool:
+    """Whether this process's ``RANK`` environment variable is odd (unset in the harness: never)."""
+    return int(os.environ.get("RANK", "0")) % 2 == 1
+
+
+def packing_follows_rank_env(module: fx.GraphModule, rank: int) -> None:
+    """The rewriter reads the process's ``RANK``, not the rank it is given: an odd rank process packs
+    an AG bucket's first two members in the other order (the plan and its digest are untouched)."""
+    if _odd_rank_process():
+        rank_dependent_packing(module, 1)
+
+
+def bucket_padded_by_rank_env(module: fx.GraphModule, rank: int) -> None:
+    """An odd rank process (by its ``RANK``) appends its first member once more to the first fused AG
+    buffer and widens its own rows to match: each rank is consistent alone, but the ranks gather
+    buffers of different sizes (the plan and its digest are untouched)."""
+    if not _odd_rank_process():
+        return
+    for launch in fused_launches(module, AG):
+        cat, slices = launch.args[0], _copy_outs(launch)
+        rows = next(iter(next(iter(launch.users)).users))
+        if slices and len(rows.args) > 1 and len(rows.args[1]) == 2:
+            parts = list(cat.args[0])
+            cat.args = ([*parts, parts[0]], *cat.args[1:])
+            width = slices[0].args[3] - slices[0].args[2]
+            rows.args = (rows.args[0], [rows.args[1][0], rows.args[1][1] + width])
             return
 
 
