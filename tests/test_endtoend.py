@@ -4,9 +4,7 @@ compile and to eager; a planted wrong merge is reported with its configuration n
 
 from __future__ import annotations
 
-import os
 
-import pytest
 
 from fsdp_verify import e2e
 from fsdp_verify.capture import Layer, ModelDesc
@@ -50,8 +48,6 @@ def test_inductor_campaigns_draw_captured_graphs_by_default():
     assert default_strategy("reference") == "cases"
 
 
-@pytest.mark.skipif(not os.environ.get("FSDP_VERIFY_E2E_RANKS"),
-                    reason="spawns 2 gloo ranks that each compile 3 times (35-90 s): set FSDP_VERIFY_E2E_RANKS=1")
 def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_is_named():
     from fsdp_verify.execute.endtoend_ranks import sweep_ranks
     model = ModelDesc((Layer("linear", 6), Layer("linear", 3)), mesh=(2,))  # 3 rows over 2 ranks: uneven shards
