@@ -41,11 +41,15 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text)
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
     return value
@@ -135,7 +139,7 @@ def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs
     return progress
 
 
-RANK_MODES = ("simulated", "real", "real:gloo", "real:nccl")  # checks.real_ranks.MODES, without importing torch
+RANK_MODES = names.RANK_MODES
 
 
 def _ranks_mode(text: str) -> str:
@@ -145,10 +149,7 @@ def _ranks_mode(text: str) -> str:
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be in (0, 1]")
     return value

@@ -19,6 +19,7 @@ from .case import Case
 from .checks import INVALID, CheckContext, Finding, default_checkers, registered
 from . import spec_params
 from .checks.planner_oracle import expected_argument_error
+from .execute.distributed import exit_reason
 from .execute.world import build_world
 from .targets.base import Target
 from .targets.outcome import PlanRecord, TargetRun
@@ -185,10 +186,10 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     except (EOFError, ConnectionError):
         process.join(5)
         if target_done:  # the target had finished: the checkers' process died, not the target
-            return [Finding("harness", f"the checkers' process died ({_exit_reason(process.exitcode)}); the case "
+            return [Finding("harness", f"the checkers' process died ({exit_reason(process.exitcode)}); the case "
                                        f"cannot be judged", severity=INVALID,
                             details={"kind": "checker_died", "exitcode": process.exitcode})], ctx
-        return [Finding("target", f"target {target.name!r} died ({_exit_reason(process.exitcode)})",
+        return [Finding("target", f"target {target.name!r} died ({exit_reason(process.exitcode)})",
                         details={"kind": "died", "exitcode": process.exitcode})], ctx
     finally:
         if process.is_alive():
@@ -203,12 +204,3 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     ctx.metrics.update(metrics)
     ctx.skipped.update(skipped)
     return [_finding_from(doc) for doc in findings], ctx
-
-
-def _exit_reason(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"

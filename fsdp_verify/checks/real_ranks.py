@@ -45,6 +45,7 @@ from typing import Optional
 import torch
 
 from ..case import Case
+from ..names import RANK_MODES
 from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, exit_reason, place, reduce_sources
 from ..execute.inputs import exact_override
 from ..execute.world import build_world, simulate
@@ -57,7 +58,7 @@ from .numerics import output_names
 from .registry import Checker
 
 NAME = "real_ranks"
-MODES = ("simulated", "real", "real:gloo", "real:nccl")
+MODES = RANK_MODES
 HASH_STRIDE = 7919  # rank r of a pool runs with PYTHONHASHSEED = seed + r * HASH_STRIDE
 DEFAULT_MAX_RANKS = 8
 
