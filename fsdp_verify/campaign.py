@@ -261,7 +261,8 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                     return
                 if result.first_failure is None:
                     result.first_failure = (result.examples, time.monotonic() - start)
-                if classify(target, case, tuple(sorted({f.checker for f in errors})))[0] in (MISMATCH, INVALID_INPUT):
+                if classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0] in (MISMATCH,
+                                                                                                   INVALID_INPUT):
                     _record(config, target, result, case, errors)  # not the target's bug: kept as found, not shrunk
                     return
                 failing.update(case=case, findings=errors, signature=signature,
@@ -337,7 +338,8 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     result.signatures.add(signature)
     for checker in entry.verdict.checkers:
         result.by_checker[checker] += 1
-    kind, why = classify(target, case, tuple(entry.verdict.checkers))
+    kind, why = classify(target, case, tuple(entry.verdict.checkers),
+                         [f for f in findings if f.severity == ERROR])
     result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
                             "message": findings[0].message, "nodes": len(case.graph.nodes),
                             "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking,

@@ -9,6 +9,8 @@ group's size, an unknown group) is invalid input. A defect of an external target
 
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 from .case import Case
 from .targets.base import Target
 
@@ -39,14 +41,15 @@ def invalid_collectives(case: Case) -> list[str]:
     return found
 
 
-def classify(target: Target, case: Case, checkers: tuple[str, ...] = ()) -> tuple[str, list[str]]:
-    """The class of a failure of ``target`` on ``case`` found by ``checkers``, with the reasons. A
+def classify(target: Target, case: Case, checkers: tuple[str, ...] = (), findings: Sequence[Any] = ()) -> tuple[str, list[str]]:
+    """The class of a failure of ``target`` on ``case`` found by ``checkers`` (``findings``: the error
+    findings, for targets that excuse one rule rather than a whole checker), with the reasons. A
     target with a reference-format planner is judged on every graph the spec covers (malformed
     collectives must be skipped, not crashed on), so only other targets get ``invalid input``."""
     invalid = [] if target.has_planner else invalid_collectives(case)
     if invalid:
         return INVALID_INPUT, invalid
-    mismatches = target.contract_mismatches(case, checkers)
+    mismatches = target.contract_mismatches(case, checkers, findings)
     if mismatches:
         return MISMATCH, mismatches
     external = getattr(target, "external", False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import find, given, settings
@@ -145,7 +146,39 @@ def test_inductor_folding_a_mixed_precision_cast_on_a_captured_graph_is_a_contra
     case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
                 target_options=options)
     findings, _ = check_all(target, case)
-    errors = tuple(sorted({f.checker for f in findings if f.severity == "error"}))
-    assert errors and set(errors) <= {"dependencies", "layout", "ordering"}, findings
-    kind, why = classify(target, case, errors)
+    errors = [f for f in findings if f.severity == "error"]
+    checkers = tuple(sorted({f.checker for f in errors}))
+    assert checkers and set(checkers) <= {"dependencies", "layout"}, findings
+    kind, why = classify(target, case, checkers, errors)
     assert kind == MISMATCH and "folds each parameter's pre-gather cast" in " ".join(why)
+
+
+def test_captured_triage_excuses_one_rule_never_a_whole_checker():
+    """What the two captured-graph excuses must not swallow: any other finding of the same checkers."""
+    from fsdp_verify.checks import Finding
+    from fsdp_verify.triage import CANDIDATE, MISMATCH, classify
+    target = get_target("torch-inductor")
+    case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
+                target_options=(("bucket_all_gathers_fx", "all"),))
+    gather = next(n for n in case.graph.nodes if "all_gather" in n.target)
+    cast, param = gather.inputs()[0], gather.meta["param_name"]
+    lost_cast = Finding("dependencies", f"rank 0: node {cast!r} of the original graph is missing from the rewrite",
+                        (cast,))
+
+    def kind(*findings: Finding) -> str:
+        return classify(target, case, tuple(sorted({f.checker for f in findings})), list(findings))[0]
+
+    window = {"rule": "fused_window", "blocker": "collective"}
+    assert kind(Finding("ordering", "span", details=window)) == MISMATCH
+    assert kind(Finding("ordering", "span", details={**window, "blocker": "effect"})) == CANDIDATE
+    assert kind(Finding("ordering", "span", details=window),
+                Finding("ordering", "streams differ", details={"rule": "streams"})) == CANDIDATE
+    assert kind(Finding("ordering", "deadlock", details={"rule": "deadlock_nccl"})) == CANDIDATE
+    assert kind(lost_cast, Finding("layout", "misplaced", details={"param": param})) == MISMATCH
+    assert kind(lost_cast, Finding("layout", "misplaced", details={"param": "no.such.param"})) == CANDIDATE
+    assert kind(Finding("layout", "misplaced", details={"param": param})) == CANDIDATE  # no folded cast shown
+    assert kind(lost_cast, Finding("dependencies", "node 'addmm' of the original graph is missing from the "
+                                                   "rewrite", ("addmm",))) == CANDIDATE
+    assert kind(lost_cast, Finding("ordering", "moved", details={"rule": "effect_interval"})) == CANDIDATE
+    off = replace(case, target_options=(("bucket_all_gathers_fx", "none"),))
+    assert classify(target, off, ("dependencies",), [lost_cast])[0] == CANDIDATE

@@ -211,6 +211,11 @@ def _capture(desc: ModelDesc) -> Captured:
         _clean(gm, fake_groups)
         present = {n.name: owners[n.name] for n in gm.graph.find_nodes(op="placeholder") if n.name in owners}
         add_fsdp_tags(gm.graph, backward=phase == "backward", params=present, state_idx=state_idx, primals=grads)
+        untagged = [n.name for n in gm.graph.nodes if n.op == "call_function" and "comm_type" not in n.meta
+                    and str(n.target).startswith("_c10d_functional.") and "wait_tensor" not in str(n.target)]
+        if untagged:  # an untagged collective is one the reference ignores: its checks would pass vacuously
+            raise CaptureError(f"{desc}: {phase} graph: the tag adapter found no parameter for collectives "
+                               f"{untagged}")
         specs[phase] = _describe(gm, desc, phase, present, groups)
     return Captured(specs["forward"], specs["backward"], time.perf_counter() - start)
 

@@ -136,7 +136,7 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
             if x.shape != y.shape or x.dtype != y.dtype:
                 return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received a "
                                          f"{tuple(y.shape)} {y.dtype} tensor instead of {tuple(x.shape)} {x.dtype}",
-                                nodes=(name,), rank=rank)]
+                                nodes=(name,), rank=rank, details={"param": watched[name]})]
             ints = _INT_VIEW.get(x.element_size())
             if ints is None or not x.is_floating_point():
                 continue
@@ -147,7 +147,8 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
                 return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received "
                                          f"{codes.decode(y, position)} at position {position} where the original "
                                          f"delivers {codes.decode(x, position)}",
-                                nodes=(name,), rank=rank, details={"input": slot, "position": position})]
+                                nodes=(name,), rank=rank,
+                                details={"param": watched[name], "input": slot, "position": position})]
     return []
 
 

@@ -36,8 +36,8 @@ from .schedule import Event, find_deadlock
 NAME = "ordering"
 
 
-def _finding(rank: int, message: str, nodes: tuple[str, ...], rule: str) -> Finding:
-    return Finding(NAME, f"rank {rank}: {message}", nodes=nodes, rank=rank, details={"rule": rule})
+def _finding(rank: int, message: str, nodes: tuple[str, ...], rule: str, **details: str) -> Finding:
+    return Finding(NAME, f"rank {rank}: {message}", nodes=nodes, rank=rank, details={"rule": rule, **details})
 
 
 def _effect_order(ref: Refinement, sk: Skeleton, rank: int) -> list[Finding]:
@@ -80,9 +80,13 @@ class _Blocking:
                     self.by_phase[side].append(i)
 
     @staticmethod
-    def describe(node: fx.Node) -> str:
-        kind = "effect" if has_effect(node) else "collective" if is_launch(node) else "other-phase node"
-        return f"{kind} {node.name}"
+    def kind(node: fx.Node) -> str:
+        """``effect``, ``collective`` or ``other-phase node``: what a fused launch may not cross."""
+        return "effect" if has_effect(node) else "collective" if is_launch(node) else "other-phase node"
+
+    @classmethod
+    def describe(cls, node: fx.Node) -> str:
+        return f"{cls.kind(node)} {node.name}"
 
     def window(self, members: list[fx.Node], side: bool) -> tuple[Optional[fx.Node], Optional[fx.Node],
                                                                    Optional[fx.Node]]:
@@ -119,7 +123,8 @@ def _fused_windows(ref: Refinement, sk: Skeleton, rank: int) -> list[Finding]:
         if inside is not None and len(members) > 1:
             return [_finding(rank, f"fused launch {launch} has no legal insertion point: its members {names} span "
                                    f"{blocking.describe(inside)} in the original",
-                             (launch, inside.name, *(m.name for m in members)), "fused_window")]
+                             (launch, inside.name, *(m.name for m in members)), "fused_window",
+                             blocker=_Blocking.kind(inside))]
         windows.append((launch, members, before, after))
     for survivors_only in (True, False):
         for launch, members, before, after in windows:
@@ -129,12 +134,13 @@ def _fused_windows(ref: Refinement, sk: Skeleton, rank: int) -> list[Finding]:
                 return [_finding(rank, f"fused launch {launch} (at {here}) was hoisted above "
                                        f"{blocking.describe(before)} ({ref.at(before.name)}), which precedes its "
                                        f"first member {members[0].name} in the original", (before.name, launch),
-                                 "fused_window")]
+                                 "fused_window", blocker=_Blocking.kind(before))]
             if after is not None and after.name in ref.image and ref.image[after.name] < here \
                     and (after.name in ref.position) == survivors_only:
                 return [_finding(rank, f"fused launch {launch} (at {here}) sinks below {blocking.describe(after)} "
                                        f"({ref.at(after.name)}), which follows its last member {members[-1].name} "
-                                       f"in the original", (launch, after.name), "fused_window")]
+                                       f"in the original", (launch, after.name), "fused_window",
+                                 blocker=_Blocking.kind(after))]
     return []
 
 
@@ -267,8 +273,11 @@ def _nth(per_rank: dict[int, list[Event]], rank: int, k: int) -> str:
 
 
 def check_ordering(ctx: CheckContext) -> list[Finding]:
-    """Per-rank refinement of the original order, then cross-rank streams and deadlock freedom."""
+    """Per-rank refinement of the original order (the first broken rule), and always the cross-rank
+    verdict beside it: streams that disagree, or a deadlock. A per-rank finding must not hide a
+    cross-rank one (triage may call the first a contract mismatch; the second never is)."""
     judged: set[str] = set()
+    found: list[Finding] = []
     for rank in sorted(ctx.rewritten):
         fingerprint = _fingerprint(ctx.rewritten[rank])
         if fingerprint in judged:
@@ -276,16 +285,17 @@ def check_ordering(ctx: CheckContext) -> list[Finding]:
         judged.add(fingerprint)
         found = _rank_findings(ctx, rank)
         if found:
-            return found
-    programs, found = _programs(ctx)
-    if found:
-        return found
+            break
+    programs, streams = _programs(ctx)
+    if streams:
+        return found + streams
     deadlock = find_deadlock(programs)
     if deadlock is not None:
-        return [Finding(NAME, f"ranks {', '.join(map(str, deadlock.ranks))}: {deadlock.describe()}",
-                        nodes=deadlock.nodes, details={"rule": f"deadlock_{deadlock.model}",
-                                                       "model": deadlock.model, "ranks": list(deadlock.ranks)})]
-    return []
+        found = found + [Finding(NAME, f"ranks {', '.join(map(str, deadlock.ranks))}: {deadlock.describe()}",
+                                 nodes=deadlock.nodes, details={"rule": f"deadlock_{deadlock.model}",
+                                                                "model": deadlock.model,
+                                                                "ranks": list(deadlock.ranks)})]
+    return found
 
 
 CHECKER = Checker(NAME, check_ordering, order=30,

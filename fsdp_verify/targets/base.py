@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Sequence
 
 from torch import fx
 
@@ -48,9 +48,10 @@ class Target(ABC):
         """``case`` in the form this target receives in practice (as a real pipeline would hand it over)."""
         return case
 
-    def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = ()) -> list[str]:
+    def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = (), findings: Sequence[Any] = ()) -> list[str]:
         """Forms in ``case`` that this target never receives in practice, as far as they bear on a
-        failure found by ``checkers`` (such a failure is a contract mismatch, not a defect)."""
+        failure found by ``checkers`` (such a failure is a contract mismatch, not a defect);
+        ``findings`` (the error findings themselves) lets a target excuse one rule, not a checker."""
         return []
 
     @property
