@@ -9,6 +9,7 @@ group's size, an unknown group) is invalid input. A defect of an external target
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 from .case import Case
@@ -49,7 +50,10 @@ def classify(target: Target, case: Case, checkers: tuple[str, ...] = (), finding
     invalid = [] if target.has_planner else invalid_collectives(case)
     if invalid:
         return INVALID_INPUT, invalid
-    mismatches = target.contract_mismatches(case, checkers, findings)
+    # A target written before ``findings`` existed declares ``contract_mismatches(case, checkers)``.
+    accepts = "findings" in inspect.signature(target.contract_mismatches).parameters
+    mismatches = target.contract_mismatches(case, checkers, findings=findings) if accepts else \
+        target.contract_mismatches(case, checkers)
     if mismatches:
         return MISMATCH, mismatches
     external = getattr(target, "external", False)
