@@ -334,7 +334,10 @@ def cmd_compiled(args: argparse.Namespace) -> int:
 
 
 def cmd_endtoend(args: argparse.Namespace) -> int:
+    import math
+
     from . import e2e
+    from .targets.inductor import CONFIG_SPACE
     try:
         configs = e2e.planned_configurations(args.configs, args.plant)
     except ValueError as exc:
@@ -345,13 +348,20 @@ def cmd_endtoend(args: argparse.Namespace) -> int:
     for failure in outcome.failures:
         print(f"FAILURE{' (shrunk)' if failure.get('shrunk') else ''}: {failure['why']}\n  model: "
               f"{json.dumps(failure['model'])}")
+    for why in outcome.invalid:
+        print(f"INVALID (not judged): {why}")
+    distinct = len({json.dumps(r["options"], sort_keys=True, default=str) for r in outcome.reports})
     print(f"{outcome.compiles} (model, configuration) examples judged in {outcome.seconds:.1f} s "
-          f"({outcome.per_second:.2f} examples/s), {len(outcome.failures)} failures")
+          f"({outcome.per_second:.2f} examples/s), {len(outcome.failures)} failures; {distinct} of "
+          f"{math.prod(len(c) for c in CONFIG_SPACE.values())} configurations of the space; "
+          f"{outcome.not_exercised} bucketed nothing (equal by default, not evidence); "
+          f"{len(outcome.invalid)} models not judged (unbucketed compile failed)")
     if args.json:
         Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
                                                "seconds": outcome.seconds, "failures": outcome.failures,
+                                               "not_exercised": outcome.not_exercised, "invalid": outcome.invalid,
                                                "reports": outcome.reports}, indent=1, default=str))
-    return 1 if outcome.failures else 0
+    return 1 if outcome.failures else 2 if outcome.invalid and not outcome.compiles else 0  # 2: nothing judged
 
 
 def cmd_targets(args: argparse.Namespace) -> int:

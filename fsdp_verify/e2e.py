@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from .capture.model import ModelDesc
-from .execute.endtoend import PLANTS, configurations, failed, judge, sweep
+from .execute.endtoend import PLANTS, BaselineFailed, configurations, failed, judge, sweep
 from .execute.endtoend_ranks import sweep_ranks
 from .strategies.captured import model_descs
 from .targets.inductor import CONFIG_SPACE
@@ -36,6 +36,12 @@ class Outcome:
     seconds: float = 0.0
     failures: list[dict[str, Any]] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)  # models whose unbucketed compile failed: not judged
+
+    @property
+    def not_exercised(self) -> int:
+        """Judged configurations that bucketed nothing (launches as unbucketed): their equality is vacuous."""
+        return sum(report.get("exercised") is False for report in self.reports)
 
     @property
     def per_second(self) -> float:
@@ -83,7 +89,12 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
                 _fail(why)
             return
         outcome.models += 1
-        for report in (sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)):
+        try:
+            reports = sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)
+        except BaselineFailed as exc:
+            outcome.invalid.append(str(exc))
+            return
+        for report in reports:
             outcome.compiles += 1
             outcome.reports.append({"model": desc.to_json(), **report})
             why = failed(report)

@@ -4,11 +4,12 @@ compile and to eager; a planted wrong merge is reported with its configuration n
 
 from __future__ import annotations
 
-
+import json
+import math
 
 from fsdp_verify import e2e
 from fsdp_verify.capture import Layer, ModelDesc
-from fsdp_verify.execute.endtoend import configurations, failed, sweep
+from fsdp_verify.execute.endtoend import configurations, failed, first_difference, sweep
 from fsdp_verify.targets.inductor import CONFIG_SPACE
 
 TWO_LAYERS = ModelDesc((Layer("linear", 16), Layer("linear", 8)))
@@ -16,9 +17,19 @@ ALL = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}
 
 
 def test_a_correct_configuration_is_bitwise_equal_to_the_unbucketed_compile_and_to_eager():
-    good, = sweep(TWO_LAYERS, [ALL])
+    off = {**ALL, "bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
+    good, idle = sweep(TWO_LAYERS, [ALL, off])
     assert good["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # 4 + 4 bucketed to 1 + 1
     assert good["difference"] is None and good["eager_difference"] is None and failed(good) is None
+    assert good["exercised"] and not idle["exercised"]  # equal because nothing was bucketed: counted apart
+
+
+def test_a_tensor_only_one_run_produced_is_a_difference():
+    import torch
+    base = {"output": torch.zeros(2), "grad:w": torch.ones(2)}
+    assert first_difference(base, {**base, "grad:extra": torch.ones(1)}) == "grad:extra is extra"
+    assert first_difference(base, {"output": torch.zeros(2)}) == "grad:w is missing"
+    assert first_difference(base, {"output": -torch.zeros(2), "grad:w": torch.ones(2)}) == "output"  # -0 vs +0
 
 
 def test_configurations_cover_every_choice_of_the_space():
@@ -26,6 +37,11 @@ def test_configurations_cover_every_choice_of_the_space():
     for name, choices in CONFIG_SPACE.items():
         assert {c[name] for c in configs} == set(choices), name
     assert configs[0]["bucket_all_gathers_fx"] == "all" and configs[0]["bucket_reduce_scatters_fx"] == "all"
+    size = math.prod(len(choices) for choices in CONFIG_SPACE.values())
+    whole = configurations(CONFIG_SPACE, size)
+    assert len({json.dumps(c, sort_keys=True) for c in whole}) == len(whole) == size  # each configuration once
+    some = configurations(CONFIG_SPACE, 40)
+    assert len({json.dumps(c, sort_keys=True) for c in some}) == len(some)  # no repeats anywhere
 
 
 def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configuration():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -144,30 +145,36 @@ def failed(report: dict[str, Any]) -> Optional[str]:
 
 
 def first_difference(base: Outputs, other: Outputs) -> Optional[str]:
-    """The first tensor (output, then gradients in parameter order) whose bits differ, or None."""
+    """The first tensor (output, then gradients in parameter order) whose bits differ, or None; a
+    tensor only one of the two runs produced is a difference too."""
     for name, tensor in base.items():
         if name not in other:
             return f"{name} is missing"
         if not _same(tensor, other[name]):
             return name
-    return None
+    extra = [name for name in other if name not in base]
+    return f"{extra[0]} is extra" if extra else None
 
 
 def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
-          baseline: Optional[Outputs] = None, eager: Optional[Outputs] = None) -> dict[str, Any]:
+          baseline: Optional[Outputs] = None, eager: Optional[Outputs] = None,
+          baseline_launches: Optional[dict[str, int]] = None) -> dict[str, Any]:
     """Bucketed vs unbucketed compile (the verdict) and vs eager (reported). ``baseline``/``eager``
-    may be passed in when several configurations of one model are judged."""
+    may be passed in when several configurations of one model are judged. ``exercised`` says
+    whether bucketing changed the launches at all: an equal verdict of a configuration that
+    bucketed nothing proves nothing, and is counted apart."""
     if baseline is None:
-        baseline, _ = compiled_outputs(desc, OFF, seed)
+        baseline, baseline_launches = compiled_outputs(desc, OFF, seed)
     eager = eager if eager is not None else eager_outputs(desc, seed)
     try:
         bucketed, launches = compiled_outputs(desc, options, seed)
     except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding, named
         message = str(exc).strip().splitlines()
         return {"options": dict(options), "difference": None, "eager_difference": None, "launches": {},
-                "error": f"{type(exc).__name__}: {message[0] if message else ''}"}
+                "error": f"{type(exc).__name__}: {message[0] if message else ''}", "exercised": True}
     return {"options": dict(options), "difference": first_difference(baseline, bucketed),
-            "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None}
+            "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None,
+            "exercised": baseline_launches is None or launches != baseline_launches}
 
 
 def configurations(space: dict[str, tuple], count: int) -> list[dict[str, Any]]:
@@ -175,18 +182,29 @@ def configurations(space: dict[str, tuple], count: int) -> list[dict[str, Any]]:
     every option (the i-th configuration takes choice i mod len(choices), options shifted so
     combinations vary); the first buckets everything at the defaults."""
     names = sorted(space)
-    chosen = []
+    if count >= math.prod(len(space[name]) for name in names):  # the whole space, each once
+        return [dict(zip(names, values)) for values in itertools.product(*(space[name] for name in names))]
+    chosen: dict[tuple, None] = {}
     for index in range(count):
-        chosen.append({name: space[name][(index + shift * (index // max(len(space[name]), 1)))
-                                         % len(space[name])] for shift, name in enumerate(names)})
-    return [dict(c) for c, _ in itertools.groupby(chosen)]
+        chosen.setdefault(tuple((name, space[name][(index + shift * (index // max(len(space[name]), 1)))
+                                                   % len(space[name])]) for shift, name in enumerate(names)))
+    return [dict(c) for c in chosen]  # repeats dropped wherever they fall
 
 
 def sweep(desc: ModelDesc, configs: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
     """Judge ``desc`` under each configuration (one baseline and one eager run shared)."""
-    baseline, _ = compiled_outputs(desc, OFF, seed)
+    try:
+        baseline, launches = compiled_outputs(desc, OFF, seed)
+    except Exception as exc:  # noqa: BLE001 - no unbucketed compile, nothing to judge against
+        message = (str(exc).strip().splitlines() or [""])[0]
+        raise BaselineFailed(f"model {desc.to_json()}: the unbucketed compile failed, so no configuration "
+                             f"can be judged: {type(exc).__name__}: {message}") from exc
     eager = eager_outputs(desc, seed)
-    return [judge(desc, options, seed, baseline, eager) for options in configs]
+    return [judge(desc, options, seed, baseline, eager, launches) for options in configs]
 
 
-__all__ = ["PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
+class BaselineFailed(RuntimeError):
+    """The unbucketed compile of a model failed: its configurations cannot be judged (invalid)."""
+
+
+__all__ = ["BaselineFailed", "PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
