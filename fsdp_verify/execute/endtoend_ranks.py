@@ -9,18 +9,23 @@ configuration of the call, so one call amortises the start-up over the configura
 
 from __future__ import annotations
 
+import datetime
 import math
 import multiprocessing
 import os
 import tempfile
+import time
 import traceback
+from multiprocessing.connection import wait
 from typing import Any, Optional
 
 import torch
 
+from .distributed import exit_reason
 from .endtoend import OFF, Outputs, first_difference
 
-START_TIMEOUT = 600.0
+START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
+COLLECTIVE_TIMEOUT = 120.0  # a rank waiting on peers that never join (one rank's compile failed) gives up
 
 
 def _rank_main(rank: int, world: int, store: str, desc_doc: dict, configs: list, seed: int, conn: Any) -> None:
@@ -40,7 +45,8 @@ def _rank_runs(rank: int, world: int, store: str, desc_doc: dict, configs: list,
     from ..capture.trace import mesh_dim_names, placements
     from .endtoend import inductor
     desc = desc_from_json(desc_doc)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))
     try:
         mesh = init_device_mesh("cpu", desc.mesh, mesh_dim_names=mesh_dim_names(desc.mesh))
         where = placements(desc)
@@ -114,13 +120,20 @@ def sweep_ranks(desc: Any, configs: list[dict[str, Any]], seed: int = 0,
             processes.append(process)
         try:
             results = {}
-            for rank, pipe in enumerate(pipes):
-                if not pipe.poll(timeout):
-                    raise RuntimeError(f"rank {rank} gave no result within {timeout:.0f} s")
-                kind, body = pipe.recv()
-                if kind != "ok":
-                    raise RuntimeError(f"rank {rank} failed: {body}")
-                results[rank] = body
+            deadline = time.monotonic() + timeout  # one deadline for all ranks, not one per rank
+            waiting = dict(enumerate(pipes))
+            while waiting:
+                ready = wait(list(waiting.values()), timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    raise RuntimeError(f"ranks {sorted(waiting)} gave no result within {timeout:.0f} s")
+                for rank in [r for r, pipe in waiting.items() if pipe in ready]:
+                    try:
+                        kind, body = waiting.pop(rank).recv()
+                    except EOFError:
+                        raise RuntimeError(f"rank {rank} died ({exit_reason(processes[rank].exitcode)})") from None
+                    if kind != "ok":
+                        raise RuntimeError(f"rank {rank} failed: {body}")
+                    results[rank] = body
         finally:
             for process in processes:
                 if process.is_alive():
