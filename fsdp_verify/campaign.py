@@ -369,8 +369,8 @@ class Stop:
 TICK_EVERY = 0.5  # seconds between a worker's progress messages
 
 
-def _worker(config: Config, results) -> None:
-    die_with_parent(signal.SIGTERM)  # stop cleanly, not killed, when the parent dies
+def _worker(config: Config, results, parent: int) -> None:
+    die_with_parent(signal.SIGTERM, parent)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
     last = [0.0]
 
@@ -390,7 +390,8 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
-    processes = [context.Process(target=_worker, args=(Config(**{**config.__dict__, "worker": index}), results))
+    processes = [context.Process(target=_worker,
+                                 args=(Config(**{**config.__dict__, "worker": index}), results, os.getpid()))
                  for index in range(workers)]
     for process in processes:
         process.start()

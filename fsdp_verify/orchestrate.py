@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 import faulthandler
 import multiprocessing
+import os
 import signal
 import traceback
 from typing import Mapping
@@ -129,11 +130,11 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
         return _check_isolated(target, case, only, deadline, check_limit)
 
 
-def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn) -> None:
+def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn, parent: int) -> None:
     # A forked child must not enter the parent's OpenMP team: libgomp is not fork-safe, and the
     # first parallel op (layer_norm, matmul) would wait forever on the parent's threads.
     torch.set_num_threads(1)
-    die_with_parent()
+    die_with_parent(parent=parent)
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -149,12 +150,16 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn)
         conn.send(("harness-error", traceback.format_exc()))
 
 
-def die_with_parent(signum: int = signal.SIGKILL) -> None:
-    """Linux: this process gets ``signum`` when its parent dies, so no child outlives the harness."""
+def die_with_parent(signum: int = signal.SIGKILL, parent: int | None = None) -> None:
+    """Linux: this process gets ``signum`` when its parent dies, so no child outlives the harness.
+    ``parent`` (the pid that started this process) closes the race of a parent that died before
+    the request was made: the signal is then sent at once."""
     try:
         ctypes.CDLL(None).prctl(1, signum)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), signum)
 
 
 def _finding_from(doc: dict) -> Finding:
@@ -166,7 +171,7 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     """``check_limit`` caps the checkers' time too (a campaign passes what is left of its budget)."""
     context = multiprocessing.get_context("fork")
     parent, child = context.Pipe(duplex=False)
-    process = context.Process(target=_check_child, args=(target, case, only, child), daemon=True)
+    process = context.Process(target=_check_child, args=(target, case, only, child, os.getpid()), daemon=True)
     process.start()
     child.close()
     ctx = CheckContext(TargetRun(case, {}), target)

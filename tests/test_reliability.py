@@ -72,10 +72,11 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     workers = _children(process.pid)
     assert workers
     process.kill()
-    process.communicate(timeout=30)
-    deadline = time.monotonic() + 15
+    process.wait(timeout=30)  # not communicate(): a dying worker may hold the output pipe a moment longer
+    deadline = time.monotonic() + 30  # generous: on a loaded machine a worker's death takes a while
     while any(_alive(p) for p in workers) and time.monotonic() < deadline:
         time.sleep(0.5)
+    process.stdout.close()
     assert not [p for p in workers if _alive(p)]
 
 
