@@ -166,7 +166,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
     # The contributing rank changes reduce-scatter sources only: without one, a second run
     # would repeat the first bit for bit.
     reduces = any(kind == "fsdp_reduce_scatter" for _, kind in codes.sources.values())
-    for contributor in sorted({0, max(ctx.case.graph.world()) if reduces else 0}):
+    for contributor in sorted({0, max(ctx.case.graph.world())}) if reduces else [0]:
         try:
             before = _capture(ctx, original, codes, watched, contributor)
         except Exception:  # noqa: BLE001 - the numerics checker reports an original that cannot run

@@ -133,19 +133,18 @@ def _judge(module: fx.GraphModule, plan: dict, groups: dict, args: Any, label: s
     return problems[:3]
 
 
-def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[tuple[fx.GraphModule, Any]]:
-    """Each round's plan with the graph it was made for: later graphs are rebuilt by re-applying the
+def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[fx.GraphModule]:
+    """The graph each round's plan was made for: later graphs are rebuilt by re-applying the
     target's own earlier rounds to a copy of the original (possible for in-process runs only)."""
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
-    pairs = [(original, plans[0])]
-    graph = original
-    for index, plan in enumerate(plans[1:], start=1):
+    graphs = [original]
+    for index in range(1, len(plans)):
         if len(rewriters) < index or not hasattr(plans[index - 1], "buckets"):
             break
-        graph = copy.deepcopy(graph)
+        graph = copy.deepcopy(graphs[-1])
         rewriters[index - 1](graph, plans[index - 1])
-        pairs.append((graph, plan))
-    return pairs
+        graphs.append(graph)
+    return graphs
 
 
 def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
@@ -211,7 +210,7 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
-        for round_index, (graph, _) in enumerate(_rounds(ctx, original[rank], plans[rank])):
+        for round_index, graph in enumerate(_rounds(ctx, original[rank], plans[rank])):
             for problem in _judge(graph, reports[rank][round_index], case.group_ranks(rank), case.plan_args,
                                   f"rank {rank} round {round_index + 1}"):
                 findings.append(Finding(NAME, problem, rank=rank))

@@ -11,6 +11,7 @@ raise ``Desync`` with the first diverging position per group, never hang.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Optional
 
@@ -193,23 +194,12 @@ class _OutHandle:
     out: torch.Tensor
 
 
-_OP_NAMES: dict[Any, Optional[str]] = {}
-
-
+@functools.cache
 def _c10d_op(target: Any) -> Optional[str]:
     """The functional-collective op a target calls (``wait_tensor``, ...), or None; remembered per
-    target, since every node of every run asks."""
-    try:
-        return _OP_NAMES[target]
-    except (KeyError, TypeError):
-        pass
+    target (FX targets are hashable callables), since every node of every run asks."""
     name = str(target)
-    op = name.split(".")[1] if name.startswith(("_c10d_functional.", "c10d_functional.")) else None
-    try:
-        _OP_NAMES[target] = op
-    except TypeError:  # an unhashable target: asked again next time
-        pass
-    return op
+    return name.split(".")[1] if name.startswith(("_c10d_functional.", "c10d_functional.")) else None
 
 
 class RankInterpreter(fx.Interpreter):
