@@ -13,7 +13,7 @@ import pytest
 
 from fsdp_verify import corpus, spec_params
 from fsdp_verify.case import case_from_json
-from fsdp_verify.checks.planner_oracle import _judge
+from fsdp_verify.checks.planner_oracle import Expectations, _judge
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.graph import edit
 from fsdp_verify.graph.compose import ALL_REDUCE, WAIT
@@ -51,7 +51,7 @@ def test_a_planner_that_ignores_the_setting_is_caught():
     with spec_params.use(spec_params.SpecParams()):  # a planner that reads the default whatever is pinned
         deaf = get_target("reference").plan(case, module, 0).to_dict()
     with spec_params.use(case.spec):
-        problems = _judge(module, deaf, case.group_ranks(0), case.plan_args, "rank 0 round 1")
+        problems = _judge(Expectations(case.plan_args).report(module, case.group_ranks(0)), deaf, "rank 0 round 1")
     assert problems and "bucket 0 should hold [['blocks.0.w0', 'fsdp_all_gather']]" in problems[0]
 
 

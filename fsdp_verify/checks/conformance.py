@@ -20,10 +20,8 @@ import torch
 from torch import fx
 
 from ..execute.simulated import WorldRun
-from ..execute.world import simulate
 from .findings import CheckContext, Finding
 from .graph_facts import FSDP_KINDS
-from .layout import IdentityCodes
 from .registry import Checker
 
 NAME = "conformance"
@@ -79,22 +77,6 @@ def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
              ("bytes of the full buffer", bucket["size_bytes"], packed * degree * itemsize)]
     wrong = [f"{what} {got} (plan: {want})" for what, want, got in facts if want != got]
     return "; ".join(wrong) or None
-
-
-def _identity_run(ctx: CheckContext, sources: dict[str, tuple[str, str]], launches: set[str]) -> dict:
-    """Each rank's source codes and the tensors its fused launches were handed."""
-    codes = IdentityCodes(sources)
-    seen: dict = {}
-
-    def observe(rank: int, node: fx.Node, inputs: tuple, result: Any) -> None:
-        if node.name in sources and isinstance(result, torch.Tensor):
-            seen[(rank, node.name)] = result.detach().clone()
-        elif node.name in launches and inputs and isinstance(inputs[0], torch.Tensor):
-            seen[(rank, node.name)] = inputs[0].detach().clone()
-
-    simulate(ctx.case, ctx.rewritten, observe=observe,
-             override=lambda rank, node, value: codes.value(rank, node, value, contributor=rank))
-    return seen
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -162,22 +144,25 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
 
 
 def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str, list[fx.Node]]]]) -> list[Finding]:
-    sources = {node.args[0].name: (str(node.meta.get("param_name")), str(node.meta.get("comm_type")))
-               for rank in matched for _, _, nodes in matched[rank] for node in nodes
-               if node.args and isinstance(node.args[0], fx.Node)}
-    seen = _identity_run(ctx, sources, {name for rank in matched for _, name, _ in matched[rank]})
+    """Each member's codes where the plan's offset puts them in what its fused launch sent (the
+    shared identity run of the rewrite; a member whose source has no codes is counted unverified)."""
+    seen = ctx.identity_rewritten
+    if isinstance(seen, Exception):
+        return []  # the layout checker reports a rewrite that cannot run on identity tensors
     unverified = 0
     for rank in sorted(matched):
         for bucket, name, nodes in matched[rank]:
             by_key = {_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx")): n
                       for n in nodes}
             members = [by_key[_key(m["param_name"], m["kind"], m["state_idx"])] for m in bucket["members"]]
-            values = [seen.get((rank, n.args[0].name)) for n in members]
+            values = [seen.sources.get((rank, n.args[0].name)) if n.args and isinstance(n.args[0], fx.Node)
+                      else None for n in members]
             unverified += sum(v is None for v in values)
-            if (rank, name) not in seen:
+            sent = (seen.inputs.get((rank, name)) or [None])[0]
+            if sent is None:
                 unverified += len(values)
                 continue
-            problem = _offset_problem(bucket, seen[(rank, name)], values, len(bucket["members"][0]["ranks"]))
+            problem = _offset_problem(bucket, sent, values, len(bucket["members"][0]["ranks"]))
             if problem:
                 return [Finding(NAME, f"rank {rank}: fused launch {name}: {problem}", nodes=(name,), rank=rank)]
     ctx.metrics[NAME] = {"members_unverified": unverified}

@@ -3,16 +3,16 @@ refused, untouched collectives stay untouched, and communicated volume is conser
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import Counter
 
 from torch import fx
 
 from ..execute.simulated import WorldRun
+from ..graph.clone import clone_module
 from .findings import CheckContext, Finding
-from .registry import Checker
 from .graph_facts import FSDP_KINDS, by_name, c10d_name, fingerprint, is_launch
+from .registry import Checker
 
 NAME = "consistency"
 FUSED_META = ("comm_type", "comm_group", "autograd_backward", "fsdp_bucket_id", "fsdp_bucket_members")
@@ -38,7 +38,7 @@ def _meta_findings(fused: list[fx.Node]) -> list[Finding]:
 def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node]) -> list[Finding]:
     if not fused or ctx.target is None or not ctx.target.has_planner:
         return []
-    plan = ctx.target.plan(ctx.case, copy.deepcopy(ctx.rewritten[rank]), rank)
+    plan = ctx.target.plan(ctx.case, clone_module(ctx.rewritten[rank]), rank)
     reasons = {d["node"]: d["reason"] for d in plan.to_dict()["decisions"] if d["action"] == "skip"}
     return [Finding(NAME, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
                              f"unsupported_or_already_bucketed (got {reasons.get(n.name, 'a candidate')})",
@@ -67,7 +67,7 @@ def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
     if not rewriters or not plans or not hasattr(plans[0], "buckets") \
             or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
         return []  # a plan that crossed a process boundary cannot be re-applied
-    module = copy.deepcopy(ctx.rewritten[rank])
+    module = clone_module(ctx.rewritten[rank])
     before = fingerprint(module)
     try:
         rewriters[0](module, plans[0])

@@ -12,6 +12,7 @@ from ..case import Case
 from ..execute.simulated import SimulationError, WorldRun
 from ..execute.world import simulate
 from ..targets.outcome import TargetRun
+from .identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
 from .refinement import Refinement, refine
 
 ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
@@ -89,6 +90,28 @@ class CheckContext:
     def rewritten_sim(self) -> WorldRun | SimulationError | Exception:
         """The rewritten graphs run in the simulated world (or why they could not run)."""
         return _attempt(lambda: simulate(self.case, self.rewritten))
+
+    @cached_property
+    def identity_codes(self) -> IdentityCodes:
+        """Codes for the sources of the first rank's tagged collectives (SPMD: every rank's names)."""
+        return IdentityCodes.of(self.original[min(self.original)])
+
+    @cached_property
+    def watched_consumers(self) -> dict[str, str]:
+        """Consumers of tagged collective results -> the parameter they read."""
+        return watched_consumers(self.original[min(self.original)])
+
+    @cached_property
+    def identity_original(self) -> IdentityRun | Exception:
+        """One identity run of the original graphs (or why it could not run)."""
+        return _attempt(lambda: identity_run(self.case, self.original, self.identity_codes,
+                                             set(self.watched_consumers)))
+
+    @cached_property
+    def identity_rewritten(self) -> IdentityRun | Exception:
+        """One identity run of the rewritten graphs, shared by the layout and conformance checkers."""
+        return _attempt(lambda: identity_run(self.case, self.rewritten, self.identity_codes,
+                                             set(self.watched_consumers)))
 
 
 def _attempt(fn):

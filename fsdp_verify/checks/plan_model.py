@@ -272,13 +272,15 @@ def _bucket_describe(bucket: list[fx.Node], bucket_id: str, model: Expected, gro
             "earliest_consumer": min(model.first_use[n] for n in bucket), "fusable": len(bucket) > 1}
 
 
-def expected_report(module: fx.GraphModule, groups: dict, args: Any, plans: Optional[tuple]) -> dict:
-    """The JSON form of the ``to_dict()`` a correct planner returns for ``module`` (spec 2.8-2.11)."""
+def expected_report(module: fx.GraphModule, groups: dict, args: Any, plans: Optional[tuple],
+                    signature: Optional[str] = None) -> dict:
+    """The JSON form of the ``to_dict()`` a correct planner returns for ``module`` (spec 2.8-2.11);
+    ``signature``: ``signature_of(module)`` when the caller has it."""
     model = expected_scan(module, groups, args, plans)
     buckets, splits = expected_buckets(module, model, args.policy or {})
     decisions = [{"node": node, "action": "skip", "reason": reason} for node, reason in model.skips.items()]
     decisions += splits
-    signature = signature_of(module)
+    signature = signature_of(module) if signature is None else signature
     described = [_bucket_describe(b, f"{signature[:12]}:bucket_{i}", model, groups) for i, b in enumerate(buckets)]
     digests = {}
     for group, ranks in groups.items():

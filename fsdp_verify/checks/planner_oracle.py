@@ -9,13 +9,13 @@ message, valid ones accepted. Across ranks, ``validate_group_plans`` semantics (
 
 from __future__ import annotations
 
-import copy
 import json
 from collections import Counter
 from typing import Any, Optional
 
 from torch import fx
 
+from ..graph.clone import clone_module
 from .findings import CheckContext, Finding
 from .plan_model import expected_report, plain_int, signature_of
 from .registry import Checker
@@ -97,13 +97,40 @@ def _first_difference(want: Any, got: Any, path: str) -> Optional[str]:
     return None if want == got else f"{path} is {str(got)[:80]}, expected {str(want)[:80]}"
 
 
-def _judge(module: fx.GraphModule, plan: dict, groups: dict, args: Any, label: str) -> list[str]:
+class Expectations:
+    """The spec's plan of each graph a case's ranks planned, derived once per distinct graph.
+
+    ``expected_report`` reads only what ``signature_of`` hashes (names, targets, args, kwargs, FSDP
+    meta), the rank's groups and the arguments, so ranks whose graphs share a signature and whose
+    groups agree share one derivation: an SPMD world derives one plan, not one per rank.
+    """
+
+    def __init__(self, args: Any) -> None:
+        self.args = args
+        self.plans = None if args.module_bucket_plans is None else \
+            tuple((g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
+        self._reports: dict[tuple[str, str], dict] = {}
+        self._signatures: dict[int, tuple[fx.GraphModule, str]] = {}  # the module is kept: ids stay unique
+
+    def signature(self, module: fx.GraphModule) -> str:
+        """``signature_of(module)``, hashed once per module."""
+        if id(module) not in self._signatures:
+            self._signatures[id(module)] = (module, signature_of(module))
+        return self._signatures[id(module)][1]
+
+    def report(self, module: fx.GraphModule, groups: dict) -> dict:
+        """``expected_report`` of ``module`` under ``groups``, shared by equal graphs."""
+        signature = self.signature(module)
+        key = (signature, json.dumps(groups, sort_keys=True, default=str))
+        if key not in self._reports:
+            self._reports[key] = expected_report(module, groups, self.args, self.plans, signature)
+        return self._reports[key]
+
+
+def _judge(want: dict, plan: dict, label: str) -> list[str]:
     """Problems of one plan of one graph, as sentences: the plan's whole ``to_dict()`` against the
-    spec's (skips, bucket membership and splits first, as they explain most other differences)."""
-    norm = None
-    if args.module_bucket_plans is not None:
-        norm = tuple((g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
-    want = expected_report(module, groups, args, norm)
+    spec's ``want`` (skips, bucket membership and splits first, as they explain most other
+    differences)."""
     got = json.loads(json.dumps(plan, sort_keys=True, default=str))
     decisions = got.get("decisions") if isinstance(got.get("decisions"), list) else []
     problems = _skip_problems([d for d in want["decisions"] if d["action"] == "skip"],
@@ -133,24 +160,30 @@ def _judge(module: fx.GraphModule, plan: dict, groups: dict, args: Any, label: s
     return problems[:3]
 
 
-def _rounds(ctx: CheckContext, original: fx.GraphModule, plans: list) -> list[fx.GraphModule]:
+def _rounds(ctx: CheckContext, original: fx.GraphModule, reports: list[dict], plans: list,
+            expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule]) -> list[fx.GraphModule]:
     """The graph each round's plan was made for: later graphs are rebuilt by re-applying the
-    target's own earlier rounds to a copy of the original (possible for in-process runs only)."""
+    target's own earlier rounds to a copy of the original (possible for in-process runs only).
+    ``replayed`` remembers each replay by (graph signature, reported plan), so ranks that planned
+    the same graph the same way share one replay (the rewriter is a function of graph and plan)."""
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
     graphs = [original]
     for index in range(1, len(plans)):
         if len(rewriters) < index or not hasattr(plans[index - 1], "buckets"):
             break
-        graph = copy.deepcopy(graphs[-1])
-        rewriters[index - 1](graph, plans[index - 1])
-        graphs.append(graph)
+        key = (expectations.signature(graphs[-1]), json.dumps(reports[index - 1], sort_keys=True, default=str))
+        if key not in replayed:
+            graph = clone_module(graphs[-1])
+            rewriters[index - 1](graph, plans[index - 1])
+            replayed[key] = graph
+        graphs.append(replayed[key])
     return graphs
 
 
 def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
     """Every rank's first-round plan of its original graph (empty when planning itself raises)."""
     try:
-        return {rank: [ctx.target.plan(ctx.case, copy.deepcopy(module), rank)]
+        return {rank: [ctx.target.plan(ctx.case, clone_module(module), rank)]
                 for rank, module in ctx.original.items()}
     except Exception:  # noqa: BLE001 - a crashing planner is the ``target`` finding's business
         return {}
@@ -200,8 +233,9 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
         return []
     reports = {rank: ctx.reports(rank) for rank in plans} if plans is ctx.plans else \
         {rank: [plan.to_dict() for plan in rounds] for rank, rounds in plans.items()}
-    module = copy.deepcopy(original[first])
-    before = signature_of(module)
+    expectations, replayed = Expectations(case.plan_args), {}
+    module = clone_module(original[first])
+    before = expectations.signature(original[first])  # a copy hashes as its original
     plan_a = ctx.target.plan(case, module, first).to_dict()
     plan_b = ctx.target.plan(case, module, first).to_dict()
     findings = []
@@ -210,8 +244,10 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
-        for round_index, graph in enumerate(_rounds(ctx, original[rank], plans[rank])):
-            for problem in _judge(graph, reports[rank][round_index], case.group_ranks(rank), case.plan_args,
+        groups = case.group_ranks(rank)
+        graphs = _rounds(ctx, original[rank], reports[rank], plans[rank], expectations, replayed)
+        for round_index, graph in enumerate(graphs):
+            for problem in _judge(expectations.report(graph, groups), reports[rank][round_index],
                                   f"rank {rank} round {round_index + 1}"):
                 findings.append(Finding(NAME, problem, rank=rank))
         if findings:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import AbstractSet, Any, Callable, Iterator, Mapping, Optional
 
 import torch
 from torch import fx
@@ -207,9 +207,11 @@ class RankInterpreter(fx.Interpreter):
 
     def __init__(self, module: fx.GraphModule, rank: int, world: World,
                  observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
-                 override: Optional[Callable[[int, fx.Node, Any], Any]] = None):
+                 override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
+                 watch: Optional[AbstractSet[str]] = None):
         super().__init__(module, garbage_collect_values=True)
         self.rank, self.world, self.observe, self.override = rank, world, observe, override
+        self.watch = watch  # None: observe every node; else only these (the inputs tuple costs)
         self.executed = 0
         self.sizes: dict[str, int] = {}  # bytes of each node's tensor result (aliases included)
         self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
@@ -277,7 +279,7 @@ class RankInterpreter(fx.Interpreter):
             value = self.env[node]
             if isinstance(value, torch.Tensor):
                 self.sizes[node.name] = value.numel() * value.element_size()
-            if self.observe is not None:
+            if self.observe is not None and (self.watch is None or node.name in self.watch):
                 self.observe(self.rank, node, tuple(self.env[a] for a in node.all_input_nodes
                                                     if a in self.env), self.env[node])
             for dead in self.user_to_last_uses.get(node, []):
@@ -320,14 +322,16 @@ class WorldRun:
 
 def run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
               observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
-              override: Optional[Callable[[int, fx.Node, Any], Any]] = None) -> WorldRun:
+              override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
+              watch: Optional[AbstractSet[str]] = None) -> WorldRun:
     """Run every rank's module to completion in lockstep; raises Desync or ReadAfterFree.
 
-    ``observe(rank, node, inputs, result)`` sees every node run; ``override(rank, node, value)``
-    may replace a node's value (identity tensors for the layout oracle).
+    ``observe(rank, node, inputs, result)`` sees every node run (only the nodes named in ``watch``
+    when given); ``override(rank, node, value)`` may replace a node's value (identity tensors for
+    the layout oracle).
     """
     with one_thread():
-        return _run_world(modules, inputs, resolve, observe, override)
+        return _run_world(modules, inputs, resolve, observe, override, watch)
 
 
 @contextlib.contextmanager
@@ -345,9 +349,10 @@ def one_thread() -> Iterator[None]:
 
 def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
                observe: Optional[Callable[[int, fx.Node, tuple, Any], None]],
-               override: Optional[Callable[[int, fx.Node, Any], Any]]) -> WorldRun:
+               override: Optional[Callable[[int, fx.Node, Any], Any]],
+               watch: Optional[AbstractSet[str]]) -> WorldRun:
     world = World(resolve)
-    interpreters = {rank: RankInterpreter(module, rank, world, observe, override)
+    interpreters = {rank: RankInterpreter(module, rank, world, observe, override, watch)
                     for rank, module in modules.items()}
     runners = {rank: interp.steps(list(inputs[rank])) for rank, interp in interpreters.items()}
     outputs: dict[int, list[Any]] = {}

@@ -8,7 +8,6 @@ strings and messages match the original ``hyper_parallel`` planner so either can
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -21,6 +20,7 @@ import torch
 from torch import fx, nn
 
 from ..graph.ops import C10D, is_free_target
+from ..graph.values import fresh_copy
 from ..spec_params import active
 from . import predicates as helpers
 
@@ -240,7 +240,7 @@ class BucketPlan:
 
     def to_dict(self) -> dict:
         """An independent, JSON-ready copy of every planning fact."""
-        return copy.deepcopy({
+        return fresh_copy({
             "buckets": [bucket.describe() for bucket in self.buckets],
             "decisions": self.decisions, "summary": self.summary, "signature": self.signature,
             "module_bucket_plans": self.module_bucket_plans, "group_ranks": self.group_ranks,
