@@ -17,6 +17,7 @@ import math
 import time
 
 from fsdp_verify.case import Case
+from fsdp_verify import collector
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
@@ -59,9 +60,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100], help="block counts")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
+                        help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
     args = parser.parse_args()
     gc.collect()
     gc.freeze()  # as the campaign does once its libraries are loaded
+    if args.gc == "tuned":
+        gc.set_threshold(*collector.THRESHOLDS)
     rows = []
     for blocks in args.sizes:
         rows.append(measure(blocks, args.repeat))

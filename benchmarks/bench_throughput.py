@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from fsdp_verify import collector
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.outcome import TargetRun
@@ -84,9 +85,13 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
+    parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
+                        help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
     args = parser.parse_args()
     gc.collect()
     gc.freeze()  # as the campaign does once its libraries are loaded
+    if args.gc == "tuned":
+        gc.set_threshold(*collector.THRESHOLDS)
     drawn = draw(args.examples, args.seed)
     traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None

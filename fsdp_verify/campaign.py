@@ -5,7 +5,6 @@ one Hypothesis example database so a failure found once is replayed first next t
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 import queue
@@ -20,7 +19,7 @@ import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from . import corpus, example_db, names, profiles
+from . import collector, corpus, example_db, names, profiles
 from .case import Case
 from .checks import ERROR, INVALID, real_ranks
 from .orchestrate import check_all, die_with_parent
@@ -182,24 +181,19 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
 
     failing: dict = {}
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
-    # Torch, Hypothesis and the target are loaded and live for the whole run: frozen out of the
-    # collector's sight, each collection walks only what the examples allocate (measured: garbage
-    # collection 13% of a run's CPU time, 6% frozen); thawed at the end for the caller.
-    gc.collect()
-    gc.freeze()
-    if progress is not None:
-        progress(0, 0)  # the work starts now
-    try:
-        _loop(config, target, result, start, database, base, spent, failing, progress, real)
-    except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
-        result.interrupted = True
-        if failing.get("case") is not None and not failing.get("recorded"):
-            _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
-    finally:
-        result.ranks = real_ranks.session_report(real)
-        if real is not None and session is None:
-            real.close()
-        gc.unfreeze()
+    with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
+        if progress is not None:
+            progress(0, 0)  # the work starts now
+        try:
+            _loop(config, target, result, start, database, base, spent, failing, progress, real)
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
+            result.interrupted = True
+            if failing.get("case") is not None and not failing.get("recorded"):
+                _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
+        finally:
+            result.ranks = real_ranks.session_report(real)
+            if real is not None and session is None:
+                real.close()
     result.seconds = time.monotonic() - start
     return result
 

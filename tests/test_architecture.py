@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # unit -> layer, lowest first; a unit is a package or a top-level module of fsdp_verify.
 LAYERS = {
     "fsdp_verify": 0,  # the package root holds only __version__
-    "fsdp_verify.graph": 0, "fsdp_verify.spec_params": 0, "fsdp_verify.names": 0,
+    "fsdp_verify.graph": 0, "fsdp_verify.spec_params": 0, "fsdp_verify.names": 0, "fsdp_verify.collector": 0,
     "fsdp_verify.case": 1, "fsdp_verify.capture": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1,
     "fsdp_verify.reference": 1,
     "fsdp_verify.execute": 2, "fsdp_verify.strategies": 2,

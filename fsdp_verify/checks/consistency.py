@@ -3,6 +3,7 @@ refused, untouched collectives stay untouched, and communicated volume is conser
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 
@@ -35,10 +36,9 @@ def _meta_findings(fused: list[fx.Node]) -> list[Finding]:
     return findings
 
 
-def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node]) -> list[Finding]:
-    if not fused or ctx.target is None or not ctx.target.has_planner:
-        return []
-    plan = ctx.target.plan(ctx.case, clone_module(ctx.rewritten[rank]), rank)
+def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node], copy: fx.GraphModule) -> list[Finding]:
+    """Re-planning the rewrite (on ``copy``, a copy of it) skips every fused launch."""
+    plan = ctx.target.plan(ctx.case, copy, rank)
     reasons = {d["node"]: d["reason"] for d in plan.to_dict()["decisions"] if d["action"] == "skip"}
     return [Finding(NAME, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
                              f"unsupported_or_already_bucketed (got {reasons.get(n.name, 'a candidate')})",
@@ -61,24 +61,42 @@ def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> 
     return findings
 
 
-def _stale_findings(ctx: CheckContext, rank: int) -> list[Finding]:
-    rewriters = ctx.target.rewriters() if ctx.target is not None else ()
-    plans = ctx.run.plans.get(rank) or []
-    if not rewriters or not plans or not hasattr(plans[0], "buckets") \
-            or not _fused_launches(ctx.original[rank], ctx.rewritten[rank]):
-        return []  # a plan that crossed a process boundary cannot be re-applied
-    module = clone_module(ctx.rewritten[rank])
-    before = fingerprint(module)
+def _stale_findings(ctx: CheckContext, rank: int, copy: fx.GraphModule, before: list[tuple]) -> list[Finding]:
+    """The rank's first-round plan, applied to ``copy`` (a copy of the rewrite whose fingerprint
+    is ``before``), is refused without touching it."""
     try:
-        rewriters[0](module, plans[0])
+        ctx.target.rewriters()[0](copy, ctx.run.plans[rank][0])
     except ValueError:
-        return [] if fingerprint(module) == before else [Finding(
+        return [] if fingerprint(copy) == before else [Finding(
             NAME, "a stale plan was rejected but the graph was changed before the error")]
     except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
         return [Finding(NAME, f"a stale plan (made for the original graph) was not rejected: applying it to the "
                                  f"rewritten graph crashed with {type(exc).__name__}: {exc}")]
     return [Finding(NAME, "a stale plan (made for the original graph) was applied to the rewritten graph "
                              "without being rejected")]
+
+
+def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contract: bool,
+                      stale: dict[tuple, list[Finding]]) -> list[Finding]:
+    """Both checks that hand the target a copy of the rewrite share one copy when re-planning left
+    it as it was (a pure planner); the stale-plan verdict is shared by ranks whose rewrites and
+    first-round plans are equal (the rewriter is a function of graph and plan, as for replays)."""
+    plans = ctx.run.plans.get(rank) or []
+    # a plan that crossed a process boundary cannot be re-applied
+    reapply = bool(ctx.target is not None and ctx.target.rewriters() and plans and hasattr(plans[0], "buckets"))
+    if not fused or not (contract or reapply):
+        return []
+    before = fingerprint(ctx.rewritten[rank])
+    copy = clone_module(ctx.rewritten[rank])
+    findings = _replan_findings(ctx, rank, fused, copy) if contract else []
+    if not reapply:
+        return findings
+    if contract and fingerprint(copy) != before:
+        copy = clone_module(ctx.rewritten[rank])  # an impure planner: the planner oracle says so
+    key = (str(before), json.dumps(ctx.reports(rank)[0], sort_keys=True, default=str))
+    if key not in stale:
+        stale[key] = _stale_findings(ctx, rank, copy, before)
+    return findings + stale[key]
 
 
 def _volume(run: WorldRun, rank: int) -> tuple[Counter, Counter]:
@@ -89,7 +107,7 @@ def _volume(run: WorldRun, rank: int) -> tuple[Counter, Counter]:
     return counts, elements
 
 
-def _volume_findings(ctx: CheckContext, rank: int, contract: bool) -> list[Finding]:
+def _volume_findings(ctx: CheckContext, rank: int, contract: bool, fused: list[fx.Node]) -> list[Finding]:
     before, after = ctx.original_sim, ctx.rewritten_sim
     if isinstance(before, Exception) or isinstance(after, Exception):
         return []
@@ -102,7 +120,6 @@ def _volume_findings(ctx: CheckContext, rank: int, contract: bool) -> list[Findi
         if c1[key] > c0[key]:
             findings.append(Finding(NAME, f"group {key[0]!r} {key[1]}: {c1[key]} launches instead of at most "
                                              f"{c0[key]}"))
-    fused = _fused_launches(ctx.original[rank], ctx.rewritten[rank])
     fused_away = sum(len(n.meta.get("fsdp_bucket_members") or ()) - 1 for n in fused)
     if contract and sum(c0.values()) - sum(c1.values()) != fused_away:
         findings.append(Finding(NAME, f"{sum(c0.values())} collectives became {sum(c1.values())}, but the fused "
@@ -115,13 +132,15 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
     """Fused-node meta, idempotent re-planning, stale plans, untouched collectives, volume."""
     original, rewritten = ctx.original, ctx.rewritten
     findings: list[Finding] = []
+    stale: dict[tuple, list[Finding]] = {}
     for rank in sorted(rewritten):
         fused = _fused_launches(original[rank], rewritten[rank])
         # The fused-node meta contract (spec 1.8) binds reference-format targets only.
         contract = ctx.target is not None and ctx.target.has_planner
-        rank_findings = ((_meta_findings(fused) + _replan_findings(ctx, rank, fused) if contract else [])
-                         + _untouched_findings(original[rank], rewritten[rank]) + _stale_findings(ctx, rank)
-                         + _volume_findings(ctx, rank, contract))
+        rank_findings = ((_meta_findings(fused) if contract else [])
+                         + _replan_and_stale(ctx, rank, fused, contract, stale)
+                         + _untouched_findings(original[rank], rewritten[rank])
+                         + _volume_findings(ctx, rank, contract, fused))
         findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
                         for f in rank_findings)
         if findings:

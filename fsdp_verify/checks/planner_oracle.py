@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from torch import fx
 
+from ..graph.builder import build_module, localize
 from ..graph.clone import clone_module
 from .findings import CheckContext, Finding
 from .plan_model import expected_report, plain_int, signature_of
@@ -160,20 +161,26 @@ def _judge(want: dict, plan: dict, label: str) -> list[str]:
     return problems[:3]
 
 
-def _rounds(ctx: CheckContext, original: fx.GraphModule, reports: list[dict], plans: list,
+def _fresh_original(ctx: CheckContext, rank: int) -> fx.GraphModule:
+    """A new copy of ``rank``'s original graph, built from the description as the originals were
+    (``orchestrate.run_target``): cheaper than copying the module."""
+    return build_module(localize(ctx.case.graph, rank), validated=True)
+
+
+def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
             expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule]) -> list[fx.GraphModule]:
     """The graph each round's plan was made for: later graphs are rebuilt by re-applying the
     target's own earlier rounds to a copy of the original (possible for in-process runs only).
     ``replayed`` remembers each replay by (graph signature, reported plan), so ranks that planned
     the same graph the same way share one replay (the rewriter is a function of graph and plan)."""
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
-    graphs = [original]
+    graphs = [ctx.original[rank]]
     for index in range(1, len(plans)):
         if len(rewriters) < index or not hasattr(plans[index - 1], "buckets"):
             break
         key = (expectations.signature(graphs[-1]), json.dumps(reports[index - 1], sort_keys=True, default=str))
         if key not in replayed:
-            graph = clone_module(graphs[-1])
+            graph = _fresh_original(ctx, rank) if index == 1 else clone_module(graphs[-1])
             rewriters[index - 1](graph, plans[index - 1])
             replayed[key] = graph
         graphs.append(replayed[key])
@@ -183,8 +190,8 @@ def _rounds(ctx: CheckContext, original: fx.GraphModule, reports: list[dict], pl
 def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
     """Every rank's first-round plan of its original graph (empty when planning itself raises)."""
     try:
-        return {rank: [ctx.target.plan(ctx.case, clone_module(module), rank)]
-                for rank, module in ctx.original.items()}
+        return {rank: [ctx.target.plan(ctx.case, _fresh_original(ctx, rank), rank)]
+                for rank in ctx.original}
     except Exception:  # noqa: BLE001 - a crashing planner is the ``target`` finding's business
         return {}
 
@@ -234,7 +241,7 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     reports = {rank: ctx.reports(rank) for rank in plans} if plans is ctx.plans else \
         {rank: [plan.to_dict() for plan in rounds] for rank, rounds in plans.items()}
     expectations, replayed = Expectations(case.plan_args), {}
-    module = clone_module(original[first])
+    module = _fresh_original(ctx, first)
     before = expectations.signature(original[first])  # a copy hashes as its original
     plan_a = ctx.target.plan(case, module, first).to_dict()
     plan_b = ctx.target.plan(case, module, first).to_dict()
@@ -245,7 +252,7 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
         groups = case.group_ranks(rank)
-        graphs = _rounds(ctx, original[rank], reports[rank], plans[rank], expectations, replayed)
+        graphs = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed)
         for round_index, graph in enumerate(graphs):
             for problem in _judge(expectations.report(graph, groups), reports[rank][round_index],
                                   f"rank {rank} round {round_index + 1}"):

@@ -1,0 +1,32 @@
+"""The garbage collector's settings while a campaign checks cases.
+
+Torch, Hypothesis and the target are loaded once and live for the whole run: frozen out of the
+collector's sight, each collection walks only what the examples allocate. Young collections every
+100,000 allocations instead of CPython's 700: a case allocates millions of short-lived objects
+(FX nodes, plans, tensors), and at the default threshold the collector's walks grew with the graph
+(measured on a 10k-node case: 25% of the check's CPU time, and the 1k -> 10k growth exponents of
+building and re-planning fell by 0.1-0.2 without them). Cyclic garbage (FX graphs) still goes at
+the next young collection; the largest case measured here grew its peak memory by 17%.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from typing import Iterator
+
+THRESHOLDS = (100_000, 50, 100)
+
+
+@contextlib.contextmanager
+def tuned() -> Iterator[None]:
+    """Freeze what is loaded and raise the thresholds for the block; both restored after it."""
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
