@@ -149,3 +149,13 @@ def test_a_case_with_non_finite_outputs_is_invalid_never_a_pass():
     assert "not finite" in findings[0].message
     assert ctx.metrics["numerics"]["judged_elements"] == 0
     assert corpus.Verdict.of(findings).status == corpus.INVALID
+
+
+def test_the_planner_oracle_names_an_impure_planner():
+    findings, _ = check_all(get_mutant("planning_marks_the_graph"), two_block_case())
+    assert any(f.checker == "planner" and "planning mutated the graph (purity)" in f.message for f in findings)
+
+
+def test_the_planner_oracle_names_a_planner_that_plans_the_same_graph_two_ways():
+    findings, _ = check_all(get_mutant("plans_alternate"), two_block_case())
+    assert any(f.checker == "planner" and "(determinism)" in f.message for f in findings)

@@ -168,11 +168,13 @@ def _fresh_original(ctx: CheckContext, rank: int) -> fx.GraphModule:
 
 
 def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
-            expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule]) -> list[fx.GraphModule]:
+            expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule]
+            ) -> tuple[list[fx.GraphModule], Optional[str]]:
     """The graph each round's plan was made for: later graphs are rebuilt by re-applying the
     target's own earlier rounds to a copy of the original (possible for in-process runs only).
     ``replayed`` remembers each replay by (graph signature, reported plan), so ranks that planned
-    the same graph the same way share one replay (the rewriter is a function of graph and plan)."""
+    the same graph the same way share one replay (the rewriter is a function of graph and plan).
+    A replay that raises ends the list, with why (the plan does not fit the graph it claims)."""
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
     graphs = [ctx.original[rank]]
     for index in range(1, len(plans)):
@@ -181,10 +183,14 @@ def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
         key = (expectations.signature(graphs[-1]), json.dumps(reports[index - 1], sort_keys=True, default=str))
         if key not in replayed:
             graph = _fresh_original(ctx, rank) if index == 1 else clone_module(graphs[-1])
-            rewriters[index - 1](graph, plans[index - 1])
+            try:
+                rewriters[index - 1](graph, plans[index - 1])
+            except Exception as exc:  # noqa: BLE001 - the target's own run applied this plan
+                return graphs, (f"rank {rank}: round {index}'s plan cannot be re-applied to the graph it was "
+                                f"made for ({type(exc).__name__}: {str(exc)[:160]}): it was planned on another graph")
             replayed[key] = graph
         graphs.append(replayed[key])
-    return graphs
+    return graphs, None
 
 
 def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
@@ -244,7 +250,7 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     module = _fresh_original(ctx, first)
     before = expectations.signature(original[first])  # a copy hashes as its original
     plan_a = ctx.target.plan(case, module, first).to_dict()
-    plan_b = ctx.target.plan(case, module, first).to_dict()
+    plan_b = ctx.target.plan(case, module, first).to_dict()  # two in a row: a period-2 planner shows
     findings = []
     if signature_of(module) != before:
         findings.append(Finding(NAME, "planning mutated the graph (purity)"))
@@ -252,7 +258,9 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
         groups = case.group_ranks(rank)
-        graphs = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed)
+        graphs, unreplayable = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed)
+        if unreplayable:
+            findings.append(Finding(NAME, unreplayable, rank=rank))
         for round_index, graph in enumerate(graphs):
             for problem in _judge(expectations.report(graph, groups), reports[rank][round_index],
                                   f"rank {rank} round {round_index + 1}"):

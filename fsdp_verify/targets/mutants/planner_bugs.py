@@ -166,3 +166,24 @@ def members_reversed(plan: planner.BucketPlan) -> planner.BucketPlan:
 def last_member_left_out(plan: planner.BucketPlan) -> planner.BucketPlan:
     """The last member of each multi-member bucket stays its own launch."""
     return _edit_buckets(plan, lambda members: members[:-1])
+
+
+def _marks_classified() -> list[Patch]:
+    """Classifying a collective writes an FSDP meta key into the graph being planned (impure)."""
+    original = planner._classify
+
+    def classify(node, *args):
+        node.meta["fsdp_classified"] = True
+        return original(node, *args)
+    return [(planner, "_classify", classify)]
+
+
+def alternating_plans() -> Callable[[planner.BucketPlan], planner.BucketPlan]:
+    """Every other plan lists its buckets in reverse: planning the same graph twice disagrees."""
+    calls = Counter()
+
+    def edit(plan: planner.BucketPlan) -> planner.BucketPlan:
+        calls["plans"] += 1
+        return dataclasses.replace(plan, buckets=type(plan.buckets)(reversed(plan.buckets))) \
+            if calls["plans"] % 2 == 0 else plan
+    return edit
