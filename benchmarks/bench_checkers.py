@@ -12,7 +12,6 @@ between consecutive sizes (1.0 = linear).
 from __future__ import annotations
 
 import argparse
-import gc
 import math
 import time
 
@@ -63,10 +62,7 @@ def main() -> None:
     parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
                         help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
     args = parser.parse_args()
-    gc.collect()
-    gc.freeze()  # as the campaign does once its libraries are loaded
-    if args.gc == "tuned":
-        gc.set_threshold(*collector.THRESHOLDS)
+    collector.settle(args.gc == "tuned")  # as the campaign does once its libraries are loaded
     rows = []
     for blocks in args.sizes:
         rows.append(measure(blocks, args.repeat))

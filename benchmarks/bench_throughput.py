@@ -8,7 +8,6 @@ mix (the cases are drawn first, so generation is not counted).
 from __future__ import annotations
 
 import argparse
-import gc
 import cProfile
 import time
 from collections import defaultdict
@@ -88,10 +87,7 @@ def main() -> None:
     parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
                         help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
     args = parser.parse_args()
-    gc.collect()
-    gc.freeze()  # as the campaign does once its libraries are loaded
-    if args.gc == "tuned":
-        gc.set_threshold(*collector.THRESHOLDS)
+    collector.settle(args.gc == "tuned")  # as the campaign does once its libraries are loaded
     drawn = draw(args.examples, args.seed)
     traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None

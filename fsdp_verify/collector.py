@@ -18,13 +18,20 @@ from typing import Iterator
 THRESHOLDS = (100_000, 50, 100)
 
 
+def settle(tuned: bool = True) -> None:
+    """Freeze what is loaded and, when ``tuned``, raise the thresholds (undone only by the caller:
+    a benchmark keeps them for the rest of its process)."""
+    gc.collect()
+    gc.freeze()
+    if tuned:
+        gc.set_threshold(*THRESHOLDS)
+
+
 @contextlib.contextmanager
 def tuned() -> Iterator[None]:
     """Freeze what is loaded and raise the thresholds for the block; both restored after it."""
     before = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*THRESHOLDS)
+    settle()
     try:
         yield
     finally:
