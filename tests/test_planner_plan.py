@@ -138,3 +138,46 @@ def test_the_oracle_model_is_the_reference_plan_field_for_field(case):
         (g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
     want = expected_report(module, case.group_ranks(rank), args, norm)
     assert json.loads(json.dumps(got, sort_keys=True, default=str)) == want
+
+
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(fsdp_graphs("tiny"), mutated_graphs("tiny")))
+def test_shared_expectations_equal_each_ranks_own_derivation(case):
+    # The planner oracle derives the spec's plan once for graphs equal up to device indices and
+    # re-signs it: on every rank that must be exactly what deriving the rank's own graph gives.
+    from fsdp_verify.checks.planner_oracle import Expectations
+    args = case.plan_args
+    norm = None if args.module_bucket_plans is None else tuple(
+        (g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
+    expectations = Expectations(args)
+    try:
+        for rank, module in build_world(case).items():
+            want = expected_report(module, case.group_ranks(rank), args, norm)
+            assert expectations.report(module, case.group_ranks(rank)) == want
+    except ValueError:
+        return  # invalid planner arguments: judged by expected_argument_error
+
+
+def test_device_canonical_equates_renamings_only():
+    from fsdp_verify.checks.plan_model import signature_of, signature_records, signatures
+    module = build_world(two_block_case())[0]
+    records = signature_records(module)
+    assert signatures(records)[0] == signature_of(module)  # one encoding gives both
+    tagged = [i for i, r in enumerate(records) if "fsdp_bucket_spec" in r[4]]
+    assert len(tagged) >= 2
+
+    def with_devices(first, rest):
+        out = list(records)
+        for index, device in zip(tagged, [first] + [rest] * (len(tagged) - 1)):
+            name, target, args, kwargs, meta = out[index]
+            out[index] = (name, target, args, kwargs, {**meta, "fsdp_bucket_spec": {**meta["fsdp_bucket_spec"],
+                                                                                   "device": device}})
+        signature, canonical = signatures(out)
+        assert signature == signature_of(module, out)
+        return canonical
+
+    assert with_devices("cuda:0", "cuda:1") == with_devices("cuda:3", "cuda:2")  # one-to-one
+    assert with_devices("cuda:0", "cuda:1") != with_devices("cuda:0", "cuda:0")  # two devices merged
+    assert with_devices("cuda:0", "cuda:0") != with_devices("cpu", "cpu")  # another type
+    assert with_devices("cuda:0", "cuda:0") != with_devices("cuda:99999999999", "cuda:99999999999")  # invalid
+    assert with_devices("cuda:0", "\x00cuda\x01cuda\x010\x00") is None  # a NUL: no sharing claimed

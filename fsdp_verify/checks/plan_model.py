@@ -7,6 +7,7 @@ vouch for itself. ``expected_report`` is the whole ``to_dict()`` a correct plann
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -223,12 +224,61 @@ def expected_buckets(module: fx.GraphModule, model: Expected, policy: dict) -> t
     return buckets, decisions
 
 
-def signature_of(module: fx.GraphModule) -> str:
-    """Spec 2.11: SHA-256 over each node's name, target, args, kwargs and FSDP meta."""
+def signature_records(module: fx.GraphModule) -> list[tuple]:
+    """What spec 2.11's signature hashes, node by node: name, target, args, kwargs and FSDP meta."""
     keys = ("comm_type", "comm_group", "param_name", "state_idx", "autograd_backward")
-    records = [(n.name, str(n.target), str(n.args), str(n.kwargs),
-                {k: v for k, v in n.meta.items() if k.startswith("fsdp_") or k in keys}) for n in module.graph.nodes]
-    return hashlib.sha256(json.dumps(records, sort_keys=True, default=str).encode()).hexdigest()
+    return [(n.name, str(n.target), str(n.args), str(n.kwargs),
+             {k: v for k, v in n.meta.items() if k.startswith("fsdp_") or k in keys}) for n in module.graph.nodes]
+
+
+def signature_of(module: fx.GraphModule, records: Optional[list[tuple]] = None) -> str:
+    """Spec 2.11: SHA-256 over each node's name, target, args, kwargs and FSDP meta (``records``:
+    ``signature_records(module)`` when the caller has them)."""
+    return _digest(signature_records(module) if records is None else records)
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_type(device: str) -> Optional[str]:
+    """The type of a device string ``torch.device`` accepts (rule 10), else None."""
+    return torch.device(device).type if _device_ok(device) else None
+
+
+def signatures(records: list[tuple]) -> tuple[str, Optional[str]]:
+    """``signature_of`` and a device-canonical hash of the same ``signature_records``, from one
+    JSON encoding. The second renames every bucket-spec device that ``torch.device`` accepts by
+    order of first appearance, keeping its type and the text before ``:``; equal hashes mean the
+    graphs differ at most by a one-to-one renaming of such devices within each type (the ranks
+    of one world see ``cuda:0``, ``cuda:1``, ...). ``expected_report`` reads a device only
+    through its type, that text, its validity and its equality with other devices, so the
+    reports of such graphs differ only in the signature. None when a name or value holds a NUL
+    character (the placeholders are NUL-delimited, so no sharing is claimed)."""
+    labels: dict[str, str] = {}
+    renamed, placed = [], 0
+    for name, target, args, kwargs, meta in records:
+        spec = meta.get("fsdp_bucket_spec")
+        device = spec.get("device") if isinstance(spec, dict) else None
+        if isinstance(device, str) and _device_type(device) is not None:
+            label = labels.setdefault(
+                device, f"\x00{_device_type(device)}\x01{device.split(':', 1)[0]}\x01{len(labels)}\x00")
+            meta = {**meta, "fsdp_bucket_spec": {**spec, "device": label}}
+            placed += 1
+        renamed.append((name, target, args, kwargs, meta))
+    text = json.dumps(renamed, sort_keys=True, default=str)
+    if text.count("\\u0000") != 2 * placed:
+        return _digest(records), None
+    canonical = hashlib.sha256(text.encode()).hexdigest()
+    for device, label in labels.items():
+        text = text.replace(json.dumps(label), json.dumps(device))
+    return hashlib.sha256(text.encode()).hexdigest(), canonical
+
+
+def resigned(report: dict, signature: str) -> dict:
+    """``report`` (an ``expected_report``) for a graph that differs from its own only as
+    ``signatures``' canonical hash allows, whose signature is ``signature``: the signature and the bucket
+    ids it prefixes replaced."""
+    buckets = [{**bucket, "bucket_id": f"{signature[:12]}:{bucket['bucket_id'].split(':', 1)[1]}"}
+               for bucket in report["buckets"]]
+    return {**report, "buckets": buckets, "signature": signature}
 
 
 

@@ -18,7 +18,8 @@ from torch import fx
 from ..graph.builder import build_module, localize
 from ..graph.clone import clone_module
 from .findings import CheckContext, Finding
-from .plan_model import expected_report, plain_int, signature_of
+from .plan_model import (expected_report, plain_int, resigned, signature_of, signature_records,
+                         signatures)
 from .registry import Checker
 
 NAME = "planner"
@@ -81,6 +82,8 @@ def _skip_problems(want: list[dict], got: list[dict], label: str) -> list[str]:
 
 def _first_difference(want: Any, got: Any, path: str) -> Optional[str]:
     """The path of the first field where ``got`` differs from ``want``, with both values."""
+    if want == got:  # the common case, compared in C before any walk
+        return None
     if isinstance(want, dict) and isinstance(got, dict):
         for key in sorted(set(want) | set(got)):
             if key not in got or key not in want:
@@ -103,7 +106,9 @@ class Expectations:
 
     ``expected_report`` reads only what ``signature_of`` hashes (names, targets, args, kwargs, FSDP
     meta), the rank's groups and the arguments, so ranks whose graphs share a signature and whose
-    groups agree share one derivation: an SPMD world derives one plan, not one per rank.
+    groups agree share one derivation: an SPMD world derives one plan, not one per rank. Graphs
+    that differ only by device indices (``device_canonical``: each rank of a ``cuda`` world sees
+    its own) share one derivation too, re-signed with each graph's own signature.
     """
 
     def __init__(self, args: Any) -> None:
@@ -111,21 +116,34 @@ class Expectations:
         self.plans = None if args.module_bucket_plans is None else \
             tuple((g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
         self._reports: dict[tuple[str, str], dict] = {}
-        self._signatures: dict[int, tuple[fx.GraphModule, str]] = {}  # the module is kept: ids stay unique
+        self._canonical: dict[tuple[str, str], dict] = {}
+        # by module id: (the module, kept so ids stay unique; its signature; its canonical hash)
+        self._signatures: dict[int, tuple[fx.GraphModule, str, Optional[str]]] = {}
+
+    def _signed(self, module: fx.GraphModule) -> tuple[fx.GraphModule, str, Optional[str]]:
+        if id(module) not in self._signatures:
+            self._signatures[id(module)] = (module, *signatures(signature_records(module)))
+        return self._signatures[id(module)]
 
     def signature(self, module: fx.GraphModule) -> str:
         """``signature_of(module)``, hashed once per module."""
-        if id(module) not in self._signatures:
-            self._signatures[id(module)] = (module, signature_of(module))
-        return self._signatures[id(module)][1]
+        return self._signed(module)[1]
 
     def report(self, module: fx.GraphModule, groups: dict) -> dict:
-        """``expected_report`` of ``module`` under ``groups``, shared by equal graphs."""
-        signature = self.signature(module)
-        key = (signature, json.dumps(groups, sort_keys=True, default=str))
-        if key not in self._reports:
-            self._reports[key] = expected_report(module, groups, self.args, self.plans, signature)
-        return self._reports[key]
+        """``expected_report`` of ``module`` under ``groups``, shared by equal graphs and by graphs
+        equal up to device indices."""
+        _, signature, canonical = self._signed(module)
+        groups_key = json.dumps(groups, sort_keys=True, default=str)
+        if (signature, groups_key) not in self._reports:
+            shared = self._canonical.get((canonical, groups_key)) if canonical is not None else None
+            if shared is not None:
+                report = resigned(shared, signature)
+            else:
+                report = expected_report(module, groups, self.args, self.plans, signature)
+                if canonical is not None:
+                    self._canonical[(canonical, groups_key)] = report
+            self._reports[(signature, groups_key)] = report
+        return self._reports[(signature, groups_key)]
 
 
 def _judge(want: dict, plan: dict, label: str) -> list[str]:
@@ -163,17 +181,18 @@ def _judge(want: dict, plan: dict, label: str) -> list[str]:
 
 def _fresh_original(ctx: CheckContext, rank: int) -> fx.GraphModule:
     """A new copy of ``rank``'s original graph, built from the description as the originals were
-    (``orchestrate.run_target``): cheaper than copying the module."""
-    return build_module(localize(ctx.case.graph, rank), validated=True)
+    (``orchestrate.run_target``, which validated and linted it): cheaper than copying the module."""
+    return build_module(localize(ctx.case.graph, rank), validated=True, lint=False)
 
 
 def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
-            expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule]
-            ) -> tuple[list[fx.GraphModule], Optional[str]]:
+            expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule],
+            spare: dict[int, fx.GraphModule]) -> tuple[list[fx.GraphModule], Optional[str]]:
     """The graph each round's plan was made for: later graphs are rebuilt by re-applying the
     target's own earlier rounds to a copy of the original (possible for in-process runs only).
     ``replayed`` remembers each replay by (graph signature, reported plan), so ranks that planned
-    the same graph the same way share one replay (the rewriter is a function of graph and plan).
+    the same graph the same way share one replay (the rewriter is a function of graph and plan);
+    ``spare`` holds fresh originals already built (taken, not copied).
     A replay that raises ends the list, with why (the plan does not fit the graph it claims)."""
     rewriters = ctx.target.rewriters() if ctx.target is not None else ()
     graphs = [ctx.original[rank]]
@@ -182,7 +201,10 @@ def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
             break
         key = (expectations.signature(graphs[-1]), json.dumps(reports[index - 1], sort_keys=True, default=str))
         if key not in replayed:
-            graph = _fresh_original(ctx, rank) if index == 1 else clone_module(graphs[-1])
+            if index > 1:
+                graph = clone_module(graphs[-1])
+            else:
+                graph = spare.pop(rank) if rank in spare else _fresh_original(ctx, rank)
             try:
                 rewriters[index - 1](graph, plans[index - 1])
             except Exception as exc:  # noqa: BLE001 - the target's own run applied this plan
@@ -254,11 +276,13 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     findings = []
     if signature_of(module) != before:
         findings.append(Finding(NAME, "planning mutated the graph (purity)"))
+    # a copy planning left as it was is the fresh original its rank's replay starts from
+    spare = {} if findings else {first: module}
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
         groups = case.group_ranks(rank)
-        graphs, unreplayable = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed)
+        graphs, unreplayable = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
         if unreplayable:
             findings.append(Finding(NAME, unreplayable, rank=rank))
         for round_index, graph in enumerate(graphs):

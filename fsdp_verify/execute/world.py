@@ -15,9 +15,11 @@ from .simulated import WorldRun, run_world
 
 def build_world(case: Case) -> dict[int, fx.GraphModule]:
     """One module per rank, each with that rank's device index in its specs (the description is
-    validated once: localising changes device indices only)."""
+    validated once and the first rank's graph linted: localising changes device indices only)."""
     validate(case.graph)
-    return {rank: build_module(localize(case.graph, rank), validated=True) for rank in case.graph.world()}
+    first = min(case.graph.world(), default=None)
+    return {rank: build_module(localize(case.graph, rank), validated=True, lint=rank == first)
+            for rank in case.graph.world()}
 
 
 def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,

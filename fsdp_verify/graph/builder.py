@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import Optional
 
 import torch
 from torch import fx
@@ -22,9 +23,10 @@ HEADER_KEY = "fsdp_verify"
 _DEVICE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")
 
 
-def build_module(spec: GraphSpec, validated: bool = False) -> fx.GraphModule:
+def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) -> fx.GraphModule:
     """Build and lint the graph the description names (a lazily compiled ``GraphModule``);
-    ``validated`` says the caller has validated ``spec`` (or the graph it was localised from)."""
+    ``validated`` says the caller has validated ``spec`` (or the graph it was localised from),
+    ``lint=False`` that a graph built from it (or from another localisation of it) already linted."""
     if not validated:
         validate(spec)
     graph = fx.Graph()
@@ -45,13 +47,14 @@ def build_module(spec: GraphSpec, validated: bool = False) -> fx.GraphModule:
             node = graph.output(args[0])
         else:
             target = resolve_target(node_spec.target, f"{path}.target")
-            node = _call(graph, target, args, kwargs, node_spec.name)
+            node = add_call(graph, target, args, kwargs, node_spec.name)
         if node_spec.op != "output" and node.name != node_spec.name:
             raise SpecError(f"{path}.name", f"FX renamed {node_spec.name!r} to {node.name!r}; pick another name")
         node.meta.update(fresh_copy(dict(node_spec.meta)))
         env[node_spec.name] = node
     try:
-        graph.lint()
+        if lint:
+            graph.lint()
     except Exception as exc:  # noqa: BLE001 - FX raises plain RuntimeErrors
         raise SpecError("nodes", f"the graph does not lint: {exc}") from None
     # Lazy: Python code is generated only if something calls or prints the module; the harness
@@ -66,9 +69,10 @@ def build_module(spec: GraphSpec, validated: bool = False) -> fx.GraphModule:
     return module
 
 
-def _call(graph: fx.Graph, target: object, args: tuple, kwargs: dict, name: str) -> fx.Node:
+def add_call(graph: fx.Graph, target: object, args: tuple, kwargs: dict, name: Optional[str] = None) -> fx.Node:
     """``graph.create_node("call_function", ...)`` with the arguments set afterwards: create_node
-    walks them with pytree looking for symbolic ints (a spec holds none), at 60% of its cost."""
+    walks them with pytree looking for symbolic ints (neither a spec nor the reference rewriter
+    makes any), at 60% of its cost."""
     node = graph.create_node("call_function", target, name=name)
     if args:
         node.args = args
@@ -110,4 +114,4 @@ def placeholder_tensors(spec: GraphSpec) -> dict[str, tuple[tuple[int, ...], tor
     return out
 
 
-__all__ = ["HEADER_KEY", "InputSpec", "build_module", "localize", "placeholder_tensors"]
+__all__ = ["HEADER_KEY", "InputSpec", "add_call", "build_module", "localize", "placeholder_tensors"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import fx
 
+from ..graph.builder import add_call
 from . import predicates as helpers
 from .planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature
 
@@ -73,7 +74,7 @@ def _views_before(wait: fx.Node, anchor_index: int, order: dict[fx.Node, int]) -
 
 
 def _new(graph: fx.Graph, target, args: tuple, meta: dict, kwargs: dict | None = None) -> fx.Node:
-    node = graph.call_function(target, args, kwargs or {})
+    node = add_call(graph, target, args, kwargs or {})
     node.meta.update(meta)
     return node
 
