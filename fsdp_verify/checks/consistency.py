@@ -93,7 +93,7 @@ def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contra
         return findings
     if contract and fingerprint(copy) != before:
         copy = clone_module(ctx.rewritten[rank])  # an impure planner: the planner oracle says so
-    key = (str(before), json.dumps(ctx.reports(rank)[0], sort_keys=True, default=str))
+    key = (tuple(before), json.dumps(ctx.reports(rank)[0], sort_keys=True, default=str))
     if key not in stale:
         stale[key] = _stale_findings(ctx, rank, copy, before)
     return findings + stale[key]

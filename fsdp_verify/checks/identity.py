@@ -116,5 +116,6 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
                 t.detach().clone() if isinstance(t, torch.Tensor) and (t.untyped_storage().size() or not t.numel())
                 else None for t in inputs]
 
-    simulate(case, modules, observe=observe, override=codes.value, watch=set(codes.sources) | consumers | launches)
+    simulate(case, modules, observe=observe, override=codes.value, watch=set(codes.sources) | consumers | launches,
+             overridden=set(codes.sources))
     return seen

@@ -56,6 +56,8 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
             if ints is None or not x.is_floating_point():
                 continue
             xi, yi = x.contiguous().view(ints).reshape(-1), y.contiguous().view(ints).reshape(-1)
+            if torch.equal(xi, yi):  # bitwise (integer views), one call where a mismatch search takes three
+                continue
             differ = (xi != yi).nonzero()
             if len(differ):
                 position = int(differ[0])

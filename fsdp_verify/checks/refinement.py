@@ -13,10 +13,9 @@ from __future__ import annotations
 import bisect
 import operator
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from torch import fx
-from torch.utils._pytree import tree_flatten
 
 from .graph_facts import aliases_input, has_effect, is_launch, is_wait
 
@@ -79,6 +78,16 @@ def _climb(start: fx.Node, known: set[str]) -> Optional[fx.Node]:
     return None
 
 
+def _leaves(value: Any) -> list:
+    """The leaves of nested tuples, lists and dicts (values, in order), as ``tree_flatten`` gives
+    them for node arguments, without pytree's per-node type registry lookups."""
+    if isinstance(value, (tuple, list)):
+        return [leaf for item in value for leaf in _leaves(item)]
+    if isinstance(value, dict):
+        return [leaf for item in value.values() for leaf in _leaves(item)]
+    return [value]
+
+
 def refine(original: fx.GraphModule, rewritten: fx.GraphModule) -> Refinement:
     """Map every original node onto the rewrite (see the module docstring)."""
     position = {node.name: i for i, node in enumerate(rewritten.graph.nodes)}
@@ -94,8 +103,7 @@ def refine(original: fx.GraphModule, rewritten: fx.GraphModule) -> Refinement:
         now = new.get(node.name)
         if now is None:
             continue
-        before, _ = tree_flatten((node.args, node.kwargs))
-        after, _ = tree_flatten((now.args, now.kwargs))
+        before, after = _leaves((node.args, node.kwargs)), _leaves((now.args, now.kwargs))
         if len(before) != len(after):
             continue
         for old, value in zip(before, after):

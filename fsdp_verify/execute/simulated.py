@@ -208,10 +208,11 @@ class RankInterpreter(fx.Interpreter):
     def __init__(self, module: fx.GraphModule, rank: int, world: World,
                  observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
                  override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
-                 watch: Optional[AbstractSet[str]] = None):
+                 watch: Optional[AbstractSet[str]] = None, overridden: Optional[AbstractSet[str]] = None):
         super().__init__(module, garbage_collect_values=True)
         self.rank, self.world, self.observe, self.override = rank, world, observe, override
         self.watch = watch  # None: observe every node; else only these (the inputs tuple costs)
+        self.overridden = overridden  # None: ``override`` sees every node; else only these
         self.executed = 0
         self.sizes: dict[str, int] = {}  # bytes of each node's tensor result (aliases included)
         self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
@@ -273,7 +274,7 @@ class RankInterpreter(fx.Interpreter):
                     yield None
                 self.blocked = None
             self.env[node] = self.run_node(node)
-            if self.override is not None:
+            if self.override is not None and (self.overridden is None or node.name in self.overridden):
                 self.env[node] = self.override(self.rank, node, self.env[node])
             self.executed += 1
             value = self.env[node]
@@ -323,15 +324,15 @@ class WorldRun:
 def run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
               observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
               override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
-              watch: Optional[AbstractSet[str]] = None) -> WorldRun:
+              watch: Optional[AbstractSet[str]] = None, overridden: Optional[AbstractSet[str]] = None) -> WorldRun:
     """Run every rank's module to completion in lockstep; raises Desync or ReadAfterFree.
 
     ``observe(rank, node, inputs, result)`` sees every node run (only the nodes named in ``watch``
     when given); ``override(rank, node, value)`` may replace a node's value (identity tensors for
-    the layout oracle).
+    the layout oracle; only the nodes named in ``overridden`` when given).
     """
     with one_thread():
-        return _run_world(modules, inputs, resolve, observe, override, watch)
+        return _run_world(modules, inputs, resolve, observe, override, watch, overridden)
 
 
 @contextlib.contextmanager
@@ -350,9 +351,9 @@ def one_thread() -> Iterator[None]:
 def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[Any]], resolve: GroupResolver,
                observe: Optional[Callable[[int, fx.Node, tuple, Any], None]],
                override: Optional[Callable[[int, fx.Node, Any], Any]],
-               watch: Optional[AbstractSet[str]]) -> WorldRun:
+               watch: Optional[AbstractSet[str]], overridden: Optional[AbstractSet[str]]) -> WorldRun:
     world = World(resolve)
-    interpreters = {rank: RankInterpreter(module, rank, world, observe, override, watch)
+    interpreters = {rank: RankInterpreter(module, rank, world, observe, override, watch, overridden)
                     for rank, module in modules.items()}
     runners = {rank: interp.steps(list(inputs[rank])) for rank, interp in interpreters.items()}
     outputs: dict[int, list[Any]] = {}

@@ -23,11 +23,12 @@ def build_world(case: Case) -> dict[int, fx.GraphModule]:
 
 
 def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,
-             mode: str = "exact", observe=None, override=None, watch=None,
+             mode: str = "exact", observe=None, override=None, watch=None, overridden=None,
              inputs: Optional[Mapping[int, list]] = None) -> WorldRun:
     """Run ``modules`` (one per rank) in the simulated world on the case's inputs (``observe``
-    sees only the nodes named in ``watch`` when it is given)."""
+    sees only the nodes named in ``watch`` when it is given, ``override`` only those named in
+    ``overridden``)."""
     seed = case.seed if seed is None else seed
     values = inputs or {rank: make_inputs(case.graph, rank, seed, mode) for rank in modules}
     return run_world(modules, values, lambda rank, group: case.graph.group_ranks(rank)[group], observe, override,
-                     watch)
+                     watch, overridden)
