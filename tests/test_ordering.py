@@ -88,3 +88,31 @@ def test_the_identity_rewrite_maps_every_node_to_itself():
     ref = refine(module, module)
     assert ref.unmapped == [] and ref.members == {}
     assert ref.image == {n.name: i for i, n in enumerate(module.graph.nodes)}
+
+
+def test_the_rank_fingerprint_covers_every_meta_key_the_rules_read():
+    # Ranks with equal fingerprints share one verdict: a rule reading a meta key the fingerprint
+    # leaves out would judge one rank for another.
+    import re
+    from pathlib import Path
+
+    from fsdp_verify.checks import ordering
+    checks = Path(ordering.__file__).parent
+    read = set()
+    for name in ("ordering.py", "refinement.py", "graph_facts.py", "schedule.py"):
+        read |= set(re.findall(r"meta(?:\.get\(|\[)\"([A-Za-z_]+)\"", (checks / name).read_text()))
+    assert read and read <= set(ordering.READ_META) | set(ordering.INTERNED_META), read
+
+
+def test_cuda_ranks_share_a_fingerprint_but_a_renamed_bucket_tag_does_not():
+    from fsdp_verify.checks.ordering import _fingerprint
+    from fsdp_verify.execute.world import build_world
+    case = two_block_case()
+    modules = build_world(case)
+    ReferenceTarget().rewrite(case, modules)
+    first, second = (modules[rank] for rank in sorted(modules)[:2])
+    assert any("cuda:1" in str(n.meta.get("fsdp_bucket_spec")) for n in second.graph.nodes)
+    assert _fingerprint(first) == _fingerprint(second)  # device and signature-bearing ids aside
+    tagged = next(n for n in second.graph.nodes if n.meta.get("fsdp_reduce_scatter_prepare"))
+    tagged.meta["fsdp_reduce_scatter_prepare"] = "another bucket"  # no longer its launch's id
+    assert _fingerprint(first) != _fingerprint(second)

@@ -205,13 +205,25 @@ def _prep_chains(ref: Refinement, rank: int) -> list[Finding]:
     return []
 
 
+# Every meta key the per-rank rules read (here, in ``refinement.py`` and in ``graph_facts.py``):
+# phase and kind verbatim; the bucket tags, which the rules only compare with one another and test
+# for emptiness, by order of first appearance (their ids embed the graph's signature, which
+# differs between the ranks of a ``cuda`` world only because each rank sees its own device).
+READ_META = ("autograd_backward", "comm_type")
+INTERNED_META = ("fsdp_bucket_id", "fsdp_bucket_prepare", "fsdp_reduce_scatter_prepare")
+
+
 def _fingerprint(module: fx.GraphModule) -> str:
     """Ranks with equal fingerprints get equal verdicts: names, targets, arguments and the meta the
-    rules read (phase, comm_type, fsdp_* tags)."""
+    rules read (``READ_META``, ``INTERNED_META``)."""
     digest = hashlib.sha1()
+    labels: dict[str, int] = {}
     for node in module.graph.nodes:
-        tags = sorted((k, str(v)) for k, v in node.meta.items()
-                      if k in ("autograd_backward", "comm_type") or k.startswith("fsdp_"))
+        tags = [repr(node.meta.get(key)) for key in READ_META]
+        for key in INTERNED_META:
+            value = node.meta.get(key)
+            tags.append(f"#{labels.setdefault(value, len(labels))}" if isinstance(value, str) and value
+                        else repr(value))
         digest.update(f"{node.name}|{node.target}|{node.args}|{node.kwargs}|{tags}\n".encode())
     return digest.hexdigest()
 
