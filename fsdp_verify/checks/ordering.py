@@ -214,8 +214,8 @@ INTERNED_META = ("fsdp_bucket_id", "fsdp_bucket_prepare", "fsdp_reduce_scatter_p
 
 
 def _fingerprint(module: fx.GraphModule) -> str:
-    """Ranks with equal fingerprints get equal verdicts: names, targets, arguments and the meta the
-    rules read (``READ_META``, ``INTERNED_META``)."""
+    """Ranks with equal fingerprints get equal verdicts: names, ops, targets, arguments and the meta
+    the rules read (``READ_META``, ``INTERNED_META``)."""
     digest = hashlib.sha1()
     labels: dict[str, int] = {}
     for node in module.graph.nodes:
@@ -224,7 +224,7 @@ def _fingerprint(module: fx.GraphModule) -> str:
             value = node.meta.get(key)
             tags.append(f"#{labels.setdefault(value, len(labels))}" if isinstance(value, str) and value
                         else repr(value))
-        digest.update(f"{node.name}|{node.target}|{node.args}|{node.kwargs}|{tags}\n".encode())
+        digest.update(f"{node.name}|{node.op}|{node.target}|{node.args}|{node.kwargs}|{tags}\n".encode())
     return digest.hexdigest()
 
 

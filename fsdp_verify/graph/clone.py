@@ -47,7 +47,10 @@ def clone_module(module: fx.GraphModule) -> fx.GraphModule:
                 new.args = fx.map_arg(node.args, lookup)
             if node.kwargs:
                 new.kwargs = fx.map_arg(node.kwargs, lookup)
-        new.meta.update(node.meta)  # a fresh node's meta is empty: one level deep, as node_copy
+        if type(node.meta) is dict:
+            new.meta.update(node.meta)  # a fresh node's meta is empty: one level deep, as node_copy
+        else:
+            new.meta = copy.copy(node.meta)  # keep a target's own mapping type
         env[node] = new
     result = _LazyGraphModule(torch.nn.Module(), graph)
     result.meta = copy.deepcopy(module.meta)
