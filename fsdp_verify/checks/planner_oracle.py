@@ -107,7 +107,7 @@ class Expectations:
     ``expected_report`` reads only what ``signature_of`` hashes (names, targets, args, kwargs, FSDP
     meta), the rank's groups and the arguments, so ranks whose graphs share a signature and whose
     groups agree share one derivation: an SPMD world derives one plan, not one per rank. Graphs
-    that differ only by device indices (``device_canonical``: each rank of a ``cuda`` world sees
+    that differ only by device indices (``signatures``' canonical hash: each rank of a ``cuda`` world sees
     its own) share one derivation too, re-signed with each graph's own signature.
     """
 

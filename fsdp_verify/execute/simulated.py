@@ -194,12 +194,21 @@ class _OutHandle:
     out: torch.Tensor
 
 
-@functools.cache
-def _c10d_op(target: Any) -> Optional[str]:
-    """The functional-collective op a target calls (``wait_tensor``, ...), or None; remembered per
-    target (FX targets are hashable callables), since every node of every run asks."""
+def _op_of(target: Any) -> Optional[str]:
     name = str(target)
     return name.split(".")[1] if name.startswith(("_c10d_functional.", "c10d_functional.")) else None
+
+
+_remembered_op = functools.cache(_op_of)
+
+
+def _c10d_op(target: Any) -> Optional[str]:
+    """The functional-collective op a target calls (``wait_tensor``, ...), or None; remembered per
+    target, since every node of every run asks (an unhashable target is asked anew each time)."""
+    try:
+        return _remembered_op(target)
+    except TypeError:
+        return _op_of(target)
 
 
 class RankInterpreter(fx.Interpreter):

@@ -183,23 +183,14 @@ def node_refs(value: Any) -> list[NodeRef]:
 
 
 def map_refs(value: Any, fn) -> Any:
-    """Replace every NodeRef inside a value by ``fn(ref)`` (exact types first: every node of
-    every build passes through here)."""
-    kind = type(value)
-    if kind is NodeRef:
-        return fn(value)
-    if kind is tuple:
-        return tuple([map_refs(item, fn) for item in value])
-    if kind is list:
-        return [map_refs(item, fn) for item in value]
-    if kind is dict:
-        return {key: map_refs(item, fn) for key, item in value.items()}
-    if kind in _IMMUTABLE:
-        return value
+    """Replace every NodeRef inside a value by ``fn(ref)`` (immutable leaves return first and lists
+    are built by comprehension: every node of every build passes through here)."""
     if isinstance(value, NodeRef):
         return fn(value)
+    if type(value) in _IMMUTABLE:
+        return value
     if isinstance(value, tuple):
-        return tuple(map_refs(item, fn) for item in value)
+        return tuple([map_refs(item, fn) for item in value])
     if isinstance(value, list):
         return [map_refs(item, fn) for item in value]
     if isinstance(value, dict):
