@@ -71,6 +71,7 @@ PLANTED = [
     ("numerics", "avg_twice", "two_block", "differs"),
     ("numerics", "copy_out_before_wait", "two_block", "fails in the simulated world"),
     ("numerics", "rank_dependent_packing", "two_block", "differs"),
+    ("numerics", "rs_source_rescaled", "two_block", "differs before the collective"),
     ("consistency", "fused_meta_dropped", "two_block", "lacks the fused-node meta"),
     ("consistency", "stale_plan_accepted", "two_block", "stale plan"),
     ("memory", "leaked_buffers", "two_block", "peak live bytes"),
@@ -149,6 +150,22 @@ def test_a_case_with_non_finite_outputs_is_invalid_never_a_pass():
     assert "not finite" in findings[0].message
     assert ctx.metrics["numerics"]["judged_elements"] == 0
     assert corpus.Verdict.of(findings).status == corpus.INVALID
+
+
+def test_a_collective_source_that_is_not_finite_makes_the_case_invalid():
+    # The shared run replaces the source by codes, so the outputs are finite; the source's own
+    # value is what the numerics checker compares, and a NaN there cannot be judged.
+    from fsdp_verify.graph.compose import Composer
+    c = Composer({"fsdp": (0, 1)})
+    c.param("w", (2, 4), state_idx=0, device="cpu")
+    x = c.input("x", (4, 4), "float32")
+    grad = c.call("aten.div.Tensor", x, 0.0)  # inf and nan (0/0) on every rank
+    _, wait = c.reduce_scatter(grad, "w")
+    case = Case(c.finish([wait]))
+    findings, ctx = check_all(get_target("reference"), case)
+    assert [(f.checker, f.severity) for f in findings] == [("numerics", "invalid")]
+    assert "source div" in findings[0].message and "not finite" in findings[0].message
+    assert ctx.metrics["numerics"]["judged_elements"] == 0
 
 
 def test_the_planner_oracle_names_an_impure_planner():

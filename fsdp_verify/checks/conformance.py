@@ -146,7 +146,7 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
 def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str, list[fx.Node]]]]) -> list[Finding]:
     """Each member's codes where the plan's offset puts them in what its fused launch sent (the
     shared identity run of the rewrite; a member whose source has no codes is counted unverified)."""
-    seen = ctx.identity_rewritten
+    seen = ctx.rewritten_run
     if isinstance(seen, Exception):
         return []  # the layout checker reports a rewrite that cannot run on identity tensors
     unverified = 0

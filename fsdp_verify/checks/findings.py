@@ -9,8 +9,7 @@ from typing import Any, Optional
 from torch import fx
 
 from ..case import Case
-from ..execute.simulated import SimulationError, WorldRun
-from ..execute.world import simulate
+from ..execute.simulated import WorldRun
 from ..targets.outcome import TargetRun
 from .identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
 from .refinement import Refinement, refine
@@ -82,14 +81,29 @@ class CheckContext:
         return self._reports[rank]
 
     @cached_property
-    def original_sim(self) -> WorldRun | SimulationError | Exception:
-        """The original graphs run in the simulated world (or why they could not run)."""
-        return _attempt(lambda: simulate(self.case, self.original))
+    def original_run(self) -> IdentityRun | Exception:
+        """The one simulated run of the original graphs (the case's inputs, collective sources
+        coded: ``identity``), or why they could not run; every checker that reads a run reads it."""
+        return _attempt(lambda: identity_run(self.case, self.original, self.identity_codes,
+                                             set(self.watched_consumers)))
 
     @cached_property
-    def rewritten_sim(self) -> WorldRun | SimulationError | Exception:
-        """The rewritten graphs run in the simulated world (or why they could not run)."""
-        return _attempt(lambda: simulate(self.case, self.rewritten))
+    def rewritten_run(self) -> IdentityRun | Exception:
+        """The one simulated run of the rewritten graphs, on the same inputs and codes."""
+        return _attempt(lambda: identity_run(self.case, self.rewritten, self.identity_codes,
+                                             set(self.watched_consumers)))
+
+    @property
+    def original_sim(self) -> WorldRun | Exception:
+        """The original run's outputs, streams and sizes (or why it could not run)."""
+        run = self.original_run
+        return run if isinstance(run, Exception) else run.world
+
+    @property
+    def rewritten_sim(self) -> WorldRun | Exception:
+        """The rewritten run's outputs, streams and sizes (or why it could not run)."""
+        run = self.rewritten_run
+        return run if isinstance(run, Exception) else run.world
 
     @cached_property
     def identity_codes(self) -> IdentityCodes:
@@ -100,18 +114,6 @@ class CheckContext:
     def watched_consumers(self) -> dict[str, str]:
         """Consumers of tagged collective results -> the parameter they read."""
         return watched_consumers(self.original[min(self.original)])
-
-    @cached_property
-    def identity_original(self) -> IdentityRun | Exception:
-        """One identity run of the original graphs (or why it could not run)."""
-        return _attempt(lambda: identity_run(self.case, self.original, self.identity_codes,
-                                             set(self.watched_consumers)))
-
-    @cached_property
-    def identity_rewritten(self) -> IdentityRun | Exception:
-        """One identity run of the rewritten graphs, shared by the layout and conformance checkers."""
-        return _attempt(lambda: identity_run(self.case, self.rewritten, self.identity_codes,
-                                             set(self.watched_consumers)))
 
 
 def _attempt(fn):

@@ -1,29 +1,89 @@
 """Identity tensors: every collective source carries codes that name (parameter, rank, element),
-and one run of each world records what the layout and conformance checkers read.
+and one run of each world serves every checker that reads a simulation.
 
-All-gathers only move data, so any distinct bit pattern works: each code's bits are a counter,
-decodable back to its parameter, rank and element. For reduce-scatters every rank contributes
-integer codes small enough that the sum over the group stays exact in the source's dtype (at most
-``(limit - 1) // degree`` each), so a sum is the same whatever order the ranks are added in and a
-misplaced or missing contribution changes it. One run per world serves both checkers: the layout
-checker compares what each consumer of a collective receives, the conformance checker what each
-fused launch sends.
+The run is the numeric run too (one simulation per world, not one per question): its
+placeholders hold the case's inputs, and each tagged collective's source is replaced by codes
+that are also ordinary numbers. The numerics checker compares that run's outputs, and the
+sources' own values as computed before replacement (so a rewrite that changes how a source is
+computed cannot hide behind its codes).
+
+All-gather codes only move, so they need distinct bit patterns, decodable back to parameter,
+rank and element; they are also finite, of either sign and below 1 in magnitude (like the
+inputs), so the computations downstream stay meaningful: a counter's low mantissa bits are
+multiplied by an odd constant into the top of the mantissa (a bijection that spreads neighbours
+apart), its higher bits pick a binade (``[0.5, 1)`` first, then smaller ones: ``_FORMATS`` says
+per dtype how many before the codes repeat) and a hash of it the sign.
+Reduce-scatter codes are multiples of ``1/P`` in ``(0, 1]``, with ``P`` a power of two small
+enough that a sum over the group stays exact in the source's dtype: a sum is then the same in
+whatever order the ranks are added, and a misplaced or missing contribution changes it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import fx
 
 from ..case import Case
+from ..execute.simulated import WorldRun
 from ..execute.world import simulate
 from .graph_facts import FSDP_KINDS, is_launch, is_wait, real_consumers
 
 INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
+# dtype -> (mantissa bits, exponent bias, binades used): about 15k distinct codes for 2-byte types
+_FORMATS = {torch.float16: (10, 15, 14), torch.bfloat16: (7, 127, 120), torch.float32: (23, 127, 4),
+            torch.float64: (52, 1023, 4)}
+_SPREAD = 0x5BD1E9  # odd: multiplying by it permutes the residues modulo any power of two
+_SIGN = 0x9E3779B1
+
+
+def gather_period(dtype: torch.dtype) -> int:
+    """How many counters have distinct all-gather codes in ``dtype``."""
+    mantissa, _, binades = _FORMATS[dtype]
+    return binades << mantissa
+
+
+def gather_codes(counters: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The all-gather codes of ``counters`` (int64) as ``dtype``: injective on one period
+    (``gather_period``), finite, nonzero and below 1 in magnitude."""
+    mantissa, bias, _ = _FORMATS[dtype]
+    width, top = 8 * dtype.itemsize, min(mantissa, 23)
+    counters = counters % gather_period(dtype)
+    low = counters & ((1 << mantissa) - 1)
+    spread = ((low & ((1 << top) - 1)) * _SPREAD) & ((1 << top) - 1)
+    fraction = (spread << (mantissa - top)) | (low >> top)
+    exponent = bias - 1 - (counters >> mantissa)
+    sign = (((counters & ((1 << 30) - 1)) * _SIGN) >> 31) & 1
+    bits = (exponent << mantissa) | fraction
+    if width < 64:
+        bits = bits - sign * (1 << (width - 1))  # the sign bit, in the narrower type's two's complement
+    else:
+        bits = torch.where(sign.bool(), bits | (-(1 << 63)), bits)
+    return bits.to(INT_VIEW[dtype.itemsize]).view(dtype)
+
+
+def gather_counter(bits: int, dtype: torch.dtype) -> Optional[int]:
+    """The counter (within one period) whose code has these bits (an integer view), or None."""
+    mantissa, bias, binades = _FORMATS[dtype]
+    width, top = 8 * dtype.itemsize, min(mantissa, 23)
+    bits &= (1 << width) - 1
+    binade = bias - 1 - ((bits >> mantissa) & ((1 << (width - 1 - mantissa)) - 1))
+    if not 0 <= binade < binades:
+        return None
+    fraction = bits & ((1 << mantissa) - 1)
+    spread, rest = fraction >> (mantissa - top), fraction & ((1 << (mantissa - top)) - 1)
+    low = (spread * pow(_SPREAD, -1, 1 << top)) % (1 << top)
+    return (binade << mantissa) | (rest << top) | low
+
+
+def scatter_codes(counters: torch.Tensor, dtype: torch.dtype, degree: int) -> torch.Tensor:
+    """Reduce-scatter codes: ``(counter mod P + 1) / P`` with ``P`` the largest power of two such
+    that ``degree`` of them sum exactly in ``dtype``."""
+    span = 1 << max(0, ((_EXACT_INT.get(dtype, 256) - 1) // degree).bit_length() - 1)
+    return ((counters % span + 1).to(torch.float64) / span).to(dtype)
 
 
 class IdentityCodes:
@@ -31,9 +91,9 @@ class IdentityCodes:
 
     def __init__(self, sources: dict[str, tuple[str, str, int]]) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
-        self.table: dict[tuple, tuple[str, int, int]] = {}
-        self.bases: dict[tuple[str, int], int] = {}
+        self.ranges: dict[tuple[str, int], tuple[int, int]] = {}  # (param, rank) -> (first counter, count)
         self.next_base = 1
+        self._made: dict[tuple, torch.Tensor] = {}  # the original's codes, copied for the rewrite's run
 
     @classmethod
     def of(cls, original: fx.GraphModule) -> "IdentityCodes":
@@ -43,39 +103,40 @@ class IdentityCodes:
                     and node.args and isinstance(node.args[0], fx.Node)})
 
     def _base(self, param: str, rank: int, count: int) -> int:
-        """Code ranges are handed out on first use (the original's run) and reused for the rewrite."""
-        if (param, rank) not in self.bases:
-            self.bases[(param, rank)] = self.next_base
+        """Counter ranges are handed out on first use (the original's run) and reused for the rewrite."""
+        if (param, rank) not in self.ranges:
+            self.ranges[(param, rank)] = (self.next_base, count)
             self.next_base += count
-        return self.bases[(param, rank)]
+        return self.ranges[(param, rank)][0]
+
+    def coded(self, node: fx.Node, value: Any) -> bool:
+        """Whether ``value``, ``node``'s result, is replaced by codes (floating sources of the
+        dtypes the codes are defined for)."""
+        return node.name in self.sources and isinstance(value, torch.Tensor) and value.dtype in _FORMATS
 
     def value(self, rank: int, node: fx.Node, value: Any) -> Any:
-        """``value`` replaced by its codes when ``node`` is a source (floating tensors only)."""
-        if node.name not in self.sources or not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        """``value`` replaced by its codes when ``node`` is a coded source."""
+        if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        count = value.numel()
-        base = self._base(param, rank, count)
-        if kind == "fsdp_reduce_scatter":
-            span = max(1, (_EXACT_INT.get(value.dtype, 256) - 1) // degree)
-            codes = (torch.arange(count, dtype=torch.float64) + base) % span + 1
-            return codes.to(value.dtype).reshape(value.shape)
-        raw = torch.arange(base, base + count, dtype=torch.int64)
-        if value.element_size() == 2:
-            raw = raw % 0x7800 + 1  # below the fp16/bf16 exponent ranges that hold inf/nan
-        codes = raw.to(INT_VIEW[value.element_size()]).view(value.dtype).reshape(value.shape)
-        for index, bits in enumerate(raw.tolist()):
-            self.table[(value.element_size(), bits)] = (param, rank, index)
-        return codes
+        key = (param, rank, kind, degree, value.dtype, value.numel())
+        if key not in self._made:
+            counters = torch.arange(value.numel(), dtype=torch.int64) + self._base(param, rank, value.numel())
+            self._made[key] = scatter_codes(counters, value.dtype, degree) if kind == "fsdp_reduce_scatter" \
+                else gather_codes(counters, value.dtype)
+        return self._made[key].clone().reshape(value.shape)  # a fresh tensor: the run may write to it
 
     def decode(self, tensor: torch.Tensor, position: int) -> str:
-        """Which parameter, rank and element the code at ``position`` came from (all-gathers)."""
+        """Which parameter, rank and element the all-gather code at ``position`` came from."""
         flat = tensor.detach().contiguous().reshape(-1)
-        if position >= flat.numel() or tensor.element_size() not in INT_VIEW:
+        if position >= flat.numel() or tensor.dtype not in _FORMATS:
             return "?"
-        bits = int(flat.view(INT_VIEW[tensor.element_size()])[position])
-        found = self.table.get((tensor.element_size(), bits))
-        return f"{found[0]} (rank {found[1]}, element {found[2]})" if found else f"value {float(flat[position])}"
+        counter = gather_counter(int(flat.view(INT_VIEW[tensor.element_size()])[position]), tensor.dtype)
+        period = gather_period(tensor.dtype)
+        for (param, rank), (base, count) in self.ranges.items():
+            if counter is not None and (counter - base) % period < count:
+                return f"{param} (rank {rank}, element {(counter - base) % period})"
+        return f"value {float(flat[position])}"
 
 
 def _degree(node: fx.Node) -> int:
@@ -93,29 +154,40 @@ def watched_consumers(original: fx.GraphModule) -> dict[str, str]:
 
 @dataclass
 class IdentityRun:
-    """What one identity run recorded, by (rank, node name): the inputs of every watched consumer
-    and launch (``None`` for a tensor already released), and the codes every source produced."""
+    """What one run of a world gave: its outputs, streams and sizes (``world``) and, by (rank,
+    node name), the inputs of every watched consumer and launch (``None`` for a tensor already
+    released), the codes every source produced and each coded source's own value before it was
+    replaced (``natural``)."""
 
+    world: WorldRun
     inputs: dict[tuple[int, str], list] = field(default_factory=dict)
     sources: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    natural: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
 
 
 def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: IdentityCodes,
                  consumers: set[str]) -> IdentityRun:
-    """Run ``modules`` with every source replaced by its codes, recording ``consumers``' and every
-    launch's inputs and each source's codes."""
+    """Run ``modules`` on the case's inputs with every source replaced by its codes, recording
+    ``consumers``' and every launch's inputs, each source's codes and its value before coding."""
     launches = {node.name for module in modules.values() for node in module.graph.nodes if is_launch(node)}
-    seen = IdentityRun()
+    inputs: dict[tuple[int, str], list] = {}
+    sources: dict[tuple[int, str], torch.Tensor] = {}
+    natural: dict[tuple[int, str], torch.Tensor] = {}
 
-    def observe(rank: int, node: fx.Node, inputs: tuple, result: Any) -> None:
+    def override(rank: int, node: fx.Node, value: Any) -> Any:
+        if codes.coded(node, value):
+            natural[(rank, node.name)] = value.detach().clone()  # later in-place ops may change it
+        return codes.value(rank, node, value)
+
+    def observe(rank: int, node: fx.Node, args: tuple, result: Any) -> None:
         if node.name in codes.sources and isinstance(result, torch.Tensor):
-            seen.sources[(rank, node.name)] = result.detach().clone()
+            sources[(rank, node.name)] = result.detach().clone()
         if node.name in consumers or node.name in launches:
             # a free's input is already released when the free has run
-            seen.inputs[(rank, node.name)] = [
+            inputs[(rank, node.name)] = [
                 t.detach().clone() if isinstance(t, torch.Tensor) and (t.untyped_storage().size() or not t.numel())
-                else None for t in inputs]
+                else None for t in args]
 
-    simulate(case, modules, observe=observe, override=codes.value, watch=set(codes.sources) | consumers | launches,
-             overridden=set(codes.sources))
-    return seen
+    world = simulate(case, modules, observe=observe, override=override,
+                     watch=set(codes.sources) | consumers | launches, overridden=set(codes.sources))
+    return IdentityRun(world, inputs, sources, natural)

@@ -77,7 +77,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
     codes, watched = ctx.identity_codes, ctx.watched_consumers
     if not codes.sources or not watched:
         return []
-    before, after = ctx.identity_original, ctx.identity_rewritten
+    before, after = ctx.original_run, ctx.rewritten_run
     if isinstance(before, Exception):
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):

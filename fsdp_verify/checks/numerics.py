@@ -1,8 +1,13 @@
 """Numerical equality in the simulated world: every output of every rank, bit for bit.
 
-A case whose original outputs are not all finite cannot be judged (NaN payloads and infinities
-carry no comparable meaning): it is ``invalid``, never a pass. ``ctx.metrics["numerics"]`` counts
-the output elements judged, so a run can say what share of its outputs was actually compared.
+The run compared is the case's one run per world (``identity``): collective sources carry
+identity codes there, so each source's own value, as computed before it was coded, is compared
+too; a rewrite that computes a source differently cannot hide behind the codes.
+
+A case whose original outputs or source values are not all finite cannot be judged (NaN payloads
+and infinities carry no comparable meaning): it is ``invalid``, never a pass.
+``ctx.metrics["numerics"]`` counts the elements judged, so a run can say what share of its
+outputs was actually compared.
 """
 
 from __future__ import annotations
@@ -67,6 +72,32 @@ def _nonfinite(outputs: dict[int, list], original: dict[int, fx.GraphModule]) ->
     return ""
 
 
+def _nonfinite_source(natural: dict[tuple[int, str], torch.Tensor]) -> str:
+    """``"rank R source name"`` of the first original source value holding a NaN or an infinity."""
+    for (rank, name), value in sorted(natural.items()):
+        if not bool(value.isfinite().all()):
+            return f"rank {rank} source {name}"
+    return ""
+
+
+def _source_findings(before: dict[tuple[int, str], torch.Tensor],
+                     after: dict[tuple[int, str], torch.Tensor]) -> list[Finding]:
+    """The first source per rank whose value, before coding, differs from the original's (a source
+    the rewrite lost is the layout and conformance checkers' business: its consumers get no codes)."""
+    findings, flagged = [], set()
+    for (rank, name), x in sorted(before.items()):
+        y = after.get((rank, name))
+        if y is None or rank in flagged:
+            continue
+        diff = bit_difference(x, y)
+        if diff is not None:
+            flagged.add(rank)
+            detail = ", ".join(f"{k} {v}" for k, v in diff.items())
+            findings.append(Finding(NAME, f"rank {rank}: collective source {name} differs before the collective: "
+                                          f"{detail}", nodes=(name,), details={"source": name, **diff}, rank=rank))
+    return findings
+
+
 def run_failure(checker: str, error: Exception) -> Finding:
     """The finding for a rewritten graph that could not run (desync, read after free, crash)."""
     if isinstance(error, Deadlock):
@@ -90,14 +121,16 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                         severity=INVALID)]
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
-    total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor))
+    sources = ctx.original_run.natural
+    total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor)) + \
+        sum(t.numel() for t in sources.values())
     nonfinite = _nonfinite(before.outputs, original)
-    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if nonfinite else total}
-    if nonfinite:
-        return [Finding(NAME, f"the original graph's output {nonfinite} is not finite, so the case cannot be "
-                              f"judged", nodes=(nonfinite.split(" ")[-1],), severity=INVALID,
-                        details={"kind": "non_finite"})]
-    findings = []
+    where = f"output {nonfinite}" if nonfinite else _nonfinite_source(sources)
+    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if where else total}
+    if where:
+        return [Finding(NAME, f"the original graph's {where} is not finite, so the case cannot be judged",
+                        nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"})]
+    findings = _source_findings(sources, ctx.rewritten_run.natural)
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])

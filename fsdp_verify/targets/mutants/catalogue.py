@@ -96,6 +96,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),
            damage=rewrite_bugs.avg_twice),
+    Mutant("rs_source_rescaled", "a fused RS member's source is computed from a halved input", ("numerics",),
+           damage=rewrite_bugs.rs_source_rescaled),
     Mutant("wrong_group_name", "the fused launch names the wrong process group", ("consistency", "numerics"),
            damage=rewrite_bugs.wrong_group),
     Mutant("fused_meta_dropped", "fused launches lack fsdp_bucket_members", ("consistency",),

@@ -76,6 +76,26 @@ def avg_twice(module: fx.GraphModule, rank: int) -> None:
             return
 
 
+def rs_source_rescaled(module: fx.GraphModule, rank: int) -> None:
+    """One fused reduce-scatter member's source is computed from a halved input (a gradient
+    prescale applied a second time, upstream of the bucket): only the source's own value changes,
+    which the identity codes that replace it in the shared run would hide from every other reader."""
+    for launch in fused_launches(module, RS):
+        packed = launch.args[0].args[0]  # flat <- cat(rows) <- reshape(source) per member
+        rows = packed.args[0] if packed.target is aten.cat.default else []
+        for row in rows:
+            source = row.args[0]
+            feed = source.args[0] if source.op == "call_function" and source.args else None
+            if source.target in _TENSOR_IN_FIRST and isinstance(feed, fx.Node):
+                with module.graph.inserting_before(source):
+                    halved = module.graph.call_function(aten.mul.Tensor, (feed, 0.5))
+                source.replace_input_with(feed, halved)
+                return
+
+
+_TENSOR_IN_FIRST = (aten.mul.Tensor, aten.contiguous.default, aten.t.default, aten.view.default)
+
+
 def wrong_group(module: fx.GraphModule, rank: int) -> None:
     """The fused launch names the wrong process group."""
     groups = {n.args[-1] for n in module.graph.nodes if n.op == "call_function" and str(n.target).startswith(

@@ -1,0 +1,47 @@
+"""Identity codes: what the layout, conformance and numerics checkers rely on when one run of
+each world serves them all."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from fsdp_verify.checks.identity import INT_VIEW, gather_codes, gather_counter, gather_period, scatter_codes
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gather_codes_are_distinct_finite_signed_and_below_one_and_decode_to_their_counter(dtype):
+    period = gather_period(dtype)
+    assert period >= 14336
+    counters = torch.arange(min(period, 1 << 16), dtype=torch.int64)
+    codes = gather_codes(counters, dtype)
+    bits = codes.view(INT_VIEW[dtype.itemsize]).tolist()
+    assert len(set(bits)) == len(bits)  # layout can tell every element apart
+    assert bool(codes.isfinite().all()) and bool((codes != 0).all()) and bool((codes.abs() < 1).all())
+    assert 0.4 < float((codes > 0).double().mean()) < 0.6  # both signs, like the inputs
+    assert all(gather_counter(b, dtype) == i for i, b in enumerate(bits[:4096]))
+    wrapped = torch.tensor([period - 1, period, period + 7], dtype=torch.int64)
+    assert [gather_counter(b, dtype) for b in gather_codes(wrapped, dtype).view(INT_VIEW[dtype.itemsize]).tolist()] \
+        == [period - 1, 0, 7]
+
+
+def test_a_value_that_is_no_gather_code_decodes_to_nothing():
+    assert gather_counter(torch.tensor(3.0).view(torch.int32).item(), torch.float32) is None
+
+
+@pytest.mark.parametrize("dtype,degree", list(itertools.product(DTYPES, (2, 3, 5, 8))))
+def test_scatter_codes_sum_exactly_in_any_rank_order(dtype, degree):
+    generator = torch.Generator().manual_seed(degree)
+    per_rank = [scatter_codes(torch.randint(0, 1 << 40, (512,), generator=generator), dtype, degree)
+                for _ in range(degree)]
+    assert all(bool(((c > 0) & (c <= 1)).all()) for c in per_rank)
+    exact = sum(c.double() for c in per_rank)
+    for order in (range(degree), reversed(range(degree))):
+        total = torch.zeros(512, dtype=dtype)
+        for rank in order:
+            total = total + per_rank[rank]
+        assert torch.equal(total.double(), exact)
