@@ -52,7 +52,7 @@ def measure(drawn: list, per_source: dict[str, list]) -> dict[str, list[float]]:
     for case in drawn:
         before = sum(v for k, v in cpu.items() if k != "target")
         c, w = time.process_time(), time.perf_counter()
-        run = TargetRun(case, build_world(case))
+        run = TargetRun(case, build_world(case, shared=True))
         modules = build_world(case)
         cpu["build"] += time.process_time() - c
         wall["build"] += time.perf_counter() - w

@@ -58,7 +58,7 @@ def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> d
 def run_target(target: Target, case: Case) -> TargetRun:
     """Apply ``target`` to fresh copies of the case's graphs; an exception (``SystemExit`` too) or a
     malformed result becomes ``error``."""
-    run = TargetRun(case, build_world(case))
+    run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
     modules = build_world(case)
     try:
         run.plans = _checked_plans(target.rewrite(case, modules), modules)

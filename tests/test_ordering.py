@@ -3,8 +3,10 @@ and the z3 schedule model on hand-built programs (both synchronisation models, c
 
 from __future__ import annotations
 
+from collections import Counter
+
 from fsdp_verify.checks.graph_facts import aliases_input, has_effect, is_launch, is_wait
-from fsdp_verify.checks.schedule import Event, find_deadlock
+from fsdp_verify.checks.schedule import Event, find_deadlock, lockstep
 from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets.reference import ReferenceTarget
 from support import two_block_case
@@ -53,7 +55,29 @@ def _program(rank_events: list[tuple[str, str, bool]], ranks=(0, 1)) -> list[Eve
 
 def test_agreeing_programs_have_a_schedule():
     same = [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
-    assert find_deadlock({0: _program(same), 1: _program(same)}) is None
+    proofs = Counter()
+    assert find_deadlock({0: _program(same), 1: _program(same)}, proofs) is None
+    assert proofs == {"lockstep": 1}  # the witness: every rank in lockstep
+
+
+def test_programs_that_differ_but_have_a_schedule_are_proved_by_z3():
+    rank0 = [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
+    rank1 = [("a", "A", False), ("b", "B", False), ("a", "A", True), ("b", "B", True)]
+    proofs = Counter()
+    assert find_deadlock({0: _program(rank0), 1: _program(rank1)}, proofs) is None
+    assert proofs == {"z3": 1}
+
+
+def test_the_lockstep_witness_needs_every_slot_at_one_position_on_its_members():
+    rank0 = [("a", "A", False), ("a", "A", True), ("b", "B", False), ("b", "B", True)]
+    swapped_kind = [("a", "A", False), ("b", "B", False), ("a", "A", True), ("b", "B", True)]
+    programs = {0: _program(rank0), 1: _program(swapped_kind)}
+    assert not lockstep(programs, {0: 0, 1: 0}, {0: 4, 1: 4})
+    assert not lockstep({0: _program(rank0), 1: _program(rank0[:2])}, {0: 0, 1: 0}, {0: 4, 1: 2})
+    # ranks in disjoint subgroups of one group name are in lockstep with their own subgroup only
+    sub = {0: _program(rank0, ranks=(0, 1)), 1: _program(rank0, ranks=(0, 1)), 2: _program(rank0, ranks=(2, 3)),
+           3: _program(rank0, ranks=(2, 3))}
+    assert lockstep(sub, dict.fromkeys(sub, 0), dict.fromkeys(sub, 4))
 
 
 def test_a_cycle_of_blocking_waits_is_a_deadlock_under_gloo():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+from collections import Counter
 from typing import Optional
 
 from torch import fx
@@ -301,7 +302,9 @@ def check_ordering(ctx: CheckContext) -> list[Finding]:
     programs, streams = _programs(ctx)
     if streams:
         return found + streams
-    deadlock = find_deadlock(programs)
+    proofs: Counter = Counter()
+    deadlock = find_deadlock(programs, proofs)
+    ctx.metrics[NAME] = {"segments_by_lockstep": proofs["lockstep"], "segments_by_z3": proofs["z3"]}
     if deadlock is not None:
         found = found + [Finding(NAME, f"ranks {', '.join(map(str, deadlock.ranks))}: {deadlock.describe()}",
                                  nodes=deadlock.nodes, details={"rule": f"deadlock_{deadlock.model}",

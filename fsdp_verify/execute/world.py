@@ -13,13 +13,24 @@ from .inputs import make_inputs
 from .simulated import WorldRun, run_world
 
 
-def build_world(case: Case) -> dict[int, fx.GraphModule]:
+def build_world(case: Case, shared: bool = False) -> dict[int, fx.GraphModule]:
     """One module per rank, each with that rank's device index in its specs (the description is
-    validated once and the first rank's graph linted: localising changes device indices only)."""
+    validated once and the first rank's graph linted: localising changes device indices only).
+    ``shared``: ranks whose graphs are the same (no device index to localise) share one module,
+    for callers that only read them (the originals a run is checked against)."""
     validate(case.graph)
     first = min(case.graph.world(), default=None)
-    return {rank: build_module(localize(case.graph, rank), validated=True, lint=rank == first)
-            for rank in case.graph.world()}
+    modules: dict[int, fx.GraphModule] = {}
+    unlocalised: Optional[fx.GraphModule] = None  # the module ranks share, when ``shared``
+    for rank in case.graph.world():
+        spec = localize(case.graph, rank)
+        if shared and spec is case.graph:
+            if unlocalised is None:
+                unlocalised = build_module(spec, validated=True, lint=rank == first)
+            modules[rank] = unlocalised
+        else:
+            modules[rank] = build_module(spec, validated=True, lint=rank == first)
+    return modules
 
 
 def simulate(case: Case, modules: Mapping[int, fx.GraphModule], *, seed: Optional[int] = None,

@@ -82,14 +82,18 @@ def add_call(graph: fx.Graph, target: object, args: tuple, kwargs: dict, name: O
 
 
 def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
-    """The same graph as seen by a rank whose device index is ``local_index``.
+    """The same graph as seen by a rank whose device index is ``local_index`` (``spec`` itself
+    when it names no device index).
 
     Only device indices change (``cuda:0`` -> ``cuda:3``): the planner must give the same
     group digests on every rank although graph signatures differ.
     """
+    changed = False
 
     def relabel(device: object) -> object:
+        nonlocal changed
         match = _DEVICE_INDEX.match(device) if isinstance(device, str) else None
+        changed = changed or match is not None
         return f"{match.group(1)}:{local_index}" if match else device
 
     nodes = []
@@ -102,7 +106,7 @@ def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
         nodes.append(node)
     params = tuple(ParamSpec(p.fqn, p.placeholder, p.shard_shape, p.dtype, relabel(p.device), p.state_idx, p.group)
                    for p in spec.params)
-    return GraphSpec(spec.groups, params, spec.inputs, tuple(nodes), spec.attrs, spec.version)
+    return GraphSpec(spec.groups, params, spec.inputs, tuple(nodes), spec.attrs, spec.version) if changed else spec
 
 
 def placeholder_tensors(spec: GraphSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
