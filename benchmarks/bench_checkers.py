@@ -46,7 +46,7 @@ def measure(blocks: int, repeat: int) -> dict:
     wall = time.perf_counter()
     for _ in range(repeat):
         start = time.process_time()
-        run = TargetRun(case, build_world(case))
+        run = TargetRun(case, build_world(case, shared=True))  # as orchestrate.run_target
         modules = build_world(case)
         keep("build", start)
         start = time.process_time()

@@ -169,7 +169,8 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
                  consumers: set[str]) -> IdentityRun:
     """Run ``modules`` on the case's inputs with every source replaced by its codes, recording
     ``consumers``' and every launch's inputs, each source's codes and its value before coding."""
-    launches = {node.name for module in modules.values() for node in module.graph.nodes if is_launch(node)}
+    distinct = {id(module): module for module in modules.values()}.values()  # ranks may share a module
+    launches = {node.name for module in distinct for node in module.graph.nodes if is_launch(node)}
     inputs: dict[tuple[int, str], list] = {}
     sources: dict[tuple[int, str], torch.Tensor] = {}
     natural: dict[tuple[int, str], torch.Tensor] = {}
