@@ -10,6 +10,7 @@ from torch import fx
 
 from ..case import Case
 from ..execute.simulated import WorldRun
+from ..execute.world import simulate
 from ..targets.outcome import TargetRun
 from .identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
 from .refinement import Refinement, refine
@@ -104,6 +105,13 @@ class CheckContext:
         """The rewritten run's outputs, streams and sizes (or why it could not run)."""
         run = self.rewritten_run
         return run if isinstance(run, Exception) else run.world
+
+    @cached_property
+    def plain_runs(self) -> tuple[WorldRun | Exception, WorldRun | Exception]:
+        """One run of each world without codes, for the numerics checker when the shared runs did
+        not code the same sources (a rewrite that folds or renames a source node)."""
+        return (_attempt(lambda: simulate(self.case, self.original)),
+                _attempt(lambda: simulate(self.case, self.rewritten)))
 
     @cached_property
     def identity_codes(self) -> IdentityCodes:

@@ -113,7 +113,8 @@ def run_failure(checker: str, error: Exception) -> Finding:
 
 
 def check_numerics(ctx: CheckContext) -> list[Finding]:
-    """Original and rewritten graphs give bitwise equal outputs on every simulated rank."""
+    """Original and rewritten graphs give bitwise equal outputs on every simulated rank (and equal
+    collective sources before coding)."""
     original = ctx.original
     before, after = ctx.original_sim, ctx.rewritten_sim
     if isinstance(before, Exception):
@@ -121,16 +122,28 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                         severity=INVALID)]
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
-    sources = ctx.original_run.natural
+    sources, rewritten_sources = ctx.original_run.natural, ctx.rewritten_run.natural
+    runs = "shared"
+    if set(sources) != set(rewritten_sources):
+        # A source coded in one world only (folded or renamed by the rewrite): the shared runs'
+        # outputs come from different inputs, so plain runs of both worlds are compared instead.
+        runs = "plain: coded in one world only: " + ", ".join(
+            sorted({name for _, name in set(sources) ^ set(rewritten_sources)})[:4])
+        before, after = ctx.plain_runs
+        if isinstance(before, Exception):
+            return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
+                            severity=INVALID)]
+        if isinstance(after, Exception):
+            return [run_failure(NAME, after)]
     total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor)) + \
         sum(t.numel() for t in sources.values())
     nonfinite = _nonfinite(before.outputs, original)
     where = f"output {nonfinite}" if nonfinite else _nonfinite_source(sources)
-    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if where else total}
+    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if where else total, "runs": runs}
     if where:
         return [Finding(NAME, f"the original graph's {where} is not finite, so the case cannot be judged",
                         nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"})]
-    findings = _source_findings(sources, ctx.rewritten_run.natural)
+    findings = _source_findings(sources, rewritten_sources)
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])
