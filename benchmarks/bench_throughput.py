@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import time
 from collections import defaultdict
 
@@ -84,10 +85,15 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
-    parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
-                        help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
+    parser.add_argument("--gc", choices=("tuned", "default", "off"), default="tuned",
+                        help="the campaign's collector settings (fsdp_verify.collector), CPython's own, or "
+                             "none: a collection is charged to whichever stage allocates past the threshold, "
+                             "so a stage that allocates less shifts collections onto the others; 'off' shows "
+                             "each stage's own cost")
     args = parser.parse_args()
     collector.settle(args.gc == "tuned")  # as the campaign does once its libraries are loaded
+    if args.gc == "off":
+        gc.disable()
     drawn = draw(args.examples, args.seed)
     traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None
