@@ -45,3 +45,52 @@ def test_scatter_codes_sum_exactly_in_any_rank_order(dtype, degree):
         for rank in order:
             total = total + per_rank[rank]
         assert torch.equal(total.double(), exact)
+
+
+def test_scatter_codes_of_power_of_two_shards_differ_between_params_and_ranks():
+    # counter ranges start one shard apart; a power-of-two span would give every shard one sequence
+    from fsdp_verify.checks.identity import IdentityCodes
+    codes = IdentityCodes({"g0": ("w0", "fsdp_reduce_scatter", 2), "g1": ("w1", "fsdp_reduce_scatter", 2)})
+    made = [codes.value(rank, _Named(name), torch.zeros(4, 16, dtype=torch.bfloat16))
+            for name in ("g0", "g1") for rank in (0, 1)]
+    assert len({tuple(t.view(torch.int16).reshape(-1).tolist()) for t in made}) == 4
+
+
+def test_codes_keep_a_strided_source_strides():
+    from fsdp_verify.checks.identity import IdentityCodes
+    codes = IdentityCodes({"s": ("w", "fsdp_all_gather", 2)})
+    natural = torch.zeros(4, 6).t()
+    coded = codes.value(0, _Named("s"), natural)
+    assert coded.stride() == natural.stride() and not coded.is_contiguous()
+    with pytest.raises(RuntimeError):
+        coded.view(-1)  # as the source itself would fail
+
+
+class _Named:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _view_source_case(barrier: bool):
+    """A reduce-scatter whose source is a view of a gradient that an untagged free may release."""
+    from fsdp_verify.case import Case
+    from fsdp_verify.graph.compose import Composer
+    c = Composer({"fsdp": (0, 1)})
+    c.param("w", (2, 4), state_idx=0, device="cpu")
+    x = c.input("x", (4, 4), "float32")
+    grad = c.call("aten.mul.Tensor", x, 2.0)
+    source = c.call("aten.view.default", grad, [4, 4])
+    _, wait = c.reduce_scatter(source, "w")
+    if barrier:
+        c.free(grad, tagged=False)
+    return Case(c.finish([wait]))
+
+
+@pytest.mark.parametrize("barrier", [False, True])
+def test_numerics_compares_plain_runs_only_where_a_coded_source_shares_storage_something_may_free(barrier):
+    from fsdp_verify.orchestrate import check_all
+    from fsdp_verify.targets import get_target
+    findings, ctx = check_all(get_target("reference"), _view_source_case(barrier))
+    assert findings == []
+    runs = ctx.metrics["numerics"]["runs"]
+    assert runs == ("plain: sources sharing storage: view" if barrier else "shared")

@@ -13,9 +13,15 @@ inputs), so the computations downstream stay meaningful: a counter's low mantiss
 multiplied by an odd constant into the top of the mantissa (a bijection that spreads neighbours
 apart), its higher bits pick a binade (``[0.5, 1)`` first, then smaller ones: ``_FORMATS`` says
 per dtype how many before the codes repeat) and a hash of it the sign.
-Reduce-scatter codes are multiples of ``1/P`` in ``(0, 1]``, with ``P`` a power of two small
-enough that a sum over the group stays exact in the source's dtype: a sum is then the same in
+Reduce-scatter codes are integers up to a span small enough that a sum over the group stays
+exact in the source's dtype, scaled by a power of two into ``(0, 1]``: a sum is then the same in
 whatever order the ranks are added, and a misplaced or missing contribution changes it.
+
+Codes keep their source's strides. A source that shares storage (a view, or its node's input
+itself) would lose its aliasing in codes of its own: a later free or in-place write of the storage
+it shares, through another node, would go unseen. The run records such sources where the graph
+has such an effect (``aliased``: an effect reading the storage other than through the source), and
+the numerics checker then compares plain runs.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from torch import fx
 from ..case import Case
 from ..execute.simulated import WorldRun
 from ..execute.world import simulate
-from .graph_facts import FSDP_KINDS, is_launch, is_wait, real_consumers
+from .graph_facts import FSDP_KINDS, alias_class, has_effect, is_launch, is_wait, real_consumers, view_closure
 
 INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
@@ -80,10 +86,12 @@ def gather_counter(bits: int, dtype: torch.dtype) -> Optional[int]:
 
 
 def scatter_codes(counters: torch.Tensor, dtype: torch.dtype, degree: int) -> torch.Tensor:
-    """Reduce-scatter codes: ``(counter mod P + 1) / P`` with ``P`` the largest power of two such
-    that ``degree`` of them sum exactly in ``dtype``."""
-    span = 1 << max(0, ((_EXACT_INT.get(dtype, 256) - 1) // degree).bit_length() - 1)
-    return ((counters % span + 1).to(torch.float64) / span).to(dtype)
+    """Reduce-scatter codes: ``(counter mod S + 1) / 2**e``, with ``S`` the largest span whose
+    ``degree``-fold sums stay exact in ``dtype`` and ``2**e`` the power of two at or above it. ``S``
+    is mostly not a power of two, so shards of power-of-two sizes (whose counter ranges start one
+    such size apart) do not all get the same codes."""
+    span = max(1, (_EXACT_INT.get(dtype, 256) - 1) // degree)
+    return ((counters % span + 1).to(torch.float64) / (1 << (span - 1).bit_length())).to(dtype)
 
 
 class IdentityCodes:
@@ -111,8 +119,9 @@ class IdentityCodes:
 
     def coded(self, node: fx.Node, value: Any) -> bool:
         """Whether ``value``, ``node``'s result, is replaced by codes (floating sources of the
-        dtypes the codes are defined for)."""
-        return node.name in self.sources and isinstance(value, torch.Tensor) and value.dtype in _FORMATS
+        dtypes the codes are defined for, without internal overlap)."""
+        return node.name in self.sources and isinstance(value, torch.Tensor) and value.dtype in _FORMATS and \
+            (value.is_contiguous() or torch._debug_has_internal_overlap(value) == 0)
 
     def value(self, rank: int, node: fx.Node, value: Any) -> Any:
         """``value`` replaced by its codes when ``node`` is a coded source."""
@@ -124,7 +133,11 @@ class IdentityCodes:
             counters = torch.arange(value.numel(), dtype=torch.int64) + self._base(param, rank, value.numel())
             self._made[key] = scatter_codes(counters, value.dtype, degree) if kind == "fsdp_reduce_scatter" \
                 else gather_codes(counters, value.dtype)
-        return self._made[key].clone().reshape(value.shape)  # a fresh tensor: the run may write to it
+        made = self._made[key].reshape(value.shape)
+        if value.is_contiguous():
+            return made.clone()  # a fresh tensor: the run may write to it
+        # the source's own strides, so that a rewrite's views of it fail or succeed as they would
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype).copy_(made)
 
     def decode(self, tensor: torch.Tensor, position: int) -> str:
         """Which parameter, rank and element the all-gather code at ``position`` came from."""
@@ -156,13 +169,38 @@ def watched_consumers(original: fx.GraphModule) -> dict[str, str]:
 class IdentityRun:
     """What one run of a world gave: its outputs, streams and sizes (``world``) and, by (rank,
     node name), the inputs of every watched consumer and launch (``None`` for a tensor already
-    released), the codes every source produced and each coded source's own value before it was
-    replaced (``natural``)."""
+    released), the codes every source produced, each coded source's own value before it was
+    replaced (``natural``) and the coded sources that did not own their storage (``aliased``)."""
 
     world: WorldRun
     inputs: dict[tuple[int, str], list] = field(default_factory=dict)
     sources: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
     natural: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    aliased: set[tuple[int, str]] = field(default_factory=set)
+
+
+def _owns_storage(value: torch.Tensor, inputs: tuple) -> bool:
+    """Whether ``value`` is a whole tensor whose storage none of its node's inputs holds (so codes
+    in a new tensor of its strides lose nothing of it but its values)."""
+    storage = value.untyped_storage()
+    if value._base is not None or value.storage_offset() or storage.nbytes() != value.numel() * value.element_size():
+        return False
+    return not any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() == storage.data_ptr()
+                   for item in inputs for t in (item if isinstance(item, (list, tuple)) else (item,)))
+
+
+def exposed(module: fx.GraphModule, name: str) -> bool:
+    """Whether some node may free or write the storage of source ``name`` other than through the
+    source itself: an effect reading its storage root or a view of the root not derived from the
+    source (what the source's codes, a tensor of their own, would not see), or a source that is
+    itself a write (its result is its input)."""
+    node = next(iter(n for n in module.graph.nodes if n.name == name), None)
+    if node is None:
+        return False
+    if has_effect(node):
+        return True
+    own = {node, *view_closure(node)[0]}
+    return any(has_effect(user) for other in alias_class(node) if other not in own for user in other.users)
 
 
 def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: IdentityCodes,
@@ -174,15 +212,21 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
     inputs: dict[tuple[int, str], list] = {}
     sources: dict[tuple[int, str], torch.Tensor] = {}
     natural: dict[tuple[int, str], torch.Tensor] = {}
+    aliased: set[tuple[int, str]] = set()
+    replaced: dict[tuple[int, str], torch.Tensor] = {}  # the value coded, until observe sees its inputs
 
     def override(rank: int, node: fx.Node, value: Any) -> Any:
         if codes.coded(node, value):
             natural[(rank, node.name)] = value.detach().clone()  # later in-place ops may change it
+            replaced[(rank, node.name)] = value
         return codes.value(rank, node, value)
 
     def observe(rank: int, node: fx.Node, args: tuple, result: Any) -> None:
         if node.name in codes.sources and isinstance(result, torch.Tensor):
             sources[(rank, node.name)] = result.detach().clone()
+            value = replaced.pop((rank, node.name), None)
+            if value is not None and not _owns_storage(value, args):
+                aliased.add((rank, node.name))
         if node.name in consumers or node.name in launches:
             # a free's input is already released when the free has run
             inputs[(rank, node.name)] = [
@@ -191,4 +235,6 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
 
     world = simulate(case, modules, observe=observe, override=override,
                      watch=set(codes.sources) | consumers | launches, overridden=set(codes.sources))
-    return IdentityRun(world, inputs, sources, natural)
+    # sharing storage matters only where something else may free or write it
+    aliased = {(rank, name) for rank, name in aliased if exposed(modules[rank], name)}
+    return IdentityRun(world, inputs, sources, natural, aliased)

@@ -98,6 +98,24 @@ def _source_findings(before: dict[tuple[int, str], torch.Tensor],
     return findings
 
 
+def _plain_reasons(ctx: CheckContext, shared: Any) -> list[str]:
+    """Why the shared runs' outputs cannot be compared (then plain runs of both worlds are): a
+    source coded in one world only (a rewrite folded or renamed it), a coded source that did not own
+    its storage (codes would hide a later free or write of what it shares, and its strides), or
+    coded outputs that are not finite (the plain run may well be)."""
+    before, after = ctx.original_run, ctx.rewritten_run
+    reasons = []
+    one_world = sorted({name for _, name in set(before.natural) ^ set(after.natural)})
+    if one_world:
+        reasons.append("coded in one world only: " + ", ".join(one_world[:4]))
+    aliased = sorted({name for _, name in before.aliased | after.aliased})
+    if aliased:
+        reasons.append("sources sharing storage: " + ", ".join(aliased[:4]))
+    if not reasons and _nonfinite(shared.outputs, ctx.original):
+        reasons.append("coded outputs not finite")
+    return reasons
+
+
 def run_failure(checker: str, error: Exception) -> Finding:
     """The finding for a rewritten graph that could not run (desync, read after free, crash)."""
     if isinstance(error, Deadlock):
@@ -123,12 +141,9 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
     sources, rewritten_sources = ctx.original_run.natural, ctx.rewritten_run.natural
-    runs = "shared"
-    if set(sources) != set(rewritten_sources):
-        # A source coded in one world only (folded or renamed by the rewrite): the shared runs'
-        # outputs come from different inputs, so plain runs of both worlds are compared instead.
-        runs = "plain: coded in one world only: " + ", ".join(
-            sorted({name for _, name in set(sources) ^ set(rewritten_sources)})[:4])
+    reasons = _plain_reasons(ctx, before)
+    if reasons:
+        # the shared runs' outputs cannot stand for the graphs' own: compare plain runs of both
         before, after = ctx.plain_runs
         if isinstance(before, Exception):
             return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
@@ -138,8 +153,9 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
     total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor)) + \
         sum(t.numel() for t in sources.values())
     nonfinite = _nonfinite(before.outputs, original)
-    where = f"output {nonfinite}" if nonfinite else _nonfinite_source(sources)
-    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if where else total, "runs": runs}
+    where = f"output {nonfinite}" if nonfinite else "" if reasons else _nonfinite_source(sources)
+    ctx.metrics["numerics"] = {"output_elements": total, "judged_elements": 0 if where else total,
+                               "runs": "plain: " + "; ".join(reasons) if reasons else "shared"}
     if where:
         return [Finding(NAME, f"the original graph's {where} is not finite, so the case cannot be judged",
                         nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"})]
