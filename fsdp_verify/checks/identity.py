@@ -35,7 +35,8 @@ from torch import fx
 from ..case import Case
 from ..execute.simulated import WorldRun
 from ..execute.world import simulate
-from .graph_facts import FSDP_KINDS, alias_class, has_effect, is_launch, is_wait, real_consumers, view_closure
+from .graph_facts import (FSDP_KINDS, alias_class, by_name, has_effect, is_launch, is_wait, real_consumers,
+                          view_closure)
 
 INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
@@ -189,14 +190,11 @@ def _owns_storage(value: torch.Tensor, inputs: tuple) -> bool:
                    for item in inputs for t in (item if isinstance(item, (list, tuple)) else (item,)))
 
 
-def exposed(module: fx.GraphModule, name: str) -> bool:
-    """Whether some node may free or write the storage of source ``name`` other than through the
+def exposed(node: fx.Node) -> bool:
+    """Whether some node may free or write the storage of source ``node`` other than through the
     source itself: an effect reading its storage root or a view of the root not derived from the
     source (what the source's codes, a tensor of their own, would not see), or a source that is
     itself a write (its result is its input)."""
-    node = next(iter(n for n in module.graph.nodes if n.name == name), None)
-    if node is None:
-        return False
     if has_effect(node):
         return True
     own = {node, *view_closure(node)[0]}
@@ -236,5 +234,8 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
     world = simulate(case, modules, observe=observe, override=override,
                      watch=set(codes.sources) | consumers | launches, overridden=set(codes.sources))
     # sharing storage matters only where something else may free or write it
-    aliased = {(rank, name) for rank, name in aliased if exposed(modules[rank], name)}
+    names: dict[int, dict[str, fx.Node]] = {}  # by id(module), for the ranks that have aliased sources
+    for rank, _ in aliased:
+        names.setdefault(id(modules[rank]), by_name(modules[rank]))
+    aliased = {(rank, name) for rank, name in aliased if exposed(names[id(modules[rank])][name])}
     return IdentityRun(world, inputs, sources, natural, aliased)
