@@ -23,7 +23,7 @@ from . import collector, corpus, example_db, names, profiles
 from .case import Case
 from .checks import ERROR, INVALID, real_ranks
 from .orchestrate import check_all, die_with_parent
-from .report.tally import Result
+from .report.tally import Result, proofs_of
 from .triage import INVALID_INPUT, MISMATCH, classify
 from .targets import get_target
 
@@ -314,6 +314,7 @@ def _count(result: Result, ctx) -> None:
     judged = ctx.metrics.get("numerics", {})
     result.output_elements += judged.get("output_elements", 0)
     result.judged_elements += judged.get("judged_elements", 0)
+    result.proofs.update(proofs_of(ctx.metrics))
 
 
 def _record(config: Config, target: Any, result: Result, case: Case, findings: list,

@@ -74,3 +74,13 @@ def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_
     assert len(result.failures) == 1 and result.failures[0]["class"] == "contract mismatch"
     assert result.shrink_steps == 0 and result.repeats == 9
     assert 'failures="0"' in junit_xml(result, "never-sees-these")
+
+
+def test_the_report_says_what_the_ordering_and_numerics_verdicts_rested_on(tmp_path):
+    from fsdp_verify.report.summary import junit_xml, summary_text
+    result = campaign.run(_config(tmp_path, "reference", budget=campaign.Budget(examples=8)))
+    proofs = result.to_json()["proofs"]
+    assert proofs["ordering_segments_lockstep"] + proofs["ordering_segments_z3"] > 0
+    assert 0 < proofs["numerics_shared_runs"] + proofs["numerics_plain_runs"] <= result.examples
+    assert "proved by       ordering:" in summary_text(result, "reference")
+    assert 'name="ordering_segments_z3"' in junit_xml(result, "reference")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .tally import Result
+from .tally import PROOFS, Result
 from ..reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
@@ -94,6 +94,10 @@ def summary_text(result: Result, target: str) -> str:
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
              f"compared bit for bit",
+             f"proved by       ordering: {result.proofs['ordering_segments_lockstep']} schedule segments by the "
+             f"lockstep witness, {result.proofs['ordering_segments_z3']} by z3; numerics: "
+             f"{result.proofs['numerics_shared_runs']} cases on the shared runs, "
+             f"{result.proofs['numerics_plain_runs']} on plain runs",
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),
@@ -125,6 +129,7 @@ def junit_xml(result: Result, target: str) -> str:
     classes = [f.get("class", "defect") for f in result.failures]
     for name, value in (("invalid_cases", result.invalid), ("output_elements", result.output_elements),
                         ("judged_elements", result.judged_elements),
+                        *((key, result.proofs[key]) for key in PROOFS),
                         ("bugs", sum(c in ("defect", "defect candidate") for c in classes)),
                         ("contract_mismatches", classes.count("contract mismatch")),
                         ("invalid_inputs", classes.count("invalid input"))):

@@ -24,6 +24,7 @@ class Result:
     skipped: Counter = field(default_factory=Counter)  # "checker: why" -> cases it could not judge
     output_elements: int = 0  # output elements of the cases run
     judged_elements: int = 0  # of those, the elements the numerics oracle compared
+    proofs: Counter = field(default_factory=Counter)  # what each verdict rested on (PROOFS), summed over cases
     interrupted: bool = False  # stopped early by SIGINT/SIGTERM
     harness_errors: int = 0  # the harness itself failed (a lost worker, an accounting error): never a pass
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
@@ -41,6 +42,7 @@ class Result:
         self.skipped.update(other.skipped)
         self.output_elements += other.output_elements
         self.judged_elements += other.judged_elements
+        self.proofs.update(other.proofs)
         self.interrupted = self.interrupted or other.interrupted
         self.harness_errors += other.harness_errors
         self.notes.extend(other.notes)
@@ -53,8 +55,24 @@ class Result:
                 "repeats_of_known_bugs": self.repeats,
                 "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "harness_errors": self.harness_errors, "notes": self.notes,
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
+                "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks}
+
+
+# What the ordering and numerics verdicts rested on: schedule segments proved by the lockstep
+# witness or by z3, and cases whose outputs numerics compared on the shared (coded) runs or on plain
+# runs (where codes could have hidden something).
+PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs")
+
+
+def proofs_of(metrics: dict) -> Counter:
+    """One case's contribution to ``Result.proofs``, from its checkers' metrics."""
+    ordering, numerics = metrics.get("ordering", {}), metrics.get("numerics", {})
+    runs = str(numerics.get("runs", ""))
+    return Counter({"ordering_segments_lockstep": ordering.get("segments_by_lockstep", 0),
+                    "ordering_segments_z3": ordering.get("segments_by_z3", 0),
+                    "numerics_shared_runs": int(runs == "shared"), "numerics_plain_runs": int(runs.startswith("plain"))})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:
