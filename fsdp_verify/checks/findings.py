@@ -108,8 +108,8 @@ class CheckContext:
 
     @cached_property
     def plain_runs(self) -> tuple[WorldRun | Exception, WorldRun | Exception]:
-        """One run of each world without codes, for the numerics checker when the shared runs did
-        not code the same sources (a rewrite that folds or renames a source node)."""
+        """One run of each world without codes, for the numerics checker where the shared runs
+        cannot stand for the graphs' own outputs (``numerics._plain_reasons``)."""
         return (_attempt(lambda: simulate(self.case, self.original)),
                 _attempt(lambda: simulate(self.case, self.rewritten)))
 

@@ -130,26 +130,31 @@ def run_failure(checker: str, error: Exception) -> Finding:
                    details={"kind": "crash"})
 
 
+def _unrunnable(before: Any, after: Any) -> list[Finding]:
+    """The finding for a pair of runs of which one raised (an original that cannot run makes the
+    case ``invalid``), else none."""
+    if isinstance(before, Exception):
+        return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
+                        severity=INVALID)]
+    return [run_failure(NAME, after)] if isinstance(after, Exception) else []
+
+
 def check_numerics(ctx: CheckContext) -> list[Finding]:
     """Original and rewritten graphs give bitwise equal outputs on every simulated rank (and equal
     collective sources before coding)."""
     original = ctx.original
     before, after = ctx.original_sim, ctx.rewritten_sim
-    if isinstance(before, Exception):
-        return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
-                        severity=INVALID)]
-    if isinstance(after, Exception):
-        return [run_failure(NAME, after)]
+    failed = _unrunnable(before, after)
+    if failed:
+        return failed
     sources, rewritten_sources = ctx.original_run.natural, ctx.rewritten_run.natural
     reasons = _plain_reasons(ctx, before)
     if reasons:
         # the shared runs' outputs cannot stand for the graphs' own: compare plain runs of both
         before, after = ctx.plain_runs
-        if isinstance(before, Exception):
-            return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
-                            severity=INVALID)]
-        if isinstance(after, Exception):
-            return [run_failure(NAME, after)]
+        failed = _unrunnable(before, after)
+        if failed:
+            return failed
     total = sum(t.numel() for outs in before.outputs.values() for t in outs if isinstance(t, torch.Tensor)) + \
         sum(t.numel() for t in sources.values())
     nonfinite = _nonfinite(before.outputs, original)

@@ -76,6 +76,9 @@ def avg_twice(module: fx.GraphModule, rank: int) -> None:
             return
 
 
+_TENSOR_IN_FIRST = (aten.mul.Tensor, aten.contiguous.default, aten.t.default, aten.view.default)
+
+
 def rs_source_rescaled(module: fx.GraphModule, rank: int) -> None:
     """One fused reduce-scatter member's source is computed from a halved input (a gradient
     prescale applied a second time, upstream of the bucket): only the source's own value changes,
@@ -91,9 +94,6 @@ def rs_source_rescaled(module: fx.GraphModule, rank: int) -> None:
                     halved = module.graph.call_function(aten.mul.Tensor, (feed, 0.5))
                 source.replace_input_with(feed, halved)
                 return
-
-
-_TENSOR_IN_FIRST = (aten.mul.Tensor, aten.contiguous.default, aten.t.default, aten.view.default)
 
 
 def wrong_group(module: fx.GraphModule, rank: int) -> None:
