@@ -19,11 +19,12 @@ from torch import fx
 from .case import Case
 from .checks import INVALID, CheckContext, Finding, default_checkers, registered
 from . import spec_params
-from .checks.planner_oracle import expected_argument_error
+from .checks.planner_oracle import expected_argument_error, watch_rounds
 from .execute.distributed import exit_reason
 from .execute.world import build_world
 from .targets.base import Target
 from .targets.outcome import PlanRecord, TargetRun
+from .targets.watch import watching
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
@@ -55,13 +56,16 @@ def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> d
     return dict(returned)
 
 
-def run_target(target: Target, case: Case) -> TargetRun:
+def run_target(target: Target, case: Case, watch: bool = True) -> TargetRun:
     """Apply ``target`` to fresh copies of the case's graphs; an exception (``SystemExit`` too) or a
-    malformed result becomes ``error``."""
+    malformed result becomes ``error``. ``watch``: the planner oracle derives the spec's plan of
+    each later round's graph while the target's run holds it (``planner_oracle.RoundWatch``)."""
     run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
     modules = build_world(case)
+    run.watched = watch_rounds(case, modules) if watch and target.has_planner else None
     try:
-        run.plans = _checked_plans(target.rewrite(case, modules), modules)
+        with watching(target, run.watched):
+            run.plans = _checked_plans(target.rewrite(case, modules), modules)
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
         return _fail(run, exc)
@@ -125,7 +129,7 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
                             severity=INVALID)], CheckContext(TargetRun(case, {}), target)
     with spec_params.use(case.spec):
         if deadline is None:
-            ctx = CheckContext(run_target(target, case), target)
+            ctx = CheckContext(run_target(target, case, watch=only is None or "planner" in only), target)
             return check_run(ctx, only), ctx
         return _check_isolated(target, case, only, deadline, check_limit)
 
@@ -138,7 +142,7 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn,
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    run = run_target(target, case)
+    run = run_target(target, case, watch=only is None or "planner" in only)
     conn.send(("target-done",))
     ctx = CheckContext(run, target)
     try:

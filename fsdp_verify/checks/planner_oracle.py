@@ -10,6 +10,7 @@ message, valid ones accepted. Across ranks, ``validate_group_plans`` semantics (
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from typing import Any, Optional
 
@@ -129,10 +130,12 @@ class Expectations:
         """``signature_of(module)``, hashed once per module."""
         return self._signed(module)[1]
 
-    def report(self, module: fx.GraphModule, groups: dict) -> dict:
+    def report(self, module: fx.GraphModule, groups: dict,
+               signed: Optional[tuple[str, Optional[str]]] = None) -> dict:
         """``expected_report`` of ``module`` under ``groups``, shared by equal graphs and by graphs
-        equal up to device indices."""
-        _, signature, canonical = self._signed(module)
+        equal up to device indices (``signed``: its ``signatures``, for a graph that will change,
+        which must not be remembered by id)."""
+        signature, canonical = self._signed(module)[1:] if signed is None else signed
         groups_key = json.dumps(groups, sort_keys=True, default=str)
         if (signature, groups_key) not in self._reports:
             shared = self._canonical.get((canonical, groups_key)) if canonical is not None else None
@@ -144,6 +147,57 @@ class Expectations:
                     self._canonical[(canonical, groups_key)] = report
             self._reports[(signature, groups_key)] = report
         return self._reports[(signature, groups_key)]
+
+
+class RoundWatch:
+    """The spec's plan of each graph the target itself planned after a rank's first plan, derived
+    while the target runs (``targets.watch``), before its driver rewrites that graph in place.
+
+    Judging a later round needs the graph its plan was made for; without this the oracle rebuilds
+    it by re-applying the target's earlier rounds to a fresh original, per rank. Kept by the plan
+    object the target returned, so a plan is judged against the graph it was made for, whatever
+    the round; ``cpu`` is the seconds spent here (the harness's, not the target's)."""
+
+    def __init__(self, case: Any, modules: dict[int, fx.GraphModule]) -> None:
+        self.case, self.modules = case, modules
+        self.expectations = Expectations(case.plan_args)
+        self.calls: Counter = Counter()
+        self.seen: dict[int, tuple[Any, int, dict]] = {}  # id(plan) -> (plan, rank, expected report)
+        self.cpu = 0.0
+
+    def before(self, rank: int, module: fx.GraphModule) -> Optional[dict]:
+        """The expected report of ``module`` as it stands, for a rank's second and later plans of
+        its own module (its first plan is judged against the original)."""
+        self.calls[rank] += 1
+        if self.calls[rank] == 1 or module is not self.modules.get(rank):
+            return None
+        start = time.process_time()
+        try:
+            return self.expectations.report(module, self.case.group_ranks(rank),
+                                            signatures(signature_records(module)))
+        except Exception:  # noqa: BLE001 - the oracle re-derives it by replay, and says why there
+            return None
+        finally:
+            self.cpu += time.process_time() - start
+
+    def after(self, rank: int, plan: Any, seen: dict) -> None:
+        self.seen[id(plan)] = (plan, rank, seen)
+
+    def reports(self, rank: int, plans: list) -> Optional[list[dict]]:
+        """The expected reports of ``plans`` (rank ``rank``'s), when every one was watched."""
+        found = [self.seen.get(id(plan)) for plan in plans]
+        if any(entry is None or entry[0] is not plan or entry[1] != rank for entry, plan in zip(found, plans)):
+            return None
+        return [entry[2] for entry in found]
+
+
+def watch_rounds(case: Any, modules: dict[int, fx.GraphModule]) -> Optional[RoundWatch]:
+    """A ``RoundWatch`` for a run of ``case`` on ``modules``, or None when the planner oracle will
+    judge no later round (invalid arguments must be refused before any plan)."""
+    first = min(case.graph.world(), default=None)
+    if first is None or expected_argument_error(case.plan_args, case.group_ranks(first)) is not None:
+        return None
+    return RoundWatch(case, modules)
 
 
 def _judge(want: dict, plan: dict, label: str) -> list[str]:
@@ -215,6 +269,21 @@ def _rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
     return graphs, None
 
 
+def _expected_rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: list,
+                     expectations: Expectations, replayed: dict[tuple[str, str], fx.GraphModule],
+                     spare: dict[int, fx.GraphModule]) -> tuple[list[dict], Optional[str]]:
+    """The spec's plan of the graph each of ``rank``'s plans was made for: the first round's is
+    the original's; later ones were derived during the target's run (``RoundWatch``) or, when
+    any was not, come from replaying the earlier rounds (``_rounds``)."""
+    groups = ctx.case.group_ranks(rank)
+    watch = ctx.run.watched
+    later = watch.reports(rank, plans[1:]) if isinstance(watch, RoundWatch) and len(plans) > 1 else None
+    if later is not None:
+        return [expectations.report(ctx.original[rank], groups), *later], None
+    graphs, unreplayable = _rounds(ctx, rank, reports, plans, expectations, replayed, spare)
+    return [expectations.report(graph, groups) for graph in graphs], unreplayable
+
+
 def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
     """Every rank's first-round plan of its original graph (empty when planning itself raises)."""
     try:
@@ -268,7 +337,9 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
         return []
     reports = {rank: ctx.reports(rank) for rank in plans} if plans is ctx.plans else \
         {rank: [plan.to_dict() for plan in rounds] for rank, rounds in plans.items()}
-    expectations, replayed = Expectations(case.plan_args), {}
+    watch = ctx.run.watched
+    expectations = watch.expectations if isinstance(watch, RoundWatch) else Expectations(case.plan_args)
+    replayed: dict[tuple[str, str], fx.GraphModule] = {}
     module = _fresh_original(ctx, first)
     before = expectations.signature(original[first])  # a copy hashes as its original
     plan_a = ctx.target.plan(case, module, first).to_dict()
@@ -281,13 +352,11 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
-        groups = case.group_ranks(rank)
-        graphs, unreplayable = _rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
+        wanted, unreplayable = _expected_rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
         if unreplayable:
             findings.append(Finding(NAME, unreplayable, rank=rank))
-        for round_index, graph in enumerate(graphs):
-            for problem in _judge(expectations.report(graph, groups), reports[rank][round_index],
-                                  f"rank {rank} round {round_index + 1}"):
+        for round_index, want in enumerate(wanted):
+            for problem in _judge(want, reports[rank][round_index], f"rank {rank} round {round_index + 1}"):
                 findings.append(Finding(NAME, problem, rank=rank))
         if findings:
             return findings

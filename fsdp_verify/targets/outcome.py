@@ -22,6 +22,7 @@ class TargetRun:
     error: Optional[str] = None
     error_type: Optional[str] = None
     error_message: Optional[str] = None  # the first line of the exception message
+    watched: Any = None  # what a plan watch (``targets.watch``) kept during the target's run
 
 
 class PlanRecord:

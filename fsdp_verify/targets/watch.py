@@ -1,0 +1,49 @@
+"""Watching a target's own ``plan`` calls during its run: what the harness needs to know about the
+graph each plan was made for, taken while that graph exists (the target's driver rewrites it in
+place right after)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator, Optional, Protocol
+
+from torch import fx
+
+from .base import Target
+
+
+class PlanWatch(Protocol):
+    """``before`` sees the graph a plan is about to be made for and returns what to keep of it
+    (None: nothing); ``after`` gets that with the plan the target returned."""
+
+    def before(self, rank: int, module: fx.GraphModule) -> Optional[Any]: ...
+
+    def after(self, rank: int, plan: Any, seen: Any) -> None: ...
+
+
+@contextlib.contextmanager
+def watching(target: Target, watch: Optional[PlanWatch]) -> Iterator[None]:
+    """Within the block, every ``target.plan`` call (the target's drivers call ``self.plan``) goes
+    through ``watch``; the target's own method is restored afterwards. A planner that raises
+    raises as before; ``watch`` itself must not raise."""
+    if watch is None or not target.has_planner:
+        yield
+        return
+    own = vars(target).get("plan")
+    plan = target.plan
+
+    def watched(case: Any, module: fx.GraphModule, rank: int) -> Any:
+        seen = watch.before(rank, module)
+        result = plan(case, module, rank)
+        if seen is not None:
+            watch.after(rank, result, seen)
+        return result
+
+    target.plan = watched  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        if own is None:
+            del target.plan
+        else:
+            target.plan = own  # type: ignore[method-assign]
