@@ -94,3 +94,29 @@ def test_numerics_compares_plain_runs_only_where_a_coded_source_shares_storage_s
     assert findings == []
     runs = ctx.metrics["numerics"]["runs"]
     assert runs == ("plain: sources sharing storage: view" if barrier else "shared")
+
+
+@pytest.mark.parametrize("kind,degree", [("fsdp_all_gather", 0), ("fsdp_reduce_scatter", 3)])
+def test_shared_code_tables_give_the_directly_computed_codes(kind, degree, monkeypatch):
+    # Codes come from a table shared by every case (grown by doubling, direct past its limit):
+    # each slice must be exactly what coding the counters directly gives, and never handed out.
+    from fsdp_verify.checks import identity
+    monkeypatch.setattr(identity, "_TABLES", {})
+    monkeypatch.setattr(identity, "_TABLE_LIMIT", 1 << 14)
+
+    def direct(base, count):
+        counters = torch.arange(base, base + count, dtype=torch.int64)
+        return scatter_codes(counters, torch.bfloat16, degree) if kind == "fsdp_reduce_scatter" \
+            else gather_codes(counters, torch.bfloat16)
+
+    for base, count in ((1, 10), (4000, 300), (9000, 5000), (16000, 1000), (1, 1)):  # grows, then past the limit
+        got = identity._codes(kind, torch.bfloat16, degree, base, count)
+        assert torch.equal(got.view(torch.int16), direct(base, count).view(torch.int16))
+    assert max(t.numel() for t in identity._TABLES.values()) == 1 << 14
+    codes = identity.IdentityCodes({"src": ("p", kind, degree or 1)})
+    node = type("N", (), {"name": "src"})()
+    made = codes.value(0, node, torch.zeros(2, 3, dtype=torch.bfloat16))
+    made.fill_(7)  # the run may write to a source's codes
+    again = identity.IdentityCodes({"src": ("p", kind, degree or 1)}).value(0, node, torch.zeros(2, 3, dtype=torch.bfloat16))
+    assert not torch.equal(again, made) and torch.equal(again.reshape(-1).view(torch.int16),
+                                                        direct(1, 6).view(torch.int16))

@@ -84,9 +84,10 @@ class CheckContext:
     @cached_property
     def original_run(self) -> IdentityRun | Exception:
         """The one simulated run of the original graphs (the case's inputs, collective sources
-        coded: ``identity``), or why they could not run; every checker that reads a run reads it."""
+        coded: ``identity``), or why they could not run; every checker that reads a run reads it
+        (what the launches sent is read of the rewrite only: conformance)."""
         return _attempt(lambda: identity_run(self.case, self.original, self.identity_codes,
-                                             set(self.watched_consumers)))
+                                             set(self.watched_consumers), launch_inputs=False))
 
     @cached_property
     def rewritten_run(self) -> IdentityRun | Exception:

@@ -95,6 +95,27 @@ def scatter_codes(counters: torch.Tensor, dtype: torch.dtype, degree: int) -> to
     return ((counters % span + 1).to(torch.float64) / (1 << (span - 1).bit_length())).to(dtype)
 
 
+_TABLE_LIMIT = 1 << 22  # counters past this are coded directly (a table would cost more memory than it saves)
+_TABLES: dict[tuple, torch.Tensor] = {}  # (kind, dtype, degree) -> the codes of counters 0, 1, ...
+
+
+def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) -> torch.Tensor:
+    """The codes of counters ``base .. base + count - 1``, a read-only slice of a table shared by
+    every case (counter ranges start at 1 in each, so the same codes are asked again and again;
+    the table doubles as needed)."""
+    end = base + count
+    if end > _TABLE_LIMIT:
+        counters = torch.arange(base, end, dtype=torch.int64)
+        return scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
+    key = (kind == "fsdp_reduce_scatter", dtype, degree if kind == "fsdp_reduce_scatter" else 0)
+    table = _TABLES.get(key)
+    if table is None or table.numel() < end:
+        size = min(_TABLE_LIMIT, max(1 << 12, 1 << (end - 1).bit_length()))
+        counters = torch.arange(size, dtype=torch.int64)
+        table = _TABLES[key] = scatter_codes(counters, dtype, degree) if key[0] else gather_codes(counters, dtype)
+    return table[base:end]
+
+
 class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
@@ -102,7 +123,6 @@ class IdentityCodes:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
         self.ranges: dict[tuple[str, int], tuple[int, int]] = {}  # (param, rank) -> (first counter, count)
         self.next_base = 1
-        self._made: dict[tuple, torch.Tensor] = {}  # the original's codes, copied for the rewrite's run
 
     @classmethod
     def of(cls, original: fx.GraphModule) -> "IdentityCodes":
@@ -129,12 +149,7 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        key = (param, rank, kind, degree, value.dtype, value.numel())
-        if key not in self._made:
-            counters = torch.arange(value.numel(), dtype=torch.int64) + self._base(param, rank, value.numel())
-            self._made[key] = scatter_codes(counters, value.dtype, degree) if kind == "fsdp_reduce_scatter" \
-                else gather_codes(counters, value.dtype)
-        made = self._made[key].reshape(value.shape)
+        made = _codes(kind, value.dtype, degree, self._base(param, rank, value.numel()), value.numel()).reshape(value.shape)
         if value.is_contiguous():
             return made.clone()  # a fresh tensor: the run may write to it
         # the source's own strides, so that a rewrite's views of it fail or succeed as they would
@@ -202,11 +217,13 @@ def exposed(node: fx.Node) -> bool:
 
 
 def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: IdentityCodes,
-                 consumers: set[str]) -> IdentityRun:
+                 consumers: set[str], launch_inputs: bool = True) -> IdentityRun:
     """Run ``modules`` on the case's inputs with every source replaced by its codes, recording
-    ``consumers``' and every launch's inputs, each source's codes and its value before coding."""
+    ``consumers``' inputs and (``launch_inputs``) every launch's, each source's codes and its
+    value before coding."""
     distinct = {id(module): module for module in modules.values()}.values()  # ranks may share a module
-    launches = {node.name for module in distinct for node in module.graph.nodes if is_launch(node)}
+    launches = {node.name for module in distinct for node in module.graph.nodes if is_launch(node)} \
+        if launch_inputs else set()
     inputs: dict[tuple[int, str], list] = {}
     sources: dict[tuple[int, str], torch.Tensor] = {}
     natural: dict[tuple[int, str], torch.Tensor] = {}

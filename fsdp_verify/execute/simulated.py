@@ -17,6 +17,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Mapping, Optional
 
 import torch
 from torch import fx
+from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
 from ..graph.ops import is_free_target
@@ -211,44 +212,72 @@ def _c10d_op(target: Any) -> Optional[str]:
         return _op_of(target)
 
 
-class RankInterpreter(fx.Interpreter):
-    """Runs one rank's graph; collectives go through the shared World."""
+# what a node is to the stepping loop
+_CALL, _FREE, _WAIT, _COLLECTIVE, _VARIANT, _OUTPUT, _OTHER = range(7)
 
-    def __init__(self, module: fx.GraphModule, rank: int, world: World,
+
+def _call_kind(target: Any) -> tuple[int, Optional[str]]:
+    op = _c10d_op(target)
+    if op == "wait_tensor":
+        return _WAIT, op
+    if op in _COLLECTIVES:
+        return _COLLECTIVE, op
+    if op in _VARIANTS:
+        return _VARIANT, op
+    return (_FREE if is_free_target(target) else _CALL), op
+
+
+_remembered_kind = functools.cache(_call_kind)
+
+
+def _kind(node: fx.Node) -> tuple[int, Optional[str]]:
+    if node.op == "output":
+        return _OUTPUT, None
+    if node.op != "call_function":
+        return _OTHER, None
+    try:
+        return _remembered_kind(node.target)
+    except TypeError:  # an unhashable target
+        return _call_kind(node.target)
+
+
+def program(module: fx.GraphModule) -> list[tuple]:
+    """One step per node, in graph order: (node, kind, c10d op, the nodes it reads, the values
+    that die after it, the launch a wait may block on). What every rank running ``module`` would
+    otherwise work out node by node (``fx.Interpreter`` per rank: last uses, argument walks)."""
+    nodes = list(module.graph.nodes)
+    seen: set[fx.Node] = set()
+    deaths: dict[fx.Node, list[fx.Node]] = {}
+    for node in reversed(nodes):  # a value dies after its last user
+        for source in node._input_nodes:
+            if source not in seen:
+                seen.add(source)
+                deaths.setdefault(node, []).append(source)
+    steps = []
+    for node in nodes:
+        kind, op = _kind(node)
+        waits_on = node.args[0] if kind == _WAIT and node.args and isinstance(node.args[0], fx.Node) else None
+        steps.append((node, kind, op, tuple(node.all_input_nodes), tuple(deaths.get(node, ())), waits_on))
+    return steps
+
+
+class RankInterpreter(fx.Interpreter):
+    """Runs one rank's graph; collectives go through the shared World. ``steps`` (the program,
+    shared by ranks that run one module) replaces ``fx.Interpreter.run``; the interpreter's own
+    methods serve placeholders, attributes, modules and methods."""
+
+    def __init__(self, module: fx.GraphModule, rank: int, world: World, steps: list[tuple],
                  observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
                  override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
                  watch: Optional[AbstractSet[str]] = None, overridden: Optional[AbstractSet[str]] = None):
-        super().__init__(module, garbage_collect_values=True)
-        self.rank, self.world, self.observe, self.override = rank, world, observe, override
+        super().__init__(module, garbage_collect_values=False)  # ``steps`` knows the last uses
+        self.rank, self.world, self.program = rank, world, steps
+        self.observe, self.override = observe, override
         self.watch = watch  # None: observe every node; else only these (the inputs tuple costs)
         self.overridden = overridden  # None: ``override`` sees every node; else only these
         self.executed = 0
         self.sizes: dict[str, int] = {}  # bytes of each node's tensor result (aliases included)
         self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
-
-    def run_node(self, n: fx.Node) -> Any:
-        """``Interpreter.run_node`` without its per-node context managers (they only decorate
-        tracebacks, at a fifth of the interpreter's own cost)."""
-        self.node = n
-        args, kwargs = self.fetch_args_kwargs_from_env(n)
-        return getattr(self, n.op)(n.target, args, kwargs)
-
-    def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        node = self.node
-        op = _c10d_op(target)
-        if op == "wait_tensor":
-            value = args[0] if args else kwargs.get("tensor")
-            return self.world.result(self.rank, value) if isinstance(value, (_Handle, _OutHandle)) else value
-        if op in _COLLECTIVES:
-            self._check_reads(node, args, kwargs)
-            return self.world.launch(self.rank, node, target, args, kwargs)
-        if op in _VARIANTS:
-            self._check_reads(node, args, kwargs)
-            return self._variant(node, target, op, args, kwargs)
-        if is_free_target(target):  # idempotent: freeing freed storage is no read
-            return target(*args, **kwargs)
-        self._check_reads(node, args, kwargs)
-        return super().call_function(target, args, kwargs)
 
     def _variant(self, node: fx.Node, target: Any, op: str, args: tuple, kwargs: dict) -> Any:
         """``*_out`` writes into ``out``; ``*_coalesced`` is one collective per input."""
@@ -258,15 +287,12 @@ class RankInterpreter(fx.Interpreter):
             return _OutHandle(handle, kwargs["out"])
         return [self.world.launch(self.rank, node, target, args, kwargs, base, tensor) for tensor in args[0]]
 
-    def output(self, target: Any, args: tuple, kwargs: dict) -> Any:
-        self._check_reads(self.node, args, kwargs)
-        return super().output(target, args, kwargs)
-
-    def _check_reads(self, node: fx.Node, args: tuple, kwargs: dict) -> None:
+    def _check_reads(self, node: fx.Node, reads: tuple) -> None:
         """Every tensor the node reads (an input node's value, or the tensors of a list value) must
         still own storage; the input nodes are walked directly, not the flattened arguments."""
-        for source in node.all_input_nodes:
-            value = self.env.get(source)
+        env = self.env
+        for source in reads:
+            value = env.get(source)
             for tensor in (value if isinstance(value, (list, tuple)) else (value,)):
                 if isinstance(tensor, torch.Tensor) and tensor.numel() and tensor.untyped_storage().size() == 0:
                     raise ReadAfterFree(self.rank, node.name, source.name)
@@ -274,28 +300,51 @@ class RankInterpreter(fx.Interpreter):
     def steps(self, inputs: list[Any]) -> Iterator[Optional[Any]]:
         """Run node by node; yields None while blocked at a wait, then the outputs."""
         self.args_iter = iter(inputs)
-        for node in self.graph.nodes:
-            if (_c10d_op(node.target) == "wait_tensor" and node.args and isinstance(node.args[0], fx.Node)):
-                handle = self.env.get(node.args[0])
+        env, world, rank, sizes = self.env, self.world, self.rank, self.sizes
+        fetch = env.__getitem__
+        observe, override, watch, overridden = self.observe, self.override, self.watch, self.overridden
+        for node, kind, op, reads, deaths, waits_on in self.program:
+            if waits_on is not None:
+                handle = env.get(waits_on)
                 handle = handle.handle if isinstance(handle, _OutHandle) else handle
-                while isinstance(handle, _Handle) and not self.world.ready(handle):
+                while isinstance(handle, _Handle) and not world.ready(handle):
                     self.blocked = (node.name, handle.key)
                     yield None
                 self.blocked = None
-            self.env[node] = self.run_node(node)
-            if self.override is not None and (self.overridden is None or node.name in self.overridden):
-                self.env[node] = self.override(self.rank, node, self.env[node])
+            self.node = node
+            args, kwargs = map_arg(node.args, fetch), map_arg(node.kwargs, fetch)
+            if kind == _CALL:
+                self._check_reads(node, reads)
+                value = node.target(*args, **kwargs)
+            elif kind == _FREE:  # idempotent: freeing freed storage is no read
+                value = node.target(*args, **kwargs)
+            elif kind == _WAIT:
+                value = args[0] if args else kwargs.get("tensor")
+                if isinstance(value, (_Handle, _OutHandle)):
+                    value = world.result(rank, value)
+            elif kind == _COLLECTIVE:
+                self._check_reads(node, reads)
+                value = world.launch(rank, node, node.target, args, kwargs)
+            elif kind == _VARIANT:
+                self._check_reads(node, reads)
+                value = self._variant(node, node.target, op, args, kwargs)
+            elif kind == _OUTPUT:
+                self._check_reads(node, reads)
+                value = args[0]
+            else:
+                value = getattr(self, node.op)(node.target, args, kwargs)
+            if override is not None and (overridden is None or node.name in overridden):
+                value = override(rank, node, value)
+            env[node] = value
             self.executed += 1
-            value = self.env[node]
             if isinstance(value, torch.Tensor):
-                self.sizes[node.name] = value.numel() * value.element_size()
-            if self.observe is not None and (self.watch is None or node.name in self.watch):
-                self.observe(self.rank, node, tuple(self.env[a] for a in node.all_input_nodes
-                                                    if a in self.env), self.env[node])
-            for dead in self.user_to_last_uses.get(node, []):
-                del self.env[dead]
-            if node.op == "output":
-                yield self.env[node]
+                sizes[node.name] = value.numel() * value.element_size()
+            if observe is not None and (watch is None or node.name in watch):
+                observe(rank, node, tuple(env[a] for a in reads if a in env), value)
+            for dead in deaths:
+                del env[dead]
+            if kind == _OUTPUT:
+                yield value
                 return
 
 
@@ -362,8 +411,12 @@ def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[
                override: Optional[Callable[[int, fx.Node, Any], Any]],
                watch: Optional[AbstractSet[str]], overridden: Optional[AbstractSet[str]]) -> WorldRun:
     world = World(resolve)
-    interpreters = {rank: RankInterpreter(module, rank, world, observe, override, watch, overridden)
-                    for rank, module in modules.items()}
+    programs: dict[int, list[tuple]] = {}  # by id(module): ranks may share one
+    for module in modules.values():
+        if id(module) not in programs:
+            programs[id(module)] = program(module)
+    interpreters = {rank: RankInterpreter(module, rank, world, programs[id(module)], observe, override, watch,
+                                          overridden) for rank, module in modules.items()}
     runners = {rank: interp.steps(list(inputs[rank])) for rank, interp in interpreters.items()}
     outputs: dict[int, list[Any]] = {}
     while runners:
