@@ -141,3 +141,31 @@ def test_importing_a_foreign_module_derives_params_from_tags():
     assert spec.param("layers.0.bias").shard_shape == (4,)
     assert [i.placeholder for i in spec.inputs] == ["x"]
     assert graph_signature(build_module(spec).graph) == graph_signature(module.graph)
+
+
+def test_built_and_cloned_nodes_are_what_fx_assignment_makes():
+    # The builder and the clone set a new node's arguments in one step (``set_inputs``) instead of
+    # FX's assignment: users, input nodes, container types and the graph's lookup table must be
+    # exactly what the assignment gives.
+    from fsdp_verify.graph.clone import clone_module
+    from torch import fx
+    built = build_module(two_block_case().graph)
+    for module in (built, clone_module(built)):
+        module.graph.lint()
+        by_assignment = fx.Graph()
+        env: dict = {}
+        for node in module.graph.nodes:
+            if node.op == "output":
+                env[node] = by_assignment.output(fx.map_arg(node.args[0], env.__getitem__))
+                continue
+            new = env[node] = by_assignment.create_node(node.op, node.target, name=node.name)
+            new.args, new.kwargs = fx.map_arg(node.args, env.__getitem__), fx.map_arg(node.kwargs, env.__getitem__)
+        for ours, theirs in zip(module.graph.nodes, by_assignment.nodes):
+            assert repr(ours.args) == repr(theirs.args) and repr(ours.kwargs) == repr(theirs.kwargs)
+            assert type(ours.kwargs) is type(theirs.kwargs)
+            assert [type(a) for a in ours.args] == [type(a) for a in theirs.args]
+            assert [u.name for u in ours.users] == [u.name for u in theirs.users]
+            assert [n.name for n in ours.all_input_nodes] == [n.name for n in theirs.all_input_nodes]
+        for node in module.graph.nodes:
+            target = node.target if node.op == "call_function" else None
+            assert node in module.graph.find_nodes(op=node.op, target=target)

@@ -14,6 +14,8 @@ import torch
 from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
+from .builder import set_inputs
+
 _PLAIN = frozenset(_LazyGraphModule(torch.nn.Module(), fx.Graph()).__dict__) | {"_code", "_lineno_map"}
 
 
@@ -43,10 +45,8 @@ def clone_module(module: fx.GraphModule) -> fx.GraphModule:
             new = graph.output(fx.map_arg(node.args[0], lookup), node.type)
         else:
             new = graph.create_node(node.op, node.target, name=node.name, type_expr=node.type)
-            if node.args:
-                new.args = fx.map_arg(node.args, lookup)
-            if node.kwargs:
-                new.kwargs = fx.map_arg(node.kwargs, lookup)
+            set_inputs(new, fx.map_arg(node.args, lookup) if node.args else (),
+                       fx.map_arg(node.kwargs, lookup) if node.kwargs else {})
         if type(node.meta) is dict:
             new.meta.update(node.meta)  # a fresh node's meta is empty: one level deep, as node_copy
         else:
