@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from fsdp_verify.case import Case
-from fsdp_verify.checks import CheckContext, registered
-from fsdp_verify.orchestrate import check_all, check_run, run_target
+from fsdp_verify.checks import registered
+from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets.mutants import MUTANTS, get_mutant
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets import get_target
@@ -168,41 +168,11 @@ def test_a_collective_source_that_is_not_finite_makes_the_case_invalid():
     assert ctx.metrics["numerics"]["judged_elements"] == 0
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
-@pytest.mark.parametrize("watched", [True, False])
-def test_the_planner_oracle_names_an_impure_planner(watched, device):
-    # Seen in the target's own first plan (watched), or in the oracle's plans of a fresh original.
-    target = get_mutant("planning_marks_the_graph")
-    ctx = CheckContext(run_target(target, two_block_case(device=device), watch=watched), target)
-    findings = check_run(ctx)
-    assert any(f.checker == "planner" and "planning mutated the graph (purity)" in f.message
-               and ("target's run" in f.message) == watched for f in findings), findings
+def test_the_planner_oracle_names_an_impure_planner():
+    findings, _ = check_all(get_mutant("planning_marks_the_graph"), two_block_case())
+    assert any(f.checker == "planner" and "planning mutated the graph (purity)" in f.message for f in findings)
 
 
 def test_the_planner_oracle_names_a_planner_that_plans_the_same_graph_two_ways():
-    # The planted bug's ranks then disagree, so the target's run fails: the oracle plans twice itself.
     findings, _ = check_all(get_mutant("plans_alternate"), two_block_case())
-    assert any(f.checker == "planner" and "(determinism)" in f.message for f in findings), findings
-
-
-@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
-@pytest.mark.parametrize("watched", [True, False])
-def test_determinism_is_seen_in_the_targets_own_run(device, watched):
-    # Every other plan miscounts its buckets (no digest reads it, so the run completes): the run's
-    # first two plans, of equal graphs (cpu) or graphs equal up to device indices (cuda:N), differ.
-    import dataclasses
-    from fsdp_verify.targets.mutants.base import Mutant
-    calls = []
-
-    def miscounted(plan):
-        calls.append(plan)
-        return dataclasses.replace(plan, summary={**plan.summary, "buckets": -1}) if len(calls) % 2 == 0 else plan
-    target = Mutant("summary_alternates", "every other plan miscounts its buckets", ("planner",), plan_edit=miscounted)
-    ctx = CheckContext(run_target(target, two_block_case(device=device), watch=watched), target)
-    assert ctx.run.error is None
-    findings = check_run(ctx)
-    assert any(f.checker == "planner" and "(determinism)" in f.message
-               and ("target's run" in f.message) == watched for f in findings), findings
-    clean = CheckContext(run_target(get_target("reference"), two_block_case(device=device), watch=watched),
-                         get_target("reference"))
-    assert check_run(clean) == []
+    assert any(f.checker == "planner" and "(determinism)" in f.message for f in findings)

@@ -150,59 +150,38 @@ class Expectations:
 
 
 class RoundWatch:
-    """What the planner oracle learns from the target's own ``plan`` calls while its run holds the
-    graphs (``targets.watch``), before its driver rewrites them in place:
+    """The spec's plan of each graph the target itself planned after a rank's first plan, derived
+    while the target runs (``targets.watch``), before its driver rewrites that graph in place.
 
-    - the spec's plan of each graph a rank planned after its first plan (its first is judged
-      against the original). Judging a later round needs the graph its plan was made for; without
-      this the oracle rebuilds it by re-applying the target's earlier rounds to a fresh original,
-      per rank. Kept by the plan object the target returned, so a plan is judged against the graph
-      it was made for, whatever the round;
-    - the run's first two calls (``opening``): the graph of the first before and after planning
-      (purity), and whether the second planned an equal graph for equal groups, so that the two
-      plans must be equal (determinism: two plans in a row).
-
-    It reads the graphs and never plans or writes: the target's run is the one it would have been
-    unwatched. ``cpu`` is the seconds spent here (the harness's, not the target's)."""
+    Judging a later round needs the graph its plan was made for; without this the oracle rebuilds
+    it by re-applying the target's earlier rounds to a fresh original, per rank. Kept by the plan
+    object the target returned, so a plan is judged against the graph it was made for, whatever
+    the round; ``cpu`` is the seconds spent here (the harness's, not the target's)."""
 
     def __init__(self, case: Any, modules: dict[int, fx.GraphModule]) -> None:
         self.case, self.modules = case, modules
         self.expectations = Expectations(case.plan_args)
         self.calls: Counter = Counter()
         self.seen: dict[int, tuple[Any, int, dict]] = {}  # id(plan) -> (plan, rank, expected report)
-        self.opening: list[dict] = []  # the first two calls: rank, records (before, after), plan
         self.cpu = 0.0
 
     def before(self, rank: int, module: fx.GraphModule) -> Optional[dict]:
-        """What to keep of ``module`` as it stands before it is planned."""
+        """The expected report of ``module`` as it stands, for a rank's second and later plans of
+        its own module (its first plan is judged against the original)."""
         self.calls[rank] += 1
-        own = module is self.modules.get(rank)
-        opening = len(self.opening) < 2
-        if not opening and (self.calls[rank] == 1 or not own):
+        if self.calls[rank] == 1 or module is not self.modules.get(rank):
             return None
         start = time.process_time()
         try:
-            records = signature_records(module)
-            entry = {"rank": rank, "records": records, "module": module if not self.opening else None}
-            if opening:
-                self.opening.append(entry)
-            if own and self.calls[rank] > 1:
-                entry["report"] = self.expectations.report(module, self.case.group_ranks(rank), signatures(records))
-            return entry
-        except Exception:  # noqa: BLE001 - the oracle judges such a plan as if unwatched, and says why there
+            return self.expectations.report(module, self.case.group_ranks(rank),
+                                            signatures(signature_records(module)))
+        except Exception:  # noqa: BLE001 - the oracle re-derives it by replay, and says why there
             return None
         finally:
             self.cpu += time.process_time() - start
 
     def after(self, rank: int, plan: Any, seen: dict) -> None:
-        seen["plan"] = plan
-        if seen.get("report") is not None:
-            self.seen[id(plan)] = (plan, rank, seen["report"])
-        module = seen.pop("module", None)
-        if module is not None:
-            start = time.process_time()
-            seen["after"] = signature_records(module)
-            self.cpu += time.process_time() - start
+        self.seen[id(plan)] = (plan, rank, seen)
 
     def reports(self, rank: int, plans: list) -> Optional[list[dict]]:
         """The expected reports of ``plans`` (rank ``rank``'s), when every one was watched."""
@@ -210,42 +189,6 @@ class RoundWatch:
         if any(entry is None or entry[0] is not plan or entry[1] != rank for entry, plan in zip(found, plans)):
             return None
         return [entry[2] for entry in found]
-
-    def opening_problems(self, plans: dict[int, list], reports: dict[int, list[dict]]) -> Optional[list[str]]:
-        """Purity and determinism as the run's first two calls show them, or None when they do
-        not (fewer than two calls, graphs or groups that differ, plans not in the run's history)."""
-        if len(self.opening) < 2 or any("plan" not in entry for entry in self.opening):
-            return None
-        first, second = self.opening
-        if "after" not in first or self.case.group_ranks(first["rank"]) != self.case.group_ranks(second["rank"]):
-            return None
-        equal = first["records"] == second["records"]
-        if not equal:  # the ranks of a ``cuda`` world: graphs equal up to device indices will do
-            start = time.process_time()
-            canonical = {signatures(entry["records"])[1] for entry in (first, second)}
-            self.cpu += time.process_time() - start
-            if len(canonical) != 1 or None in canonical:
-                return None
-        made = []
-        for entry in (first, second):
-            index = next((i for i, plan in enumerate(plans.get(entry["rank"], [])) if plan is entry["plan"]), None)
-            if index is None:
-                return None
-            made.append(reports[entry["rank"]][index])
-        if not equal and isinstance(made[0], dict) and isinstance(made[1], dict):
-            # the spec's plans of such graphs differ only in the signature and the ids it prefixes
-            made[1] = resigned(made[1], made[0].get("signature")) if isinstance(made[1].get("buckets"), list) and \
-                all(isinstance(b, dict) and isinstance(b.get("bucket_id"), str) and ":" in b["bucket_id"]
-                    for b in made[1]["buckets"]) and isinstance(made[0].get("signature"), str) else made[1]
-        problems = []
-        if first["after"] != first["records"]:
-            problems.append(f"planning mutated the graph (purity): rank {first['rank']}'s first plan in the target's run")
-        if json.dumps(made[0], sort_keys=True, default=str) != json.dumps(made[1], sort_keys=True, default=str):
-            graphs = "equal graphs" if equal else "graphs equal up to device indices (plans compared up to signature)"
-            problems.append(f"planning the same graph twice gave different plans (determinism): ranks "
-                            f"{first['rank']} and {second['rank']} planned {graphs} with equal groups in a row in "
-                            f"the target's run (a plan may depend on nothing else)")
-        return problems
 
 
 def watch_rounds(case: Any, modules: dict[int, fx.GraphModule]) -> Optional[RoundWatch]:
@@ -397,20 +340,17 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     watch = ctx.run.watched
     expectations = watch.expectations if isinstance(watch, RoundWatch) else Expectations(case.plan_args)
     replayed: dict[tuple[str, str], fx.GraphModule] = {}
-    observed = watch.opening_problems(plans, reports) if isinstance(watch, RoundWatch) and plans is ctx.plans else None
-    findings = [Finding(NAME, problem) for problem in observed or ()]
-    spare: dict[int, fx.GraphModule] = {}
-    if observed is None:  # plan a fresh original twice in a row
-        module = _fresh_original(ctx, first)
-        before = expectations.signature(original[first])  # a copy hashes as its original
-        plan_a = ctx.target.plan(case, module, first).to_dict()
-        plan_b = ctx.target.plan(case, module, first).to_dict()  # two in a row: a period-2 planner shows
-        if signature_of(module) != before:
-            findings.append(Finding(NAME, "planning mutated the graph (purity)"))
-        else:  # a copy planning left as it was is the fresh original its rank's replay starts from
-            spare[first] = module
-        if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
-            findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
+    module = _fresh_original(ctx, first)
+    before = expectations.signature(original[first])  # a copy hashes as its original
+    plan_a = ctx.target.plan(case, module, first).to_dict()
+    plan_b = ctx.target.plan(case, module, first).to_dict()  # two in a row: a period-2 planner shows
+    findings = []
+    if signature_of(module) != before:
+        findings.append(Finding(NAME, "planning mutated the graph (purity)"))
+    # a copy planning left as it was is the fresh original its rank's replay starts from
+    spare = {} if findings else {first: module}
+    if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
+        findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
     for rank in sorted(plans):
         wanted, unreplayable = _expected_rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
         if unreplayable:
