@@ -87,3 +87,23 @@ def test_watched_expectations_equal_replayed_ones(case):
         graphs, why = planner_oracle._rounds(ctx, rank, ctx.reports(rank), plans, expectations, {}, {})
         assert why is None
         assert [expectations.report(g, case.group_ranks(rank)) for g in graphs[1:]] == watched
+
+
+def test_a_plan_object_returned_twice_is_replayed(monkeypatch):
+    # Which graph a refilled (or stale) plan object was made for is ambiguous: replay it.
+    run = run_target(get_target("reference"), two_block_case())
+    plan = run.plans[0][1]
+    run.watched.after(0, plan, {"buckets": []})  # returned a second time
+    assert run.watched.reports(0, run.plans[0][1:]) is None
+    assert run.watched.reports(0, [run.plans[1][1], run.plans[1][1]]) is None
+
+
+def test_plan_calls_by_keyword_are_watched():
+    target = ReferenceTarget()
+    case = two_block_case()
+    modules = run_target(target, case, watch=False).originals
+    watch = planner_oracle.watch_rounds(case, {0: modules[0]})
+    with watching(target, watch):
+        first = target.plan(case=case, module=modules[0], rank=0)
+        second = target.plan(case, modules[0], rank=0)
+    assert watch.calls[0] == 2 and watch.reports(0, [second]) is not None and first is not second

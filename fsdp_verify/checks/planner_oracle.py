@@ -181,12 +181,15 @@ class RoundWatch:
             self.cpu += time.process_time() - start
 
     def after(self, rank: int, plan: Any, seen: dict) -> None:
-        self.seen[id(plan)] = (plan, rank, seen)
+        # one plan object returned twice (refilled, or a stale one): which graph it was made for is
+        # ambiguous, so its rounds are replayed
+        self.seen[id(plan)] = (plan, rank, seen) if id(plan) not in self.seen else (None, None, None)
 
     def reports(self, rank: int, plans: list) -> Optional[list[dict]]:
         """The expected reports of ``plans`` (rank ``rank``'s), when every one was watched."""
         found = [self.seen.get(id(plan)) for plan in plans]
-        if any(entry is None or entry[0] is not plan or entry[1] != rank for entry, plan in zip(found, plans)):
+        if len({id(plan) for plan in plans}) != len(plans) or \
+                any(entry is None or entry[0] is not plan or entry[1] != rank for entry, plan in zip(found, plans)):
             return None
         return [entry[2] for entry in found]
 

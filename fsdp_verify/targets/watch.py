@@ -32,9 +32,14 @@ def watching(target: Target, watch: Optional[PlanWatch]) -> Iterator[None]:
     own = vars(target).get("plan")
     plan = target.plan
 
-    def watched(case: Any, module: fx.GraphModule, rank: int) -> Any:
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        # ``plan(case, module, rank)``, however a driver passes them; anything else is not watched
+        module = args[1] if len(args) > 1 else kwargs.get("module")
+        rank = args[2] if len(args) > 2 else kwargs.get("rank")
+        if not isinstance(module, fx.GraphModule) or not isinstance(rank, int):
+            return plan(*args, **kwargs)
         seen = watch.before(rank, module)
-        result = plan(case, module, rank)
+        result = plan(*args, **kwargs)
         if seen is not None:
             watch.after(rank, result, seen)
         return result
