@@ -10,8 +10,9 @@ import faulthandler
 import multiprocessing
 import os
 import signal
+import time
 import traceback
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 from torch import fx
@@ -56,13 +57,15 @@ def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> d
     return dict(returned)
 
 
-def run_target(target: Target, case: Case, watch: bool = True) -> TargetRun:
+def run_target(target: Target, case: Case, watch: bool = True,
+               on_watch: Callable[[float], None] | None = None) -> TargetRun:
     """Apply ``target`` to fresh copies of the case's graphs; an exception (``SystemExit`` too) or a
     malformed result becomes ``error``. ``watch``: the planner oracle derives the spec's plan of
-    each later round's graph while the target's run holds it (``planner_oracle.RoundWatch``)."""
+    each later round's graph while the target's run holds it (``planner_oracle.RoundWatch``);
+    ``on_watch`` hears the wall seconds of each derivation (the harness's, within the run)."""
     run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
     modules = build_world(case)
-    run.watched = watch_rounds(case, modules) if watch and target.has_planner else None
+    run.watched = watch_rounds(case, modules, on_watch) if watch and target.has_planner else None
     try:
         with watching(target, run.watched):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
@@ -142,8 +145,9 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn,
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # unwatched: the parent's deadline times the target, and the watch's work is the harness's
-    run = run_target(target, case, watch=False)
+    # the parent's deadline times the target alone: the watch's derivations are reported as they end
+    run = run_target(target, case, watch=only is None or "planner" in only,
+                     on_watch=lambda seconds: conn.send(("watched", seconds)))
     conn.send(("target-done",))
     ctx = CheckContext(run, target)
     try:
@@ -184,10 +188,17 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     checks = deadline * CHECK_DEADLINE_FACTOR if check_limit is None else min(deadline * CHECK_DEADLINE_FACTOR,
                                                                               max(check_limit, 0.1))
     try:
-        if not parent.poll(deadline):
-            return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
-                            details={"kind": "timeout"})], ctx
-        parent.recv()
+        left = deadline
+        while True:  # the harness's derivations within the target's run extend its deadline
+            began = time.monotonic()
+            if not parent.poll(max(left, 0.0)):
+                return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
+                                details={"kind": "timeout"})], ctx
+            message = parent.recv()
+            left -= time.monotonic() - began
+            if message[0] != "watched":
+                break
+            left += message[1]
         target_done = True
         if not parent.poll(checks):
             return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be judged",

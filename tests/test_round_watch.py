@@ -107,3 +107,19 @@ def test_plan_calls_by_keyword_are_watched():
         first = target.plan(case=case, module=modules[0], rank=0)
         second = target.plan(case, modules[0], rank=0)
     assert watch.calls[0] == 2 and watch.reports(0, [second]) is not None and first is not second
+
+
+def test_an_isolated_run_is_watched_and_its_deadline_leaves_the_watch_out(monkeypatch):
+    # The derivations happen inside the target's run in the forked child: the parent's deadline
+    # must time the target alone (here they take longer than the whole deadline), and the
+    # planner's metrics say how later rounds were judged.
+    import time as clock
+    report = Expectations.report
+
+    def slow(self, *args, **kwargs):
+        clock.sleep(0.8)
+        return report(self, *args, **kwargs)
+    monkeypatch.setattr(Expectations, "report", slow)
+    findings, ctx = check_all(get_target("reference"), two_block_case(), deadline=1.0)
+    assert not [f for f in findings if f.checker == "target"], findings
+    assert ctx.metrics["planner"]["later_rounds_watched"] == 2 and ctx.metrics["planner"]["later_rounds_replayed"] == 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from torch import fx
 
@@ -156,10 +156,13 @@ class RoundWatch:
     Judging a later round needs the graph its plan was made for; without this the oracle rebuilds
     it by re-applying the target's earlier rounds to a fresh original, per rank. Kept by the plan
     object the target returned, so a plan is judged against the graph it was made for, whatever
-    the round; ``cpu`` is the seconds spent here (the harness's, not the target's)."""
+    the round; ``cpu`` is the CPU seconds spent here (the harness's, not the target's), and
+    ``on_time`` hears the wall seconds of each derivation (a deadline on the target's run can
+    leave them out)."""
 
-    def __init__(self, case: Any, modules: dict[int, fx.GraphModule]) -> None:
-        self.case, self.modules = case, modules
+    def __init__(self, case: Any, modules: dict[int, fx.GraphModule],
+                 on_time: Optional[Callable[[float], None]] = None) -> None:
+        self.case, self.modules, self.on_time = case, modules, on_time
         self.expectations = Expectations(case.plan_args)
         self.calls: Counter = Counter()
         self.seen: dict[int, tuple[Any, int, dict]] = {}  # id(plan) -> (plan, rank, expected report)
@@ -171,7 +174,7 @@ class RoundWatch:
         self.calls[rank] += 1
         if self.calls[rank] == 1 or module is not self.modules.get(rank):
             return None
-        start = time.process_time()
+        start, wall = time.process_time(), time.perf_counter()
         try:
             return self.expectations.report(module, self.case.group_ranks(rank),
                                             signatures(signature_records(module)))
@@ -179,6 +182,8 @@ class RoundWatch:
             return None
         finally:
             self.cpu += time.process_time() - start
+            if self.on_time is not None:
+                self.on_time(time.perf_counter() - wall)
 
     def after(self, rank: int, plan: Any, seen: dict) -> None:
         # one plan object returned twice (refilled, or a stale one): which graph it was made for is
@@ -194,13 +199,14 @@ class RoundWatch:
         return [entry[2] for entry in found]
 
 
-def watch_rounds(case: Any, modules: dict[int, fx.GraphModule]) -> Optional[RoundWatch]:
+def watch_rounds(case: Any, modules: dict[int, fx.GraphModule],
+                 on_time: Optional[Callable[[float], None]] = None) -> Optional[RoundWatch]:
     """A ``RoundWatch`` for a run of ``case`` on ``modules``, or None when the planner oracle will
     judge no later round (invalid arguments must be refused before any plan)."""
     first = min(case.graph.world(), default=None)
     if first is None or expected_argument_error(case.plan_args, case.group_ranks(first)) is not None:
         return None
-    return RoundWatch(case, modules)
+    return RoundWatch(case, modules, on_time)
 
 
 def _judge(want: dict, plan: dict, label: str) -> list[str]:
@@ -281,8 +287,11 @@ def _expected_rounds(ctx: CheckContext, rank: int, reports: list[dict], plans: l
     groups = ctx.case.group_ranks(rank)
     watch = ctx.run.watched
     later = watch.reports(rank, plans[1:]) if isinstance(watch, RoundWatch) and len(plans) > 1 else None
+    counts = ctx.metrics.setdefault(NAME, {"later_rounds_watched": 0, "later_rounds_replayed": 0})
     if later is not None:
+        counts["later_rounds_watched"] += len(later)
         return [expectations.report(ctx.original[rank], groups), *later], None
+    counts["later_rounds_replayed"] += len(plans) - 1
     graphs, unreplayable = _rounds(ctx, rank, reports, plans, expectations, replayed, spare)
     return [expectations.report(graph, groups) for graph in graphs], unreplayable
 
