@@ -82,5 +82,6 @@ def test_the_report_says_what_the_ordering_and_numerics_verdicts_rested_on(tmp_p
     proofs = result.to_json()["proofs"]
     assert proofs["ordering_segments_lockstep"] + proofs["ordering_segments_z3"] > 0
     assert 0 < proofs["numerics_shared_runs"] + proofs["numerics_plain_runs"] <= result.examples
+    assert proofs["planner_rounds_watched"] > 0 and proofs["planner_rounds_replayed"] == 0  # all seen in the run
     assert "proved by       ordering:" in summary_text(result, "reference")
     assert 'name="ordering_segments_z3"' in junit_xml(result, "reference")

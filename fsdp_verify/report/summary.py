@@ -97,7 +97,9 @@ def summary_text(result: Result, target: str) -> str:
              f"proved by       ordering: {result.proofs['ordering_segments_lockstep']} schedule segments by the "
              f"lockstep witness, {result.proofs['ordering_segments_z3']} by z3; numerics: "
              f"{result.proofs['numerics_shared_runs']} cases on the shared runs, "
-             f"{result.proofs['numerics_plain_runs']} on plain runs",
+             f"{result.proofs['numerics_plain_runs']} on plain runs; planner: "
+             f"{result.proofs['planner_rounds_watched']} later-round plans against the graph seen in the run, "
+             f"{result.proofs['planner_rounds_replayed']} against a replay",
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),

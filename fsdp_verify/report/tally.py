@@ -60,19 +60,23 @@ class Result:
                 "failures": self.failures, "ranks": self.ranks}
 
 
-# What the ordering and numerics verdicts rested on: schedule segments proved by the lockstep
-# witness or by z3, and cases whose outputs numerics compared on the shared (coded) runs or on plain
-# runs (where codes could have hidden something).
-PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs")
+# What the ordering, numerics and planner verdicts rested on: schedule segments proved by the
+# lockstep witness or by z3, cases whose outputs numerics compared on the shared (coded) runs or on
+# plain runs (where codes could have hidden something), and later-round plans judged against the
+# graph seen in the target's own run or a replay of its earlier rounds.
+PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
+          "planner_rounds_watched", "planner_rounds_replayed")
 
 
 def proofs_of(metrics: dict) -> Counter:
     """One case's contribution to ``Result.proofs``, from its checkers' metrics."""
-    ordering, numerics = metrics.get("ordering", {}), metrics.get("numerics", {})
+    ordering, numerics, planner = metrics.get("ordering", {}), metrics.get("numerics", {}), metrics.get("planner", {})
     runs = str(numerics.get("runs", ""))
     return Counter({"ordering_segments_lockstep": ordering.get("segments_by_lockstep", 0),
                     "ordering_segments_z3": ordering.get("segments_by_z3", 0),
-                    "numerics_shared_runs": int(runs == "shared"), "numerics_plain_runs": int(runs.startswith("plain"))})
+                    "numerics_shared_runs": int(runs == "shared"), "numerics_plain_runs": int(runs.startswith("plain")),
+                    "planner_rounds_watched": planner.get("later_rounds_watched", 0),
+                    "planner_rounds_replayed": planner.get("later_rounds_replayed", 0)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:
