@@ -58,11 +58,11 @@ def _checked_plans(returned: object, modules: Mapping[int, fx.GraphModule]) -> d
 
 
 def run_target(target: Target, case: Case, watch: bool = True,
-               on_watch: Callable[[float], None] | None = None) -> TargetRun:
+               on_watch: Callable[[str], None] | None = None) -> TargetRun:
     """Apply ``target`` to fresh copies of the case's graphs; an exception (``SystemExit`` too) or a
     malformed result becomes ``error``. ``watch``: the planner oracle derives the spec's plan of
     each later round's graph while the target's run holds it (``planner_oracle.RoundWatch``);
-    ``on_watch`` hears the wall seconds of each derivation (the harness's, within the run)."""
+    ``on_watch`` hears each derivation (the harness's work, within the run) "start" and "end"."""
     run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
     modules = build_world(case)
     run.watched = watch_rounds(case, modules, on_watch) if watch and target.has_planner else None
@@ -112,6 +112,7 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
 
 
 CHECK_DEADLINE_FACTOR = 20  # the checkers of an isolated case get this many times the target's deadline
+WATCH_PAUSE_FACTOR = 4  # the planner oracle's work within the target's run may pause its clock this many deadlines
 
 
 def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
@@ -145,9 +146,9 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn,
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # the parent's deadline times the target alone: the watch's derivations are reported as they end
+    # the parent's deadline times the target alone: the watch says when each derivation starts and ends
     run = run_target(target, case, watch=only is None or "planner" in only,
-                     on_watch=lambda seconds: conn.send(("watched", seconds)))
+                     on_watch=lambda event: conn.send(("watch", event)))
     conn.send(("target-done",))
     ctx = CheckContext(run, target)
     try:
@@ -188,22 +189,37 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     checks = deadline * CHECK_DEADLINE_FACTOR if check_limit is None else min(deadline * CHECK_DEADLINE_FACTOR,
                                                                               max(check_limit, 0.1))
     try:
-        left = deadline
-        while True:  # the harness's derivations within the target's run extend its deadline
+        # The target's clock stops while the planner oracle derives within its run (between the
+        # watch's "start" and "end"), for at most WATCH_PAUSE_FACTOR deadlines in all: a derivation
+        # that outlasts them is the harness's failure, and a target that plans without end still
+        # times out.
+        left, pause, deriving = deadline, min(checks, deadline * WATCH_PAUSE_FACTOR), 0
+        while True:
             began = time.monotonic()
-            if not parent.poll(max(left, 0.0)):
+            if not parent.poll(max(pause if deriving else left, 0.0)):
+                if deriving:
+                    return [Finding("harness", f"the planner oracle's work within the target's run took over "
+                                               f"{deadline * WATCH_PAUSE_FACTOR:g}s; the case cannot be judged",
+                                    severity=INVALID,
+                                    details={"kind": "checker_timeout"})], ctx
                 return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
                                 details={"kind": "timeout"})], ctx
             message = parent.recv()
-            left -= time.monotonic() - began
-            if message[0] != "watched":
+            spent = time.monotonic() - began
+            if deriving:
+                pause -= spent
+            else:
+                left -= spent
+            if message[0] != "watch":
                 break
-            left += message[1]
+            deriving = max(0, deriving + (1 if message[1] == "start" else -1)) if pause > 0 else 0
         target_done = True
-        if not parent.poll(checks):
-            return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be judged",
-                            severity=INVALID, details={"kind": "checker_timeout"})], ctx
-        message = parent.recv()
+        message = ("watch",)
+        while message[0] == "watch":  # one the target's leftover threads sent late is not the result
+            if not parent.poll(checks):
+                return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be "
+                                           f"judged", severity=INVALID, details={"kind": "checker_timeout"})], ctx
+            message = parent.recv()
     except (EOFError, ConnectionError):
         process.join(5)
         if target_done:  # the target had finished: the checkers' process died, not the target
@@ -216,9 +232,10 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
         if process.is_alive():
             process.kill()
         process.join(10)
-    if message[0] == "harness-error":
+    if message[0] != "checked" or len(message) != 7:
+        why = message[1] if message[0] == "harness-error" and len(message) > 1 else f"unexpected message {message[0]!r}"
         return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,
-                        details={"kind": "harness_error", "traceback": message[1]})], ctx
+                        details={"kind": "harness_error", "traceback": why})], ctx
     _, findings, plans, metrics, skipped, error_type, error_message = message
     ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in plans.items()}
     ctx.run.error_type, ctx.run.error_message = error_type, error_message

@@ -25,6 +25,9 @@ class _Raising:
     def after(self, rank, plan, seen):
         raise RuntimeError("boom")
 
+    def close(self):
+        pass
+
 
 def test_watching_restores_the_targets_own_plan():
     target = ReferenceTarget()
@@ -89,13 +92,28 @@ def test_watched_expectations_equal_replayed_ones(case):
         assert [expectations.report(g, case.group_ranks(rank)) for g in graphs[1:]] == watched
 
 
-def test_a_plan_object_returned_twice_is_replayed(monkeypatch):
+def test_a_plan_object_returned_twice_is_replayed():
     # Which graph a refilled (or stale) plan object was made for is ambiguous: replay it.
-    run = run_target(get_target("reference"), two_block_case())
-    plan = run.plans[0][1]
-    run.watched.after(0, plan, {"buckets": []})  # returned a second time
-    assert run.watched.reports(0, run.plans[0][1:]) is None
-    assert run.watched.reports(0, [run.plans[1][1], run.plans[1][1]]) is None
+    target, case = ReferenceTarget(), two_block_case()
+    module = run_target(target, case, watch=False).originals[0]
+    watch = planner_oracle.watch_rounds(case, {0: module})
+    with watching(target, watch):
+        target.plan(case, module, 0)
+        plan = target.plan(case, module, 0)
+        assert watch.reports(0, [plan]) is not None
+        watch.after(0, plan, watch.before(0, module))  # the same object, returned by a third call
+    assert watch.reports(0, [plan]) is None and watch.reports(0, [plan, plan]) is None
+    assert watch.closed and watch.before(0, module) is None  # nothing is watched after the run
+
+
+def test_purity_is_seen_on_every_plan_call_of_the_run():
+    # A planner that changes only graphs holding fused launches (round 2 on): the oracle's own
+    # plans of a fresh original cannot show it; the watch does.
+    from fsdp_verify.targets.mutants import get_mutant
+    target = get_mutant("replanning_marks_fused_launches")
+    findings, _ = check_all(target, two_block_case(device="cpu"))
+    assert any(f.checker == "planner" and "planning mutated the graph (purity)" in f.message
+               and "plan 2 in the target's run" in f.message for f in findings), findings
 
 
 def test_plan_calls_by_keyword_are_watched():
@@ -123,3 +141,19 @@ def test_an_isolated_run_is_watched_and_its_deadline_leaves_the_watch_out(monkey
     findings, ctx = check_all(get_target("reference"), two_block_case(), deadline=1.0)
     assert not [f for f in findings if f.checker == "target"], findings
     assert ctx.metrics["planner"]["later_rounds_watched"] == 2 and ctx.metrics["planner"]["later_rounds_replayed"] == 0
+
+
+class _PlansForever(ReferenceTarget):
+    name = "plans-forever"
+
+    def rewrite(self, case, modules):
+        while True:  # every call after the first is watched and derived: credit must run out
+            self.plan(case, modules[0], 0)
+
+
+def test_a_target_that_plans_without_end_still_times_out():
+    import time as clock
+    started = clock.monotonic()
+    findings, _ = check_all(_PlansForever(), two_block_case(), deadline=1.0)
+    assert [f.details.get("kind") for f in findings if f.checker == "target"] == ["timeout"], findings
+    assert clock.monotonic() - started < 20  # the deadline, and at most WATCH_PAUSE_FACTOR more for the watch

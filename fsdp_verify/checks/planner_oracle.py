@@ -9,10 +9,12 @@ message, valid ones accepted. Across ranks, ``validate_group_plans`` semantics (
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from torch import fx
 
@@ -150,45 +152,89 @@ class Expectations:
 
 
 class RoundWatch:
-    """The spec's plan of each graph the target itself planned after a rank's first plan, derived
-    while the target runs (``targets.watch``), before its driver rewrites that graph in place.
+    """What the planner oracle learns from the target's own ``plan`` calls while its run holds the
+    graphs (``targets.watch``), before its driver rewrites them in place.
 
-    Judging a later round needs the graph its plan was made for; without this the oracle rebuilds
-    it by re-applying the target's earlier rounds to a fresh original, per rank. Kept by the plan
-    object the target returned, so a plan is judged against the graph it was made for, whatever
-    the round; ``cpu`` is the CPU seconds spent here (the harness's, not the target's), and
-    ``on_time`` hears the wall seconds of each derivation (a deadline on the target's run can
-    leave them out)."""
+    - The spec's plan of each graph a rank planned after its first plan (its first is judged
+      against the original). Judging a later round needs the graph its plan was made for; without
+      this the oracle rebuilds it by re-applying the target's earlier rounds to a fresh original,
+      per rank. Kept by the plan object the target returned, so a plan is judged against the graph
+      it was made for, whatever the round (an object returned twice is ambiguous: replayed).
+    - Purity on every call: the graph's signature before and after the target planned it (the
+      replay used to show a planner that changed a graph later rounds then planned).
+
+    It reads the graphs and never plans or writes. ``cpu`` is the CPU seconds spent here (the
+    harness's, not the target's); ``on_event`` hears "start" and "end" around each piece of work
+    (an isolated run's deadline leaves it out). Calls are taken one at a time (a target may plan
+    from threads), and none after ``close``."""
 
     def __init__(self, case: Any, modules: dict[int, fx.GraphModule],
-                 on_time: Optional[Callable[[float], None]] = None) -> None:
-        self.case, self.modules, self.on_time = case, modules, on_time
+                 on_event: Optional[Callable[[str], None]] = None) -> None:
+        self.case, self.modules, self.on_event = case, modules, on_event
         self.expectations = Expectations(case.plan_args)
         self.calls: Counter = Counter()
-        self.seen: dict[int, tuple[Any, int, dict]] = {}  # id(plan) -> (plan, rank, expected report)
+        self.seen: dict[int, tuple[Any, Optional[int], Optional[dict]]] = {}  # id(plan) -> (plan, rank, report)
+        self.impure: list[str] = []  # the plan calls that changed the graph they planned
         self.cpu = 0.0
+        self.closed = False
+        self._lock = threading.Lock()
 
-    def before(self, rank: int, module: fx.GraphModule) -> Optional[dict]:
-        """The expected report of ``module`` as it stands, for a rank's second and later plans of
-        its own module (its first plan is judged against the original)."""
-        self.calls[rank] += 1
-        if self.calls[rank] == 1 or module is not self.modules.get(rank):
-            return None
-        start, wall = time.process_time(), time.perf_counter()
+    @contextlib.contextmanager
+    def _working(self) -> Iterator[None]:
+        self._tell("start")
+        start = time.process_time()
         try:
-            return self.expectations.report(module, self.case.group_ranks(rank),
-                                            signatures(signature_records(module)))
-        except Exception:  # noqa: BLE001 - the oracle re-derives it by replay, and says why there
-            return None
+            yield
         finally:
             self.cpu += time.process_time() - start
-            if self.on_time is not None:
-                self.on_time(time.perf_counter() - wall)
+            self._tell("end")
+
+    def _tell(self, event: str) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(event)
+            except Exception:  # noqa: BLE001 - the watch must not raise into the target's run
+                self.on_event = None
+
+    def before(self, rank: int, module: fx.GraphModule) -> Optional[dict]:
+        """What to keep of ``module`` as it stands before the target plans it: its signature and,
+        for a rank's second and later plans, the spec's plan of it."""
+        with self._lock:
+            if self.closed:
+                return None
+            self.calls[rank] += 1
+            if module is not self.modules.get(rank):
+                return None
+            call = self.calls[rank]
+            with self._working():
+                try:
+                    signed = signatures(signature_records(module))
+                    entry = {"call": call, "signature": signed[0], "module": module}
+                    if call > 1:
+                        entry["report"] = self.expectations.report(module, self.case.group_ranks(rank), signed)
+                    return entry
+                except Exception:  # noqa: BLE001 - such a plan is judged as if unwatched (replayed)
+                    return None
 
     def after(self, rank: int, plan: Any, seen: dict) -> None:
-        # one plan object returned twice (refilled, or a stale one): which graph it was made for is
-        # ambiguous, so its rounds are replayed
-        self.seen[id(plan)] = (plan, rank, seen) if id(plan) not in self.seen else (None, None, None)
+        with self._lock:
+            if self.closed:
+                return
+            with self._working():
+                try:
+                    if signature_of(seen["module"]) != seen["signature"]:
+                        self.impure.append(f"rank {rank}'s plan {seen['call']}")
+                except Exception:  # noqa: BLE001 - the watch must not raise into the target's run
+                    pass
+            if "report" in seen:
+                # one plan object returned twice (refilled, or a stale one): which graph it was made
+                # for is ambiguous, so its rounds are replayed
+                self.seen[id(plan)] = (plan, rank, seen["report"]) if id(plan) not in self.seen else (None, None, None)
+
+    def close(self) -> None:
+        """No more calls: the target's run is over (a thread it left behind is not watched)."""
+        with self._lock:
+            self.closed, self.on_event = True, None
 
     def reports(self, rank: int, plans: list) -> Optional[list[dict]]:
         """The expected reports of ``plans`` (rank ``rank``'s), when every one was watched."""
@@ -200,13 +246,13 @@ class RoundWatch:
 
 
 def watch_rounds(case: Any, modules: dict[int, fx.GraphModule],
-                 on_time: Optional[Callable[[float], None]] = None) -> Optional[RoundWatch]:
+                 on_event: Optional[Callable[[str], None]] = None) -> Optional[RoundWatch]:
     """A ``RoundWatch`` for a run of ``case`` on ``modules``, or None when the planner oracle will
     judge no later round (invalid arguments must be refused before any plan)."""
     first = min(case.graph.world(), default=None)
     if first is None or expected_argument_error(case.plan_args, case.group_ranks(first)) is not None:
         return None
-    return RoundWatch(case, modules, on_time)
+    return RoundWatch(case, modules, on_event)
 
 
 def _judge(want: dict, plan: dict, label: str) -> list[str]:
@@ -363,6 +409,9 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     spare = {} if findings else {first: module}
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
         findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
+    if isinstance(watch, RoundWatch) and watch.impure:
+        findings.append(Finding(NAME, f"planning mutated the graph (purity): {', '.join(watch.impure[:3])} in the "
+                                      f"target's run changed the graph it planned"))
     for rank in sorted(plans):
         wanted, unreplayable = _expected_rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
         if unreplayable:

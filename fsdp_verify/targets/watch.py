@@ -14,11 +14,13 @@ from .base import Target
 
 class PlanWatch(Protocol):
     """``before`` sees the graph a plan is about to be made for and returns what to keep of it
-    (None: nothing); ``after`` gets that with the plan the target returned."""
+    (None: nothing); ``after`` gets that with the plan the target returned; ``close`` ends it."""
 
     def before(self, rank: int, module: fx.GraphModule) -> Optional[Any]: ...
 
     def after(self, rank: int, plan: Any, seen: Any) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @contextlib.contextmanager
@@ -48,6 +50,7 @@ def watching(target: Target, watch: Optional[PlanWatch]) -> Iterator[None]:
     try:
         yield
     finally:
+        watch.close()  # a reference the target kept to ``watched`` is not watched after its run
         if own is None:
             del target.plan
         else:

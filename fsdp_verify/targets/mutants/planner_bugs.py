@@ -178,6 +178,18 @@ def _marks_classified() -> list[Patch]:
     return [(planner, "_classify", classify)]
 
 
+def _marks_fused() -> list[Patch]:
+    """Classifying a fused launch writes an FSDP meta key into the graph (impure from round 2 on:
+    a fresh original has no fused launch, so only the target's own later plans show it)."""
+    original = planner._classify
+
+    def classify(node, *args):
+        if node.meta.get("fsdp_bucket_members"):
+            node.meta["fsdp_replanned"] = True
+        return original(node, *args)
+    return [(planner, "_classify", classify)]
+
+
 def alternating_plans() -> Callable[[planner.BucketPlan], planner.BucketPlan]:
     """Every other plan lists its buckets in reverse: planning the same graph twice disagrees."""
     calls = Counter()
