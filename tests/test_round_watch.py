@@ -106,7 +106,7 @@ def test_a_plan_object_returned_twice_is_replayed():
     assert watch.closed and watch.before(0, module) is None  # nothing is watched after the run
 
 
-def test_purity_is_seen_on_every_plan_call_of_the_run():
+def test_purity_is_seen_on_the_later_plan_calls_of_the_run():
     # A planner that changes only graphs holding fused launches (round 2 on): the oracle's own
     # plans of a fresh original cannot show it; the watch does.
     from fsdp_verify.targets.mutants import get_mutant

@@ -160,8 +160,9 @@ class RoundWatch:
       this the oracle rebuilds it by re-applying the target's earlier rounds to a fresh original,
       per rank. Kept by the plan object the target returned, so a plan is judged against the graph
       it was made for, whatever the round (an object returned twice is ambiguous: replayed).
-    - Purity on every call: the graph's signature before and after the target planned it (the
-      replay used to show a planner that changed a graph later rounds then planned).
+    - Purity on those later calls: the graph's signature before and after the target planned it
+      (a planner that changes only graphs with fused launches; the oracle's own purity check plans
+      a fresh original, which has none).
 
     It reads the graphs and never plans or writes. ``cpu`` is the CPU seconds spent here (the
     harness's, not the target's); ``on_event`` hears "start" and "end" around each piece of work
@@ -197,22 +198,20 @@ class RoundWatch:
                 self.on_event = None
 
     def before(self, rank: int, module: fx.GraphModule) -> Optional[dict]:
-        """What to keep of ``module`` as it stands before the target plans it: its signature and,
-        for a rank's second and later plans, the spec's plan of it."""
+        """What to keep of ``module`` as it stands before the target plans it, for a rank's second
+        and later plans of its own module: its signature and the spec's plan of it."""
         with self._lock:
             if self.closed:
                 return None
             self.calls[rank] += 1
-            if module is not self.modules.get(rank):
-                return None
             call = self.calls[rank]
+            if call == 1 or module is not self.modules.get(rank):
+                return None
             with self._working():
                 try:
                     signed = signatures(signature_records(module))
-                    entry = {"call": call, "signature": signed[0], "module": module}
-                    if call > 1:
-                        entry["report"] = self.expectations.report(module, self.case.group_ranks(rank), signed)
-                    return entry
+                    return {"call": call, "signature": signed[0], "module": module,
+                            "report": self.expectations.report(module, self.case.group_ranks(rank), signed)}
                 except Exception:  # noqa: BLE001 - such a plan is judged as if unwatched (replayed)
                     return None
 
