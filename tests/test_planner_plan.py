@@ -158,6 +158,29 @@ def test_shared_expectations_equal_each_ranks_own_derivation(case):
         return  # invalid planner arguments: judged by expected_argument_error
 
 
+@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(fsdp_graphs("tiny"), mutated_graphs("tiny")))
+def test_shared_expectations_of_round_two_graphs_equal_each_ranks_own_derivation(case):
+    # A later round's graphs name the buckets planned on each rank's own graph (bucket ids embed
+    # its signature, which differs by device index): sharing must still give each rank exactly
+    # its own derivation.
+    from fsdp_verify.checks.planner_oracle import Expectations
+    from fsdp_verify.reference.driver import ROUNDS
+    args = case.plan_args
+    norm = None if args.module_bucket_plans is None else tuple(
+        (g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
+    modules = build_world(case)
+    try:
+        for rank, module in modules.items():
+            ROUNDS[0](module, ReferenceTarget().plan(case, module, rank))
+    except ValueError:
+        return  # invalid planner arguments: judged by expected_argument_error
+    expectations = Expectations(args)
+    for rank, module in modules.items():
+        want = expected_report(module, case.group_ranks(rank), args, norm)
+        assert expectations.report(module, case.group_ranks(rank)) == want
+
+
 def test_device_canonical_equates_renamings_only():
     from fsdp_verify.checks.plan_model import signature_of, signature_records, signatures
     module = build_world(two_block_case())[0]
@@ -181,3 +204,26 @@ def test_device_canonical_equates_renamings_only():
     assert with_devices("cuda:0", "cuda:0") != with_devices("cpu", "cpu")  # another type
     assert with_devices("cuda:0", "cuda:0") != with_devices("cuda:99999999999", "cuda:99999999999")  # invalid
     assert with_devices("cuda:0", "\x00cuda\x01cuda\x010\x00") is None  # a NUL: no sharing claimed
+
+    def with_ids(first, rest, owner=None):
+        out = list(records)
+        for index, bucket_id in zip(tagged, [first] + [rest] * (len(tagged) - 1)):
+            name, target, args, kwargs, meta = out[index]
+            extra = {"fsdp_bucket_id": bucket_id}
+            if owner is not None:
+                extra["fsdp_reduce_scatter_prepare"] = owner
+            out[index] = (name, target, args, kwargs, {**meta, **extra})
+        signature, canonical = signatures(out)
+        assert signature == signature_of(module, out)  # the renaming is undone exactly
+        return canonical
+
+    a, b, c = "0123456789ab", "fedcba987654", "00000000000f"
+    assert with_ids(f"{a}:bucket_0", f"{b}:bucket_1") == with_ids(f"{c}:bucket_0", f"{a}:bucket_1")  # one-to-one
+    assert with_ids(f"{a}:bucket_0", f"{b}:bucket_1") != with_ids(f"{a}:bucket_0", f"{a}:bucket_1")  # merged
+    assert with_ids(f"{a}:bucket_0", f"{a}:bucket_0") != with_ids(f"{a}:bucket_0", f"{a}:bucket_1")  # suffix kept
+    # an owner equal to the launch's id stays equal, one that differs stays different
+    assert with_ids(f"{a}:bucket_0", f"{a}:bucket_0", f"{a}:bucket_0") == \
+        with_ids(f"{b}:bucket_0", f"{b}:bucket_0", f"{b}:bucket_0")
+    assert with_ids(f"{a}:bucket_0", f"{a}:bucket_0", f"{a}:bucket_0") != \
+        with_ids(f"{b}:bucket_0", f"{b}:bucket_0", f"{a}:bucket_0")
+    assert with_ids("foreign", "foreign") != with_ids("other", "other")  # not a signed id: not renamed

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -243,16 +244,26 @@ def _device_type(device: str) -> Optional[str]:
     return torch.device(device).type if _device_ok(device) else None
 
 
+# Meta keys whose values are bucket ids (``<signature[:12]>:bucket_<i>``): a later round's graph
+# names the earlier round's buckets, so graphs of ranks that differ by device index differ here too.
+BUCKET_ID_META = ("fsdp_bucket_id", "fsdp_bucket_prepare", "fsdp_reduce_scatter_prepare")
+_SIGNED_ID = re.compile(r"[0-9a-f]{12}:")
+
+
 def signatures(records: list[tuple]) -> tuple[str, Optional[str]]:
     """``signature_of`` and a device-canonical hash of the same ``signature_records``, from one
     JSON encoding. The second renames every bucket-spec device that ``torch.device`` accepts by
-    order of first appearance, keeping its type and the text before ``:``; equal hashes mean the
-    graphs differ at most by a one-to-one renaming of such devices within each type (the ranks
-    of one world see ``cuda:0``, ``cuda:1``, ...). ``expected_report`` reads a device only
-    through its type, that text, its validity and its equality with other devices, so the
-    reports of such graphs differ only in the signature. None when a name or value holds a NUL
-    character (the placeholders are NUL-delimited, so no sharing is claimed)."""
+    order of first appearance, keeping its type and the text before ``:``, and every signature
+    prefix of a bucket id (``BUCKET_ID_META``) by order of first appearance; equal hashes mean the
+    graphs differ at most by a one-to-one renaming of such devices within each type and of such
+    prefixes (the ranks of one world see ``cuda:0``, ``cuda:1``, ..., and their later rounds name
+    buckets planned on those graphs). ``expected_report`` reads a device only through its type,
+    that text, its validity and its equality with other devices, and a bucket id only through its
+    equality with another (an RS prep chain's owner), so the reports of such graphs differ only in
+    the signature. None when a name or value holds a NUL character (the placeholders are
+    NUL-delimited, so no sharing is claimed)."""
     labels: dict[str, str] = {}
+    prefixes: dict[str, str] = {}
     renamed, placed = [], 0
     for name, target, args, kwargs, meta in records:
         spec = meta.get("fsdp_bucket_spec")
@@ -262,6 +273,12 @@ def signatures(records: list[tuple]) -> tuple[str, Optional[str]]:
                 device, f"\x00{_device_type(device)}\x01{device.split(':', 1)[0]}\x01{len(labels)}\x00")
             meta = {**meta, "fsdp_bucket_spec": {**spec, "device": label}}
             placed += 1
+        ids = {key: meta[key] for key in BUCKET_ID_META
+               if isinstance(meta.get(key), str) and _SIGNED_ID.match(meta[key])}
+        if ids:
+            meta = {**meta, **{key: prefixes.setdefault(value[:12], f"\x00id\x01{len(prefixes)}\x00") + value[12:]
+                               for key, value in ids.items()}}
+            placed += len(ids)
         renamed.append((name, target, args, kwargs, meta))
     text = json.dumps(renamed, sort_keys=True, default=str)
     if text.count("\\u0000") != 2 * placed:
@@ -269,6 +286,8 @@ def signatures(records: list[tuple]) -> tuple[str, Optional[str]]:
     canonical = hashlib.sha256(text.encode()).hexdigest()
     for device, label in labels.items():
         text = text.replace(json.dumps(label), json.dumps(device))
+    for prefix, label in prefixes.items():
+        text = text.replace(json.dumps(label)[1:-1], prefix)
     return hashlib.sha256(text.encode()).hexdigest(), canonical
 
 
