@@ -6,6 +6,7 @@ import copy
 import json
 import math
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -140,30 +141,14 @@ def test_the_oracle_model_is_the_reference_plan_field_for_field(case):
     assert json.loads(json.dumps(got, sort_keys=True, default=str)) == want
 
 
+@pytest.mark.parametrize("rounds_applied", [0, 1])
 @settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(fsdp_graphs("tiny"), mutated_graphs("tiny")))
-def test_shared_expectations_equal_each_ranks_own_derivation(case):
-    # The planner oracle derives the spec's plan once for graphs equal up to device indices and
-    # re-signs it: on every rank that must be exactly what deriving the rank's own graph gives.
-    from fsdp_verify.checks.planner_oracle import Expectations
-    args = case.plan_args
-    norm = None if args.module_bucket_plans is None else tuple(
-        (g,) if isinstance(g, str) else tuple(g) for g in args.module_bucket_plans)
-    expectations = Expectations(args)
-    try:
-        for rank, module in build_world(case).items():
-            want = expected_report(module, case.group_ranks(rank), args, norm)
-            assert expectations.report(module, case.group_ranks(rank)) == want
-    except ValueError:
-        return  # invalid planner arguments: judged by expected_argument_error
-
-
-@settings(max_examples=30, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(fsdp_graphs("tiny"), mutated_graphs("tiny")))
-def test_shared_expectations_of_round_two_graphs_equal_each_ranks_own_derivation(case):
-    # A later round's graphs name the buckets planned on each rank's own graph (bucket ids embed
-    # its signature, which differs by device index): sharing must still give each rank exactly
-    # its own derivation.
+def test_shared_expectations_equal_each_ranks_own_derivation(rounds_applied, case):
+    # The planner oracle derives the spec's plan once for graphs equal up to device indices (and,
+    # after a round, up to the bucket ids planned on each rank's own graph, which embed its
+    # signature) and re-signs it: on every rank that must be exactly what deriving the rank's own
+    # graph gives.
     from fsdp_verify.checks.planner_oracle import Expectations
     from fsdp_verify.reference.driver import ROUNDS
     args = case.plan_args
@@ -172,13 +157,14 @@ def test_shared_expectations_of_round_two_graphs_equal_each_ranks_own_derivation
     modules = build_world(case)
     try:
         for rank, module in modules.items():
-            ROUNDS[0](module, ReferenceTarget().plan(case, module, rank))
+            for apply in ROUNDS[:rounds_applied]:
+                apply(module, ReferenceTarget().plan(case, module, rank))
+        expectations = Expectations(args)
+        for rank, module in modules.items():
+            want = expected_report(module, case.group_ranks(rank), args, norm)
+            assert expectations.report(module, case.group_ranks(rank)) == want
     except ValueError:
         return  # invalid planner arguments: judged by expected_argument_error
-    expectations = Expectations(args)
-    for rank, module in modules.items():
-        want = expected_report(module, case.group_ranks(rank), args, norm)
-        assert expectations.report(module, case.group_ranks(rank)) == want
 
 
 def test_device_canonical_equates_renamings_only():
