@@ -20,10 +20,12 @@ from fsdp_verify.case import Case
 from fsdp_verify import collector
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.checks.graph_facts import fingerprint
+from fsdp_verify.checks.planner_oracle import watch_rounds
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
 from fsdp_verify.targets.outcome import TargetRun
+from fsdp_verify.targets.watch import watching
 
 # One pass over the rewritten graph that builds a tuple of strings per node (what the checkers'
 # fingerprints do): linear by construction, so its growth exponent is the machine's own (caches
@@ -49,16 +51,19 @@ def measure(blocks: int, repeat: int) -> dict:
         run = TargetRun(case, build_world(case, shared=True))  # as orchestrate.run_target
         modules = build_world(case)
         keep("build", start)
+        run.watched = watch_rounds(case, modules)  # as orchestrate.run_target
         start = time.process_time()
-        run.plans = target.rewrite(case, modules)
+        with watching(target, run.watched):
+            run.plans = target.rewrite(case, modules)
         run.rewritten = modules
-        keep("plan+rewrite", start)
+        watched = run.watched.cpu  # the planner oracle's, derived during the target's run
+        keep("plan+rewrite", start + watched)
         ctx = CheckContext(run, target)
         for name, checker in default_checkers().items():
             start = time.process_time()
             findings = checker.run(ctx)
             assert not findings, findings
-            keep(name, start)
+            keep(name, start - (watched if name == "planner" else 0.0))
         for _ in range(5):  # the yardstick: a plain linear walk, to tell the machine's growth from a checker's
             start = time.process_time()
             fingerprint(modules[min(modules)])

@@ -311,7 +311,6 @@ class RankInterpreter(fx.Interpreter):
                     self.blocked = (node.name, handle.key)
                     yield None
                 self.blocked = None
-            self.node = node
             args, kwargs = map_arg(node.args, fetch), map_arg(node.kwargs, fetch)
             if kind == _CALL:
                 self._check_reads(node, reads)
