@@ -45,15 +45,18 @@ def source(case) -> str:
     return "traced" if case.label.startswith("module") else "generated"
 
 
-def measure(drawn: list, per_source: dict[str, list]) -> dict[str, list[float]]:
+def measure(drawn: list, per_source: dict[str, list],
+            by_stage: dict[str, dict[str, float]]) -> dict[str, list[float]]:
     """CPU and wall seconds of building the graphs, of the target's plan+rewrite and of each checker,
     summed over ``drawn`` (what ``orchestrate.run_target`` and ``check_run`` do, stage by stage);
-    ``per_source`` gets each source's harness CPU seconds, node count and node count times ranks."""
+    ``per_source`` gets each source's harness CPU seconds, node count and node count times ranks,
+    and ``by_stage`` each source's CPU seconds per stage."""
     target = get_target("reference")
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
     for case in drawn:
         before = sum(v for k, v in cpu.items() if k != "target")
+        stages_before = dict(cpu)
         c, w = time.process_time(), time.perf_counter()
         run = TargetRun(case, build_world(case, shared=True))
         modules = build_world(case)
@@ -81,6 +84,9 @@ def measure(drawn: list, per_source: dict[str, list]) -> dict[str, list[float]]:
                 checker.run(ctx)
             cpu[name] += time.process_time() - c
             wall[name] += time.perf_counter() - w
+        stages = by_stage.setdefault(source(case), defaultdict(float))
+        for name, seconds in cpu.items():
+            stages[name] += seconds - stages_before.get(name, 0.0)
         tally = per_source.setdefault(source(case), [0.0, 0, 0])
         tally[0] += sum(v for k, v in cpu.items() if k != "target") - before
         tally[1] += len(case.graph.nodes)
@@ -109,7 +115,8 @@ def main() -> None:
         profiler.enable()
     c, w = time.process_time(), time.perf_counter()
     per_source: dict[str, list] = {}
-    figures = measure(drawn, per_source)
+    by_stage: dict[str, dict[str, float]] = {}
+    figures = measure(drawn, per_source, by_stage)
     total_cpu, total_wall = time.process_time() - c, time.perf_counter() - w
     if profiler:
         profiler.disable()
@@ -126,6 +133,13 @@ def main() -> None:
         print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes), "
               f"{1000 * cpu / max(rank_nodes, 1):.3f} per node and rank ({rank_nodes / max(nodes, 1):.1f} ranks on "
               f"average: every stage works rank by rank)")
+    sources = sorted(per_source)
+    print("cpu microseconds per node and rank, by stage and source:")
+    print(f"{'stage':<14}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
+    for name in sorted(figures, key=lambda stage: -figures[stage][0]):
+        row = [1e6 * by_stage[src].get(name, 0.0) / max(per_source[src][2], 1) for src in sources]
+        ratio = f"{row[1] / row[0]:>8.2f}" if len(row) == 2 and row[0] else ""
+        print(f"{name:<14}" + "".join(f"{value:>12.2f}" for value in row) + ratio)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import pytest
 
 from fsdp_verify.case import Case
 from fsdp_verify.checks import registered
+from fsdp_verify.checks.graph_facts import fingerprint
+from fsdp_verify.checks.plan_model import signature_of
 from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets.mutants import MUTANTS, get_mutant
 from fsdp_verify.execute.world import build_world
@@ -74,6 +76,7 @@ PLANTED = [
     ("numerics", "rs_source_rescaled", "two_block", "differs before the collective"),
     ("consistency", "fused_meta_dropped", "two_block", "lacks the fused-node meta"),
     ("consistency", "stale_plan_accepted", "two_block", "stale plan"),
+    ("consistency", "replanning_marks_fused_launches", "two_block", "re-planning the rewrite changed it"),
     ("memory", "leaked_buffers", "two_block", "peak live bytes"),
     ("conformance", "rewrite_packs_reversed", "two_block", "is not sent at its plan offset"),
     ("conformance", "rewrite_leaves_last_member", "two_block", "no launch of the rewrite delivers exactly"),
@@ -92,6 +95,23 @@ def test_checker_catches_planted_bug(checker, mutant, case_name, expected):
     assert findings, f"{checker} missed {mutant}"
     assert any(expected in f.message for f in findings), [f.message for f in findings]
     assert _findings(get_target("reference"), case, checker) == []
+
+
+def test_checkers_that_hand_the_rewrite_back_run_last():
+    """Consistency gives the target its own rewrite (no copy): every checker that reads it runs first."""
+    names = list(registered())
+    handing = [name for name, checker in registered().items() if checker.hands_back]
+    assert handing == ["consistency"] and names[-len(handing):] == handing
+
+
+def test_consistency_leaves_a_pure_targets_rewrite_as_it_returned_it():
+    case = two_block_case(degree=4)
+    findings, ctx = check_all(get_target("reference"), case)
+    fresh = build_world(case)
+    get_target("reference").rewrite(case, fresh)
+    assert findings == []
+    assert {r: fingerprint(m) for r, m in ctx.rewritten.items()} == {r: fingerprint(m) for r, m in fresh.items()}
+    assert {r: signature_of(m) for r, m in ctx.rewritten.items()} == {r: signature_of(m) for r, m in fresh.items()}
 
 
 def _first_bucket_bytes(case) -> int:

@@ -30,6 +30,9 @@ class Checker:
     summary: str = ""
     skip_reason: Optional[Callable[[CheckContext], Optional[str]]] = None
     default: bool = True  # False: only when asked for by name (needs an execution resource)
+    # True: hands the target's own rewrite back to it, in place (no copy), so it runs after every
+    # checker that reads the rewrite; a change it sees is its finding
+    hands_back: bool = False
 
 
 class CheckerError(LookupError):
@@ -58,9 +61,11 @@ def _entry_point_checkers() -> list[Checker]:
 
 @lru_cache(maxsize=1)
 def registered() -> dict[str, Checker]:
-    """Every checker by name, in run order (the planner first, execution-backed ones last)."""
+    """Every checker by name, in run order (the planner first, execution-backed ones later, and
+    those that hand the rewrite back to the target last)."""
     checkers: dict[str, Checker] = {}
-    for checker in sorted(_package_checkers() + _entry_point_checkers(), key=lambda c: (c.order, c.name)):
+    for checker in sorted(_package_checkers() + _entry_point_checkers(),
+                          key=lambda c: (c.hands_back, c.order, c.name)):
         if checker.name in checkers:
             raise CheckerError(f"two checkers are called {checker.name!r}")
         checkers[checker.name] = checker

@@ -83,7 +83,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("planning_marks_the_graph", "planning writes an FSDP meta key into the graph (impure)", ("planner",),
            _marks_classified),
     Mutant("replanning_marks_fused_launches", "planning writes an FSDP meta key on fused launches (impure in "
-           "later rounds only)", ("planner",), _marks_fused),
+           "later rounds only)", ("planner", "consistency"), _marks_fused),
     Mutant("plans_alternate", "every other plan lists its buckets reversed (nondeterministic)", ("planner",),
            plan_edit=alternating_plans()),
     Mutant("parameters_counted_per_collective", "summary counts selected collectives as parameters", ("planner",),
