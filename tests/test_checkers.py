@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from fsdp_verify.case import Case
 from fsdp_verify.checks import registered
-from fsdp_verify.checks.graph_facts import fingerprint
+from fsdp_verify.checks.graph_facts import changed, fingerprint, snapshot
 from fsdp_verify.checks.plan_model import signature_of
 from fsdp_verify.orchestrate import check_all
 from fsdp_verify.targets.mutants import MUTANTS, get_mutant
@@ -196,3 +197,29 @@ def test_the_planner_oracle_names_an_impure_planner():
 def test_the_planner_oracle_names_a_planner_that_plans_the_same_graph_two_ways():
     findings, _ = check_all(get_mutant("plans_alternate"), two_block_case())
     assert any(f.checker == "planner" and "(determinism)" in f.message for f in findings)
+
+
+def test_snapshot_sees_every_change_a_target_could_make_and_nothing_else():
+    case = two_block_case()
+    module = build_world(case)[0]
+    before = snapshot(module)
+    assert changed(module, before) is None
+    launch = next(n for n in module.graph.nodes if n.meta.get("fsdp_bucket_spec"))
+    launch.args = tuple(launch.args)  # FX makes new containers: equal arguments are no change
+    assert changed(module, before) is None
+    launch.meta["fsdp_bucket_spec"]["dtype"] = "torch.float64"  # nested, in place
+    assert "other FSDP meta" in changed(module, before) and repr(launch.name) in changed(module, before)
+    module = build_world(case)[0]
+    before = snapshot(module)
+    user = next(n for n in module.graph.nodes if n.op == "call_function" and len(n.args) > 1)
+    user.args = (user.args[1], user.args[0], *user.args[2:])
+    assert "has other arguments" in changed(module, before)
+    module = build_world(case)[0]
+    before = snapshot(module)
+    with module.graph.inserting_after(next(iter(module.graph.nodes))):
+        module.graph.call_function(torch.ops.aten.sum.default, (next(iter(module.graph.nodes)),))
+    assert "nodes instead of" in changed(module, before)
+    module = build_world(case)[0]
+    before = snapshot(module)
+    next(n for n in module.graph.nodes if n.op == "call_function").name = "renamed"
+    assert "replaced, renamed or retargeted" in changed(module, before)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 
 from fsdp_verify.graph.builder import build_module
 from fsdp_verify.graph.examples import mlp_graph
@@ -13,7 +14,7 @@ from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.spec import graph_from_json, graph_from_text
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.reference.planner import graph_signature
-from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies import cases, mutations
 from support import two_block_case
 
 
@@ -169,3 +170,31 @@ def test_built_and_cloned_nodes_are_what_fx_assignment_makes():
         for node in module.graph.nodes:
             target = node.target if node.op == "call_function" else None
             assert node in module.graph.find_nodes(op=node.op, target=target)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases("default", modules=True))
+def test_read_only_worlds_are_what_building_each_rank_gives(case):
+    # ``build_world(shared=True)`` copies the first localised module for the other ranks instead
+    # of building each: every rank's graph, node meta and header must be what building gives.
+    from fsdp_verify.checks.graph_facts import fingerprint
+    from fsdp_verify.execute.world import build_world
+    shared, built = build_world(case, shared=True), build_world(case)
+    for rank, module in built.items():
+        assert fingerprint(shared[rank]) == fingerprint(module)
+        assert [n.meta for n in shared[rank].graph.nodes] == [n.meta for n in module.graph.nodes]
+        assert [n.type for n in shared[rank].graph.nodes] == [n.type for n in module.graph.nodes]
+        assert shared[rank].meta == module.meta
+
+
+def test_read_only_ranks_are_localised_copies_of_the_first():
+    from fsdp_verify.execute.world import build_world
+    case = two_block_case(degree=4)  # cuda:0 in the description: every rank is localised
+    shared, built = build_world(case, shared=True), build_world(case)
+    first, other = (list(shared[r].graph.nodes) for r in (0, 3))
+    tagged = [i for i, n in enumerate(first) if "fsdp_bucket_spec" in n.meta]
+    assert tagged and all(first[i].meta["fsdp_bucket_spec"]["device"] == "cuda:0" for i in tagged)
+    assert all(other[i].meta["fsdp_bucket_spec"] == dict(first[i].meta["fsdp_bucket_spec"], device="cuda:3")
+               for i in tagged)
+    assert shared[3] is not shared[0] and all(other[i].meta is not first[i].meta for i in tagged)
+    assert [n.meta for n in other] == [n.meta for n in built[3].graph.nodes]

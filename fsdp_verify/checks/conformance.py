@@ -86,7 +86,8 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _offset_problem(bucket: dict, sent: torch.Tensor, sources: list[Optional[torch.Tensor]], degree: int) -> Optional[str]:
-    """The first member whose elements are not where the plan's offsets put them."""
+    """The first member whose elements are not where the plan's offsets put them (an RS member's
+    rank blocks compared at once, as columns of the rank-major buffer)."""
     flat = sent.reshape(-1)
     packed = sum(m["local_numel"] for m in bucket["members"])
     rs = bucket["members"][0]["kind"] == "fsdp_reduce_scatter"
@@ -94,13 +95,15 @@ def _offset_problem(bucket: dict, sent: torch.Tensor, sources: list[Optional[tor
         if source is None:
             continue
         offset, numel, own = member["local_offset"], member["local_numel"], source.reshape(-1)
-        blocks = [(r * packed + offset, own[r * numel:(r + 1) * numel]) for r in range(degree)] if rs \
-            else [(offset, own)]
-        for start, expected in blocks:
-            if start + numel > flat.numel() or not _same_bits(flat[start:start + numel], expected):
-                return (f"member {member['param_name']} is not sent at its plan offset {offset} "
-                        f"({numel} elements{', rank-major' if rs else ''}; plan order "
-                        f"{[m['param_name'] for m in bucket['members']]})")
+        if rs:
+            placed = flat.numel() == degree * packed and own.numel() == degree * numel and \
+                _same_bits(flat.reshape(degree, packed)[:, offset:offset + numel], own.reshape(degree, numel))
+        else:
+            placed = offset + numel <= flat.numel() and _same_bits(flat[offset:offset + numel], own)
+        if not placed:
+            return (f"member {member['param_name']} is not sent at its plan offset {offset} "
+                    f"({numel} elements{', rank-major' if rs else ''}; plan order "
+                    f"{[m['param_name'] for m in bucket['members']]})")
     return None
 
 

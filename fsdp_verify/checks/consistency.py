@@ -3,7 +3,6 @@ refused, untouched collectives stay untouched, and communicated volume is conser
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 
@@ -11,8 +10,7 @@ from torch import fx
 
 from ..execute.simulated import WorldRun
 from .findings import CheckContext, Finding
-from .graph_facts import FSDP_KINDS, by_name, c10d_name, is_launch
-from .plan_model import signature_of
+from .graph_facts import FSDP_KINDS, by_name, c10d_name, changed, is_launch, snapshot
 from .registry import Checker
 
 NAME = "consistency"
@@ -61,15 +59,16 @@ def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> 
     return findings
 
 
-def _stale_findings(ctx: CheckContext, rank: int, module: fx.GraphModule, before: str) -> list[Finding]:
-    """The rank's first-round plan, applied to its rewrite (``module``, whose signature is
+def _stale_findings(ctx: CheckContext, rank: int, module: fx.GraphModule, before: tuple) -> list[Finding]:
+    """The rank's first-round plan, applied to its rewrite (``module``, whose ``snapshot`` is
     ``before``), is refused without touching it."""
     try:
         ctx.target.rewriters()[0](module, ctx.run.plans[rank][0])
     except ValueError:
-        return [] if signature_of(module) == before else [Finding(
-            NAME, "a stale plan was rejected but the graph was changed before the error (the rewrite reported "
-                  "from here on is as the rewriter left it)")]
+        change = changed(module, before)
+        return [] if change is None else [Finding(
+            NAME, f"a stale plan was rejected but the graph was changed before the error ({change}; the rewrite "
+                  f"reported from here on is as the rewriter left it)")]
     except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
         return [Finding(NAME, f"a stale plan (made for the original graph) was not rejected: applying it to the "
                                  f"rewritten graph crashed with {type(exc).__name__}: {exc}")]
@@ -77,32 +76,26 @@ def _stale_findings(ctx: CheckContext, rank: int, module: fx.GraphModule, before
                              "without being rejected (the rewrite reported from here on has it applied)")]
 
 
-def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contract: bool,
-                      stale: dict[tuple, list[Finding]]) -> list[Finding]:
+def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contract: bool) -> list[Finding]:
     """Both checks hand the target its own rewrite, not a copy (a copy was 40% of this checker):
-    the checker runs after every other (``hands_back``), and the graph's signature (spec 2.11: names,
-    targets, arguments, FSDP meta, what a planner reads and a rewriter writes) before and after
-    each call shows any change, which is a finding. The stale-plan verdict is shared by ranks whose
-    rewrites and first-round plans are equal (the rewriter is a function of graph and plan, as for
-    replays)."""
+    the checker runs after every other (``hands_back``), and a ``snapshot`` of the graph (nodes,
+    arguments and the FSDP meta spec 2.11 signs: what a planner reads and a rewriter writes)
+    before and after each call shows any change, which is a finding."""
     plans = ctx.run.plans.get(rank) or []
     # a plan that crossed a process boundary cannot be re-applied
     reapply = bool(ctx.target is not None and ctx.target.rewriters() and plans and hasattr(plans[0], "buckets"))
     if not fused or not (contract or reapply):
         return []
     module = ctx.rewritten[rank]
-    before = signature_of(module)
+    before = snapshot(module)
     findings = _replan_findings(ctx, rank, fused, module) if contract else []
-    if contract and signature_of(module) != before:
+    change = changed(module, before) if contract else None
+    if change is not None:
         # the planner oracle judges purity on the graphs the target planned; this one is the rewrite
-        return findings + [Finding(NAME, "re-planning the rewrite changed it (a planner must not write the graph "
-                                         "it plans; the rewrite reported from here on is as the planner left it)")]
-    if not reapply:
-        return findings
-    key = (before, json.dumps(ctx.reports(rank)[0], sort_keys=True, default=str))
-    if key not in stale:
-        stale[key] = _stale_findings(ctx, rank, module, before)
-    return findings + stale[key]
+        return findings + [Finding(NAME, f"re-planning the rewrite changed it ({change}; a planner must not write "
+                                         f"the graph it plans, and the rewrite reported from here on is as the "
+                                         f"planner left it)")]
+    return findings + (_stale_findings(ctx, rank, module, before) if reapply else [])
 
 
 def _volume(run: WorldRun, rank: int) -> tuple[Counter, Counter]:
@@ -138,7 +131,6 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
     """Fused-node meta, idempotent re-planning, stale plans, untouched collectives, volume."""
     original, rewritten = ctx.original, ctx.rewritten
     findings: list[Finding] = []
-    stale: dict[tuple, list[Finding]] = {}
     for rank in sorted(rewritten):
         fused = _fused_launches(original[rank], rewritten[rank])
         # The fused-node meta contract (spec 1.8) binds reference-format targets only.
@@ -146,7 +138,7 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
         rank_findings = ((_meta_findings(fused) if contract else [])
                          + _untouched_findings(original[rank], rewritten[rank])
                          + _volume_findings(ctx, rank, contract, fused))
-        rank_findings += _replan_and_stale(ctx, rank, fused, contract, stale)  # last: it hands the rewrite back
+        rank_findings += _replan_and_stale(ctx, rank, fused, contract)  # last: it hands the rewrite back
         findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
                         for f in rank_findings)
         if findings:

@@ -6,7 +6,10 @@ shared with the reference planner, so a planner bug cannot hide behind the same 
 
 from __future__ import annotations
 
+import json
 import operator
+from typing import Optional
+
 import torch
 from torch import fx
 
@@ -165,3 +168,42 @@ def fingerprint(module: fx.GraphModule) -> list[tuple]:
     """What the generated code would say, node by node (name, op, target, args, kwargs, in
     order), without generating code: two graphs with equal fingerprints compute the same."""
     return [(n.name, n.op, str(n.target), str(n.args), str(n.kwargs)) for n in module.graph.nodes]
+
+
+SIGNED_META = ("comm_type", "comm_group", "param_name", "state_idx", "autograd_backward")
+
+
+def signed_meta(node: fx.Node) -> dict:
+    """The meta spec 2.11's signature hashes: every ``fsdp_`` key and the tags in ``SIGNED_META``."""
+    return {k: v for k, v in node.meta.items() if k.startswith("fsdp_") or k in SIGNED_META}
+
+
+def snapshot(module: fx.GraphModule) -> tuple[list[tuple], str]:
+    """A graph as a target could change it when it is handed back: each node (itself, its name,
+    op, target and the argument containers, which FX replaces on any change) and one JSON text
+    of the signed meta (nested values included). Half the cost of hashing the signature again."""
+    nodes = list(module.graph.nodes)
+    return ([(n, n.name, n.op, n.target, n._args, n._kwargs) for n in nodes],
+            json.dumps([signed_meta(n) for n in nodes], sort_keys=True, default=str))
+
+
+def changed(module: fx.GraphModule, before: tuple[list[tuple], str]) -> Optional[str]:
+    """Where ``module`` differs from its ``snapshot`` ``before``, in words (None: nowhere). An
+    argument container replaced by an equal one is no change."""
+    entries, meta = before
+    nodes = list(module.graph.nodes)
+    if len(nodes) != len(entries):
+        return f"it has {len(nodes)} nodes instead of {len(entries)}"
+    for node, (old, name, op, target, args, kwargs) in zip(nodes, entries):
+        if node is not old or node.name != name or node.op != op or \
+                (node.target is not target and str(node.target) != str(target)):
+            return f"node {name!r} was replaced, renamed or retargeted"
+        if (node._args is not args and str(node._args) != str(args)) or \
+                (node._kwargs is not kwargs and str(node._kwargs) != str(kwargs)):
+            return f"node {name!r} has other arguments"
+    if json.dumps([signed_meta(n) for n in nodes], sort_keys=True, default=str) != meta:
+        was = json.loads(meta)
+        name = next((n.name for n, m in zip(nodes, was)
+                     if json.loads(json.dumps(signed_meta(n), sort_keys=True, default=str)) != m), "?")
+        return f"node {name!r} has other FSDP meta"
+    return None

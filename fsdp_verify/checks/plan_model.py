@@ -21,7 +21,7 @@ from torch import fx
 
 from ..spec_params import active
 from .graph_facts import (FREE_KINDS, FSDP_KINDS, has_effect, is_free, is_launch, launch_name,
-                          real_consumers, rs_prep_chain)
+                          real_consumers, rs_prep_chain, signed_meta)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 RS_KIND = "fsdp_reduce_scatter"
@@ -227,9 +227,7 @@ def expected_buckets(module: fx.GraphModule, model: Expected, policy: dict) -> t
 
 def signature_records(module: fx.GraphModule) -> list[tuple]:
     """What spec 2.11's signature hashes, node by node: name, target, args, kwargs and FSDP meta."""
-    keys = ("comm_type", "comm_group", "param_name", "state_idx", "autograd_backward")
-    return [(n.name, str(n.target), str(n.args), str(n.kwargs),
-             {k: v for k, v in n.meta.items() if k.startswith("fsdp_") or k in keys}) for n in module.graph.nodes]
+    return [(n.name, str(n.target), str(n.args), str(n.kwargs), signed_meta(n)) for n in module.graph.nodes]
 
 
 def signature_of(module: fx.GraphModule, records: Optional[list[tuple]] = None) -> str:
