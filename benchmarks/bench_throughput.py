@@ -8,11 +8,12 @@ mix (the cases are drawn first, so generation is not counted).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import gc
 import time
 from collections import defaultdict
-from typing import Optional
+from typing import Iterator, Optional
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
@@ -46,6 +47,30 @@ def source(case) -> str:
     return "traced" if case.label.startswith("module") else "generated"
 
 
+@contextlib.contextmanager
+def timed_target(target, spent: list[float]) -> Iterator[None]:
+    """Within the block, the CPU seconds of the target's own ``plan`` and rewriter calls (which
+    checkers re-run: consistency's re-plan and stale plan, the planner oracle's purity and
+    determinism plans, replays) add up in ``spent[0]``."""
+    plan, rewriters = target.plan, target.rewriters
+
+    def timed(call):
+        def run(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                spent[0] += time.process_time() - start
+        return run
+
+    target.plan = timed(plan)
+    target.rewriters = lambda: tuple(timed(rewriter) for rewriter in rewriters())
+    try:
+        yield
+    finally:
+        del target.plan, target.rewriters
+
+
 def measure_case(case, target) -> Optional[dict[str, list[float]]]:
     """CPU and wall seconds of each stage of one case: building the graphs, the target's
     plan+rewrite and each checker (what ``orchestrate.run_target`` and ``check_run`` do, stage by
@@ -69,36 +94,51 @@ def measure_case(case, target) -> Optional[dict[str, list[float]]]:
         spent["planner"] = [watched, watched]
     run.rewritten = modules
     ctx = CheckContext(run, target)
-    for name, checker in default_checkers().items():
-        c, w = time.process_time(), time.perf_counter()
-        if checker.skip_reason is None or checker.skip_reason(ctx) is None:
-            checker.run(ctx)
-        spent[name][0] += time.process_time() - c
-        spent[name][1] += time.perf_counter() - w
+    rerun = [0.0]
+    with timed_target(target, rerun):
+        for name, checker in default_checkers().items():
+            c, w = time.process_time(), time.perf_counter()
+            if checker.skip_reason is None or checker.skip_reason(ctx) is None:
+                checker.run(ctx)
+            spent[name][0] += time.process_time() - c
+            spent[name][1] += time.perf_counter() - w
+    spent[RERUN] = [rerun[0], rerun[0]]
     return dict(spent)
+
+
+RERUN = "(of which target code)"  # not a stage: the part of the checkers' time spent in the target's code
 
 
 def measure(drawn: list, per_source: dict[str, list], by_stage: dict[str, dict[str, float]],
             repeat: int = 1) -> dict[str, list[float]]:
     """CPU and wall seconds of each stage summed over ``drawn``, each case's stage the least of
-    ``repeat`` runs (a shared machine's bursts inflate single runs); ``per_source`` gets each
+    ``repeat`` passes over all the cases (a shared machine's bursts inflate single runs, and last
+    seconds: a case's runs are spread over the whole measurement); ``per_source`` gets each
     source's harness CPU seconds, node count and node count times ranks, and ``by_stage`` each
     source's CPU seconds per stage."""
     target = get_target("reference")
+    best: dict[int, dict[str, list[float]]] = {}
+    for _ in range(repeat):
+        for index, case in enumerate(drawn):
+            spent = measure_case(case, target)
+            if spent is None:
+                continue
+            if index not in best:
+                best[index] = spent
+                continue
+            for name, (seconds, wall_seconds) in spent.items():
+                best[index][name] = [min(best[index][name][0], seconds), min(best[index][name][1], wall_seconds)]
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
-    for case in drawn:
-        runs = [measure_case(case, target) for _ in range(repeat)]
-        if runs[0] is None:
-            continue
-        best = {name: [min(r[name][0] for r in runs), min(r[name][1] for r in runs)] for name in runs[0]}
+    for index, stages_of_case in sorted(best.items()):
+        case = drawn[index]
         stages = by_stage.setdefault(source(case), defaultdict(float))
-        for name, (seconds, wall_seconds) in best.items():
+        for name, (seconds, wall_seconds) in stages_of_case.items():
             cpu[name] += seconds
             wall[name] += wall_seconds
             stages[name] += seconds
         tally = per_source.setdefault(source(case), [0.0, 0, 0])
-        tally[0] += sum(seconds for name, (seconds, _) in best.items() if name != "target")
+        tally[0] += sum(seconds for name, (seconds, _) in stages_of_case.items() if name not in ("target", RERUN))
         tally[1] += len(case.graph.nodes)
         tally[2] += len(case.graph.nodes) * len(case.graph.world())
     return {name: [cpu[name], wall[name]] for name in cpu}
@@ -109,7 +149,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1,
-                        help="run each case this many times and take each stage's least CPU time")
+                        help="pass over the cases this many times and take each case's least CPU time per stage")
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
     parser.add_argument("--gc", choices=("tuned", "default", "off"), default="tuned",
                         help="the campaign's collector settings (fsdp_verify.collector), CPython's own, or "
@@ -134,6 +174,7 @@ def main() -> None:
         profiler.disable()
         profiler.dump_stats(args.profile)
     target_cpu = figures["target"][0]
+    rerun = figures.pop(RERUN, [0.0, 0.0])
     harness_cpu = sum(v[0] for k, v in figures.items() if k != "target")
     stage_cpu, stage_wall = sum(v[0] for v in figures.values()), sum(v[1] for v in figures.values())
     print(f"{len(drawn)} cases ({traced} traced), {sum(len(c.graph.nodes) for c in drawn)} nodes")
@@ -143,17 +184,22 @@ def main() -> None:
     print(f"harness (build + checks) / target (cpu): {harness_cpu / target_cpu:.2f}x;  examples per cpu-second: "
           f"{len(drawn) / stage_cpu:.2f} (wall {len(drawn) / stage_wall:.2f}/s; with the loop's own work "
           f"{len(drawn) * args.repeat / total_cpu:.2f})")
+    print(f"of the checks, the target's own plan and rewriter calls they re-run: {rerun[0]:.2f} cpu s "
+          f"({rerun[0] / target_cpu:.2f}x target)")
     for name, (cpu, nodes, rank_nodes) in sorted(per_source.items()):
         print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes), "
               f"{1000 * cpu / max(rank_nodes, 1):.3f} per node and rank ({rank_nodes / max(nodes, 1):.1f} ranks on "
               f"average: every stage works rank by rank)")
     sources = sorted(per_source)
     print("cpu microseconds per node and rank, by stage and source:")
-    print(f"{'stage':<14}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
-    for name in sorted(figures, key=lambda stage: -figures[stage][0]):
-        row = [1e6 * by_stage[src].get(name, 0.0) / max(per_source[src][2], 1) for src in sources]
+    print(f"{'stage':<26}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
+    rows = {name: [1e6 * by_stage[src].get(name, 0.0) / max(per_source[src][2], 1) for src in sources]
+            for name in [*sorted(figures, key=lambda stage: -figures[stage][0]), RERUN]}
+    rows["harness"] = [1e3 * per_source[src][0] / max(per_source[src][2], 1) * 1e3 for src in sources]
+    rows["harness less target code"] = [h - r for h, r in zip(rows["harness"], rows[RERUN])]
+    for name, row in rows.items():
         ratio = f"{row[1] / row[0]:>8.2f}" if len(row) == 2 and row[0] else ""
-        print(f"{name:<14}" + "".join(f"{value:>12.2f}" for value in row) + ratio)
+        print(f"{name:<26}" + "".join(f"{value:>12.2f}" for value in row) + ratio)
 
 
 if __name__ == "__main__":
