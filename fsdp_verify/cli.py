@@ -285,7 +285,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     except corpus.CorpusError as exc:
         raise UsageError(str(exc)) from None
     target = _target(args.target or "reference")
-    findings, ctx = check_all(target, entry.case)  # in process: the picture needs the live graphs
+    # in process, the rewrite kept as the target returned it: the picture needs the live graphs
+    findings, ctx = check_all(target, entry.case, keep_rewrite=True)
     print(f"{args.case} (recorded against {entry.target}: {entry.verdict.status}; replayed against {target.name})")
     print(account(ctx, findings))
     dot = dot_source(ctx, findings, first_divergence(ctx)) if (args.dot or args.svg) else None

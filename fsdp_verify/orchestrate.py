@@ -116,7 +116,8 @@ WATCH_PAUSE_FACTOR = 4  # the planner oracle's work within the target's run may 
 
 
 def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
-              deadline: float | None = None, check_limit: float | None = None) -> tuple[list[Finding], CheckContext]:
+              deadline: float | None = None, check_limit: float | None = None,
+              keep_rewrite: bool = False) -> tuple[list[Finding], CheckContext]:
     """Run ``target`` on ``case`` and every checker.
 
     With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
@@ -133,7 +134,8 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
                             severity=INVALID)], CheckContext(TargetRun(case, {}), target)
     with spec_params.use(case.spec):
         if deadline is None:
-            ctx = CheckContext(run_target(target, case, watch=only is None or "planner" in only), target)
+            ctx = CheckContext(run_target(target, case, watch=only is None or "planner" in only), target,
+                               keep_rewrite=keep_rewrite)
             return check_run(ctx, only), ctx
         return _check_isolated(target, case, only, deadline, check_limit)
 

@@ -78,6 +78,9 @@ PLANTED = [
     ("consistency", "fused_meta_dropped", "two_block", "lacks the fused-node meta"),
     ("consistency", "stale_plan_accepted", "two_block", "stale plan"),
     ("consistency", "replanning_marks_fused_launches", "two_block", "re-planning the rewrite changed it"),
+    ("consistency", "planning_marks_the_graph", "two_block", "re-planning the rewrite changed it"),
+    ("consistency", "stale_plan_refused_after_writing", "two_block",
+     "a stale plan was rejected but the graph was changed before the error (node 'all_gather_into_tensor_3' has other FSDP meta"),
     ("memory", "leaked_buffers", "two_block", "peak live bytes"),
     ("conformance", "rewrite_packs_reversed", "two_block", "is not sent at its plan offset"),
     ("conformance", "rewrite_leaves_last_member", "two_block", "no launch of the rewrite delivers exactly"),
@@ -223,3 +226,22 @@ def test_snapshot_sees_every_change_a_target_could_make_and_nothing_else():
     before = snapshot(module)
     next(n for n in module.graph.nodes if n.op == "call_function").name = "renamed"
     assert "replaced, renamed or retargeted" in changed(module, before)
+    module = build_world(case)[0]  # meta JSON cannot encode (tuple keys) is compared all the same
+    launch = next(n for n in module.graph.nodes if n.meta.get("fsdp_bucket_spec"))
+    launch.meta["fsdp_layout"] = {(0, 1): "a", "b": 2}
+    before = snapshot(module)
+    assert changed(module, before) is None
+    launch.meta["fsdp_layout"][(0, 1)] = "c"
+    assert changed(module, before) == "a node's FSDP meta changed"
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_kept_rewrite_is_what_the_target_returned_even_when_it_then_writes(keep):
+    # ``show`` draws the rewrite after the checks: consistency hands the target a copy of it then.
+    mutant = get_mutant("stale_plan_refused_after_writing")
+    case = two_block_case()
+    findings, ctx = check_all(mutant, case, keep_rewrite=keep)
+    fresh = build_world(case)
+    get_target("reference").rewrite(case, fresh)
+    assert any(f.checker == "consistency" and "rejected but the graph was changed" in f.message for f in findings)
+    assert (signature_of(ctx.rewritten[0]) == signature_of(fresh[0])) is keep

@@ -9,6 +9,7 @@ from collections import Counter
 from torch import fx
 
 from ..execute.simulated import WorldRun
+from ..graph.clone import clone_module
 from .findings import CheckContext, Finding
 from .graph_facts import FSDP_KINDS, by_name, c10d_name, changed, is_launch, snapshot
 from .registry import Checker
@@ -77,16 +78,19 @@ def _stale_findings(ctx: CheckContext, rank: int, module: fx.GraphModule, before
 
 
 def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contract: bool) -> list[Finding]:
-    """Both checks hand the target its own rewrite, not a copy (a copy was 40% of this checker):
-    the checker runs after every other (``hands_back``), and a ``snapshot`` of the graph (nodes,
-    arguments and the FSDP meta spec 2.11 signs: what a planner reads and a rewriter writes)
-    before and after each call shows any change, which is a finding."""
+    """Both checks hand the target its own rewrite, not a copy (a copy was 40% of this checker),
+    unless the caller reads it afterwards (``ctx.keep_rewrite``): the checker runs after every
+    other (``hands_back``), and a ``snapshot`` of the graph (nodes, arguments and the FSDP meta
+    spec 2.11 signs: what a planner reads and a rewriter writes) before and after each call shows
+    any change, which is a finding. A target that refuses a stale plan because it remembers the
+    module object it rewrote (by identity, not by signature) passes here: an accepted blind spot
+    (a copy would catch it; an attribute or ``module.meta`` mark is copied too and passed before)."""
     plans = ctx.run.plans.get(rank) or []
     # a plan that crossed a process boundary cannot be re-applied
     reapply = bool(ctx.target is not None and ctx.target.rewriters() and plans and hasattr(plans[0], "buckets"))
     if not fused or not (contract or reapply):
         return []
-    module = ctx.rewritten[rank]
+    module = clone_module(ctx.rewritten[rank]) if ctx.keep_rewrite else ctx.rewritten[rank]
     before = snapshot(module)
     findings = _replan_findings(ctx, rank, fused, module) if contract else []
     change = changed(module, before) if contract else None

@@ -43,6 +43,9 @@ class CheckContext:
     target: Any = None
     metrics: dict = field(default_factory=dict)  # figures checkers report besides findings
     skipped: dict = field(default_factory=dict)  # checker name -> why it could not judge this case
+    # the caller reads the rewrite after the checks (``show``'s picture): a checker that hands it
+    # back to the target (``Checker.hands_back``) hands back a copy
+    keep_rewrite: bool = False
     _refinements: dict = field(default_factory=dict, repr=False)
     _reports: dict = field(default_factory=dict, repr=False)
 

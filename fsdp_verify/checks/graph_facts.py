@@ -178,13 +178,46 @@ def signed_meta(node: fx.Node) -> dict:
     return {k: v for k, v in node.meta.items() if k.startswith("fsdp_") or k in SIGNED_META}
 
 
+def _meta_text(nodes: list[fx.Node]) -> str:
+    """One text of the nodes' signed meta: JSON with sorted keys as the signature encodes it, or,
+    for keys JSON cannot sort or write (tuples, mixed types), a canonical repr."""
+    metas = [signed_meta(n) for n in nodes]
+    try:
+        return json.dumps(metas, sort_keys=True, default=str)
+    except TypeError:
+        return repr(_canonical(metas))
+
+
+def _canonical(value: object) -> object:
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(k), _canonical(v)) for k, v in value.items())))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_canonical(v) for v in value))
+    return str(value)
+
+
 def snapshot(module: fx.GraphModule) -> tuple[list[tuple], str]:
     """A graph as a target could change it when it is handed back: each node (itself, its name,
-    op, target and the argument containers, which FX replaces on any change) and one JSON text
-    of the signed meta (nested values included). Half the cost of hashing the signature again."""
+    op, target and the argument containers, which FX replaces on any change) and one text of the
+    signed meta (nested values included). Half the cost of hashing the signature again."""
     nodes = list(module.graph.nodes)
-    return ([(n, n.name, n.op, n.target, n._args, n._kwargs) for n in nodes],
-            json.dumps([signed_meta(n) for n in nodes], sort_keys=True, default=str))
+    return [(n, n.name, n.op, n.target, n._args, n._kwargs) for n in nodes], _meta_text(nodes)
+
+
+def _first_meta_change(nodes: list[fx.Node], text: str) -> Optional[str]:
+    """The first node whose signed meta differs from what JSON ``text`` holds for it (None when
+    ``text`` is not JSON)."""
+    try:
+        was = json.loads(text)
+    except ValueError:
+        return None
+    for node, meta in zip(nodes, was):
+        try:
+            if json.loads(json.dumps(signed_meta(node), sort_keys=True, default=str)) != meta:
+                return node.name
+        except TypeError:
+            return node.name
+    return None
 
 
 def changed(module: fx.GraphModule, before: tuple[list[tuple], str]) -> Optional[str]:
@@ -201,9 +234,7 @@ def changed(module: fx.GraphModule, before: tuple[list[tuple], str]) -> Optional
         if (node._args is not args and str(node._args) != str(args)) or \
                 (node._kwargs is not kwargs and str(node._kwargs) != str(kwargs)):
             return f"node {name!r} has other arguments"
-    if json.dumps([signed_meta(n) for n in nodes], sort_keys=True, default=str) != meta:
-        was = json.loads(meta)
-        name = next((n.name for n, m in zip(nodes, was)
-                     if json.loads(json.dumps(signed_meta(n), sort_keys=True, default=str)) != m), "?")
-        return f"node {name!r} has other FSDP meta"
+    if _meta_text(nodes) != meta:
+        name = _first_meta_change(nodes, meta)
+        return f"node {name!r} has other FSDP meta" if name else "a node's FSDP meta changed"
     return None

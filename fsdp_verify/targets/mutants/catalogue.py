@@ -80,8 +80,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("splits_before_skips", "split decisions are listed before the skips", ("planner",),
            plan_edit=splits_before_skips),
     Mutant("skip_listed_twice", "the first skip decision is listed twice", ("planner",), plan_edit=skip_listed_twice),
-    Mutant("planning_marks_the_graph", "planning writes an FSDP meta key into the graph (impure)", ("planner",),
-           _marks_classified),
+    Mutant("planning_marks_the_graph", "planning writes an FSDP meta key into the graph (impure)",
+           ("planner", "consistency"), _marks_classified),
     Mutant("replanning_marks_fused_launches", "planning writes an FSDP meta key on fused launches (impure in "
            "later rounds only)", ("planner", "consistency"), _marks_fused),
     Mutant("plans_alternate", "every other plan lists its buckets reversed (nondeterministic)", ("planner",),
@@ -91,6 +91,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # -- rewriter contract
     Mutant("stale_plan_accepted", "the rewriter applies plans made for another graph", ("consistency",),
            lambda: [(rewrite, "check_fresh", lambda module, plan: None)]),
+    Mutant("stale_plan_refused_after_writing", "the rewriter refuses a stale plan, but only after writing to the "
+           "graph", ("consistency",), lambda: [(rewrite, "check_fresh", rewrite_bugs.refused_after_writing(
+               rewrite.check_fresh))]),
     Mutant("swapped_copy_out", "AG copy-out reads the wrong member's columns", ("layout", "numerics"),
            damage=rewrite_bugs.swap_copy_out_offsets),
     Mutant("free_moved_early", "a member free is moved before the member's consumers", ("dependencies", "ordering"),

@@ -14,6 +14,21 @@ aten = torch.ops.aten
 
 
 
+def refused_after_writing(check_fresh):
+    """``check_fresh`` that, on a stale plan, marks the graph's first fused launch before refusing
+    (the refusal is right, but the graph it was given is no longer what it was)."""
+    def check(module: fx.GraphModule, plan) -> None:
+        try:
+            check_fresh(module, plan)
+        except ValueError:
+            for node in module.graph.nodes:
+                if node.meta.get("fsdp_bucket_members"):
+                    node.meta["fsdp_stale_plan_seen"] = True
+                    break
+            raise
+    return check
+
+
 def fused_launches(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.Node]:
     """The rewrite's fused launches of ``kinds`` (those marked with ``fsdp_bucket_members``)."""
     return [n for n in module.graph.nodes if n.meta.get("fsdp_bucket_members") and n.meta.get("comm_type") in kinds
