@@ -168,24 +168,15 @@ def last_member_left_out(plan: planner.BucketPlan) -> planner.BucketPlan:
     return _edit_buckets(plan, lambda members: members[:-1])
 
 
-def _marks_classified() -> list[Patch]:
-    """Classifying a collective writes an FSDP meta key into the graph being planned (impure)."""
+def _marks(key: str, fused_only: bool = False) -> list[Patch]:
+    """Classifying a collective writes FSDP meta ``key`` into the graph being planned (impure).
+    ``fused_only``: only on fused launches, so only from round 2 on (a fresh original has none,
+    and only the target's own later plans, or a re-plan of its rewrite, show it)."""
     original = planner._classify
 
     def classify(node, *args):
-        node.meta["fsdp_classified"] = True
-        return original(node, *args)
-    return [(planner, "_classify", classify)]
-
-
-def _marks_fused() -> list[Patch]:
-    """Classifying a fused launch writes an FSDP meta key into the graph (impure from round 2 on:
-    a fresh original has no fused launch, so only the target's own later plans show it)."""
-    original = planner._classify
-
-    def classify(node, *args):
-        if node.meta.get("fsdp_bucket_members"):
-            node.meta["fsdp_replanned"] = True
+        if not fused_only or node.meta.get("fsdp_bucket_members"):
+            node.meta[key] = True
         return original(node, *args)
     return [(planner, "_classify", classify)]
 

@@ -21,10 +21,8 @@ def refused_after_writing(check_fresh):
         try:
             check_fresh(module, plan)
         except ValueError:
-            for node in module.graph.nodes:
-                if node.meta.get("fsdp_bucket_members"):
-                    node.meta["fsdp_stale_plan_seen"] = True
-                    break
+            for launch in fused_launches(module, AG + RS)[:1]:
+                launch.meta["fsdp_stale_plan_seen"] = True
             raise
     return check
 
