@@ -36,7 +36,7 @@ from ..case import Case
 from ..execute.simulated import WorldRun
 from ..execute.world import simulate
 from .graph_facts import (FSDP_KINDS, alias_class, by_name, has_effect, is_launch, is_wait, real_consumers,
-                          view_closure)
+                          storage_root, view_closure)
 
 INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
@@ -205,15 +205,21 @@ def _owns_storage(value: torch.Tensor, inputs: tuple) -> bool:
                    for item in inputs for t in (item if isinstance(item, (list, tuple)) else (item,)))
 
 
-def exposed(node: fx.Node) -> bool:
+def exposed(node: fx.Node, touched: dict[fx.Node, list[fx.Node]]) -> bool:
     """Whether some node may free or write the storage of source ``node`` other than through the
     source itself: an effect reading its storage root or a view of the root not derived from the
     source (what the source's codes, a tensor of their own, would not see), or a source that is
-    itself a write (its result is its input)."""
+    itself a write (its result is its input). ``touched`` remembers, per storage root, the members
+    of its alias class that an effect reads (the sources of one bucket share a root: one walk)."""
     if has_effect(node):
         return True
+    root = storage_root(node)
+    if root not in touched:
+        touched[root] = [other for other in alias_class(root) if any(has_effect(user) for user in other.users)]
+    if not touched[root]:
+        return False
     own = {node, *view_closure(node)[0]}
-    return any(has_effect(user) for other in alias_class(node) if other not in own for user in other.users)
+    return any(other not in own for other in touched[root])
 
 
 def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: IdentityCodes,
@@ -253,6 +259,8 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
     # sharing storage matters only where something else may free or write it
     names: dict[int, dict[str, fx.Node]] = {}  # by id(module), for the ranks that have aliased sources
     for rank, _ in aliased:
-        names.setdefault(id(modules[rank]), by_name(modules[rank]))
-    aliased = {(rank, name) for rank, name in aliased if exposed(names[id(modules[rank])][name])}
+        if id(modules[rank]) not in names:
+            names[id(modules[rank])] = by_name(modules[rank])
+    touched: dict[fx.Node, list[fx.Node]] = {}
+    aliased = {(rank, name) for rank, name in aliased if exposed(names[id(modules[rank])][name], touched)}
     return IdentityRun(world, inputs, sources, natural, aliased)
