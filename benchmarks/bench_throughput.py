@@ -13,12 +13,14 @@ import cProfile
 import gc
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from fsdp_verify import collector
 from fsdp_verify.checks import CheckContext, default_checkers
+from fsdp_verify.checks.graph_facts import is_launch
 from fsdp_verify.checks.planner_oracle import watch_rounds
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.outcome import TargetRun
@@ -47,6 +49,12 @@ def source(case) -> str:
     return "traced" if case.label.startswith("module") else "generated"
 
 
+def kind(case) -> str:
+    """The strategy that drew the case: ``module`` (traced), ``fsdp_graphs`` (a plain blueprint),
+    ``hazards`` or a mutation kind (``skip``, ``split``, ``singleton``, ``fusion``, ``args``)."""
+    return case.label.split(":")[0]
+
+
 @contextlib.contextmanager
 def timed_target(target, spent: list[float]) -> Iterator[None]:
     """Within the block, the CPU seconds of the target's own ``plan`` and rewriter calls (which
@@ -71,10 +79,12 @@ def timed_target(target, spent: list[float]) -> Iterator[None]:
         del target.plan, target.rewriters
 
 
-def measure_case(case, target) -> Optional[dict[str, list[float]]]:
+def measure_case(case, target) -> Optional[tuple[dict[str, list[float]], int, int]]:
     """CPU and wall seconds of each stage of one case: building the graphs, the target's
     plan+rewrite and each checker (what ``orchestrate.run_target`` and ``check_run`` do, stage by
-    stage); None when the target refuses the case (nothing to check)."""
+    stage), with the nodes of the rewrite and the launches fusion removed, summed over the ranks
+    (the checked work a case's node count does not show); None when the target refuses the case
+    (nothing to check)."""
     spent: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
     c, w = time.process_time(), time.perf_counter()
     run = TargetRun(case, build_world(case, shared=True))
@@ -93,6 +103,9 @@ def measure_case(case, target) -> Optional[dict[str, list[float]]]:
         spent["target"] = [time.process_time() - c - watched, time.perf_counter() - w - watched]
         spent["planner"] = [watched, watched]
     run.rewritten = modules
+    rewrite_nodes = sum(len(module.graph.nodes) for module in modules.values())
+    fused_away = sum(1 for module in run.originals.values() for node in module.graph.nodes if is_launch(node)) - \
+        sum(1 for module in modules.values() for node in module.graph.nodes if is_launch(node))
     ctx = CheckContext(run, target)
     rerun = [0.0]
     with timed_target(target, rerun):
@@ -103,44 +116,69 @@ def measure_case(case, target) -> Optional[dict[str, list[float]]]:
             spent[name][0] += time.process_time() - c
             spent[name][1] += time.perf_counter() - w
     spent[RERUN] = [rerun[0], rerun[0]]
-    return dict(spent)
+    return dict(spent), rewrite_nodes, fused_away
 
 
 RERUN = "(of which target code)"  # not a stage: the part of the checkers' time spent in the target's code
 
 
-def measure(drawn: list, per_source: dict[str, list], by_stage: dict[str, dict[str, float]],
-            repeat: int = 1) -> dict[str, list[float]]:
+@dataclass
+class Tally:
+    """What one group of cases cost the harness and what it checked, summed over its cases."""
+
+    cases: int = 0
+    harness: float = 0.0  # CPU seconds of the build and the checks
+    target_code: float = 0.0  # of which the target's own code the checkers re-run
+    nodes: int = 0  # of the case graphs
+    node_ranks: int = 0  # nodes times ranks: every stage works rank by rank
+    checked: int = 0  # original and rewrite nodes over the ranks: the graphs the checkers read
+    fused_away: int = 0  # launches fusion removed, over the ranks
+    stages: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+
+    def add(self, case, stages: dict[str, list[float]], rewrite_nodes: int, fused_away: int) -> None:
+        ranks = len(case.graph.world())
+        self.cases += 1
+        self.harness += sum(seconds for name, (seconds, _) in stages.items() if name not in ("target", RERUN))
+        self.target_code += stages[RERUN][0]
+        self.nodes += len(case.graph.nodes)
+        self.node_ranks += len(case.graph.nodes) * ranks
+        self.checked += len(case.graph.nodes) * ranks + rewrite_nodes
+        self.fused_away += fused_away
+        for name, (seconds, _) in stages.items():
+            self.stages[name] += seconds
+
+    def per_node_rank(self, seconds: float) -> float:
+        """CPU microseconds per node and rank."""
+        return 1e6 * seconds / max(self.node_ranks, 1)
+
+
+def measure(drawn: list, groups: dict[str, dict[str, Tally]], repeat: int = 1) -> dict[str, list[float]]:
     """CPU and wall seconds of each stage summed over ``drawn``, each case's stage the least of
     ``repeat`` passes over all the cases (a shared machine's bursts inflate single runs, and last
-    seconds: a case's runs are spread over the whole measurement); ``per_source`` gets each
-    source's harness CPU seconds, node count and node count times ranks, and ``by_stage`` each
-    source's CPU seconds per stage."""
+    seconds: a case's runs are spread over the whole measurement); ``groups`` gets a ``Tally`` per
+    source (traced or generated) under "source" and per strategy under "kind"."""
     target = get_target("reference")
-    best: dict[int, dict[str, list[float]]] = {}
+    best: dict[int, tuple[dict[str, list[float]], int, int]] = {}
     for _ in range(repeat):
         for index, case in enumerate(drawn):
-            spent = measure_case(case, target)
-            if spent is None:
+            measured = measure_case(case, target)
+            if measured is None:
                 continue
             if index not in best:
-                best[index] = spent
+                best[index] = measured
                 continue
-            for name, (seconds, wall_seconds) in spent.items():
-                best[index][name] = [min(best[index][name][0], seconds), min(best[index][name][1], wall_seconds)]
+            for name, (seconds, wall_seconds) in measured[0].items():
+                least = best[index][0][name]
+                best[index][0][name] = [min(least[0], seconds), min(least[1], wall_seconds)]
     cpu: dict[str, float] = defaultdict(float)
     wall: dict[str, float] = defaultdict(float)
-    for index, stages_of_case in sorted(best.items()):
+    for index, (stages, rewrite_nodes, fused_away) in sorted(best.items()):
         case = drawn[index]
-        stages = by_stage.setdefault(source(case), defaultdict(float))
-        for name, (seconds, wall_seconds) in stages_of_case.items():
+        for name, (seconds, wall_seconds) in stages.items():
             cpu[name] += seconds
             wall[name] += wall_seconds
-            stages[name] += seconds
-        tally = per_source.setdefault(source(case), [0.0, 0, 0])
-        tally[0] += sum(seconds for name, (seconds, _) in stages_of_case.items() if name not in ("target", RERUN))
-        tally[1] += len(case.graph.nodes)
-        tally[2] += len(case.graph.nodes) * len(case.graph.world())
+        for group, label in (("source", source(case)), ("kind", kind(case))):
+            groups.setdefault(group, {}).setdefault(label, Tally()).add(case, stages, rewrite_nodes, fused_away)
     return {name: [cpu[name], wall[name]] for name in cpu}
 
 
@@ -161,45 +199,60 @@ def main() -> None:
     if args.gc == "off":
         gc.disable()
     drawn = draw(args.examples, args.seed)
-    traced = sum(1 for case in drawn if case.label.startswith("module"))
     profiler = cProfile.Profile() if args.profile else None
     if profiler:
         profiler.enable()
     start = time.process_time()
-    per_source: dict[str, list] = {}
-    by_stage: dict[str, dict[str, float]] = {}
-    figures = measure(drawn, per_source, by_stage, args.repeat)
+    groups: dict[str, dict[str, Tally]] = {}
+    figures = measure(drawn, groups, args.repeat)
     total_cpu = time.process_time() - start
     if profiler:
         profiler.disable()
         profiler.dump_stats(args.profile)
+    report(drawn, figures, groups, args.repeat, total_cpu)
+
+
+def report(drawn: list, figures: dict[str, list[float]], groups: dict[str, dict[str, Tally]], repeat: int,
+           total_cpu: float) -> None:
+    """The stage table, the harness against the target, and the cost by source and by kind."""
     target_cpu = figures["target"][0]
     rerun = figures.pop(RERUN, [0.0, 0.0])
     harness_cpu = sum(v[0] for k, v in figures.items() if k != "target")
     stage_cpu, stage_wall = sum(v[0] for v in figures.values()), sum(v[1] for v in figures.values())
+    traced = sum(1 for case in drawn if source(case) == "traced")
     print(f"{len(drawn)} cases ({traced} traced), {sum(len(c.graph.nodes) for c in drawn)} nodes")
     print(f"{'stage':<14}{'cpu s':>9}{'wall s':>9}{'x target':>10}")
     for name, (cpu, wall) in sorted(figures.items(), key=lambda item: -item[1][0]):
         print(f"{name:<14}{cpu:>9.2f}{wall:>9.2f}{cpu / target_cpu:>10.2f}")
     print(f"harness (build + checks) / target (cpu): {harness_cpu / target_cpu:.2f}x;  examples per cpu-second: "
           f"{len(drawn) / stage_cpu:.2f} (wall {len(drawn) / stage_wall:.2f}/s; with the loop's own work "
-          f"{len(drawn) * args.repeat / total_cpu:.2f})")
+          f"{len(drawn) * repeat / total_cpu:.2f})")
     print(f"of the checks, the target's own plan and rewriter calls they re-run: {rerun[0]:.2f} cpu s "
           f"({rerun[0] / target_cpu:.2f}x target)")
-    for name, (cpu, nodes, rank_nodes) in sorted(per_source.items()):
-        print(f"{name} cases: harness {1000 * cpu / max(nodes, 1):.2f} cpu ms per graph node ({nodes} nodes), "
-              f"{1000 * cpu / max(rank_nodes, 1):.3f} per node and rank ({rank_nodes / max(nodes, 1):.1f} ranks on "
-              f"average: every stage works rank by rank)")
-    sources = sorted(per_source)
+    by_source = groups.get("source", {})
+    for name, tally in sorted(by_source.items()):
+        print(f"{name} cases: harness {1000 * tally.harness / max(tally.nodes, 1):.2f} cpu ms per graph node "
+              f"({tally.nodes} nodes), {1000 * tally.harness / max(tally.node_ranks, 1):.3f} per node and rank "
+              f"({tally.node_ranks / max(tally.nodes, 1):.1f} ranks on average: every stage works rank by rank)")
+    sources = sorted(by_source)
     print("cpu microseconds per node and rank, by stage and source:")
     print(f"{'stage':<26}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
-    rows = {name: [1e6 * by_stage[src].get(name, 0.0) / max(per_source[src][2], 1) for src in sources]
+    rows = {name: [by_source[src].per_node_rank(by_source[src].stages.get(name, 0.0)) for src in sources]
             for name in [*sorted(figures, key=lambda stage: -figures[stage][0]), RERUN]}
-    rows["harness"] = [1e3 * per_source[src][0] / max(per_source[src][2], 1) * 1e3 for src in sources]
+    rows["harness"] = [by_source[src].per_node_rank(by_source[src].harness) for src in sources]
     rows["harness less target code"] = [h - r for h, r in zip(rows["harness"], rows[RERUN])]
     for name, row in rows.items():
         ratio = f"{row[1] / row[0]:>8.2f}" if len(row) == 2 and row[0] else ""
         print(f"{name:<26}" + "".join(f"{value:>12.2f}" for value in row) + ratio)
+    print("by kind of case (what the per-node cost follows: the rewrite's size and the launches fused per node):")
+    print(f"{'kind':<13}{'cases':>6}{'us/node-rank':>14}{'less target code':>18}{'us/node checked':>17}"
+          f"{'rewrite/orig':>14}{'fused/100 nodes':>17}")
+    for name, tally in sorted(groups.get("kind", {}).items(), key=lambda item: -item[1].per_node_rank(item[1].harness)):
+        print(f"{name:<13}{tally.cases:>6}{tally.per_node_rank(tally.harness):>14.1f}"
+              f"{tally.per_node_rank(tally.harness - tally.target_code):>18.1f}"
+              f"{1e6 * tally.harness / max(tally.checked, 1):>17.1f}"
+              f"{(tally.checked - tally.node_ranks) / max(tally.node_ranks, 1):>14.2f}"
+              f"{100 * tally.fused_away / max(tally.node_ranks, 1):>17.2f}")
 
 
 if __name__ == "__main__":
