@@ -233,7 +233,9 @@ def report(drawn: list, figures: dict[str, list[float]], groups: dict[str, dict[
     for name, tally in sorted(by_source.items()):
         print(f"{name} cases: harness {1000 * tally.harness / max(tally.nodes, 1):.2f} cpu ms per graph node "
               f"({tally.nodes} nodes), {1000 * tally.harness / max(tally.node_ranks, 1):.3f} per node and rank "
-              f"({tally.node_ranks / max(tally.nodes, 1):.1f} ranks on average: every stage works rank by rank)")
+              f"({tally.node_ranks / max(tally.nodes, 1):.1f} ranks on average: every stage works rank by rank); "
+              f"rewrite {(tally.checked - tally.node_ranks) / max(tally.node_ranks, 1):.2f}x the original, "
+              f"{100 * tally.fused_away / max(tally.node_ranks, 1):.2f} launches fused per 100 node-ranks")
     sources = sorted(by_source)
     print("cpu microseconds per node and rank, by stage and source:")
     print(f"{'stage':<26}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
@@ -246,13 +248,13 @@ def report(drawn: list, figures: dict[str, list[float]], groups: dict[str, dict[
         print(f"{name:<26}" + "".join(f"{value:>12.2f}" for value in row) + ratio)
     print("by kind of case (what the per-node cost follows: the rewrite's size and the launches fused per node):")
     print(f"{'kind':<13}{'cases':>6}{'us/node-rank':>14}{'less target code':>18}{'us/node checked':>17}"
-          f"{'rewrite/orig':>14}{'fused/100 nodes':>17}")
+          f"{'rewrite/orig':>14}{'fused/100 node-ranks':>22}")
     for name, tally in sorted(groups.get("kind", {}).items(), key=lambda item: -item[1].per_node_rank(item[1].harness)):
         print(f"{name:<13}{tally.cases:>6}{tally.per_node_rank(tally.harness):>14.1f}"
               f"{tally.per_node_rank(tally.harness - tally.target_code):>18.1f}"
               f"{1e6 * tally.harness / max(tally.checked, 1):>17.1f}"
               f"{(tally.checked - tally.node_ranks) / max(tally.node_ranks, 1):>14.2f}"
-              f"{100 * tally.fused_away / max(tally.node_ranks, 1):>17.2f}")
+              f"{100 * tally.fused_away / max(tally.node_ranks, 1):>22.2f}")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ import itertools
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
 
 from fsdp_verify.checks.identity import INT_VIEW, gather_codes, gather_counter, gather_period, scatter_codes
+from fsdp_verify.strategies import cases
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -120,3 +122,33 @@ def test_shared_code_tables_give_the_directly_computed_codes(kind, degree, monke
     again = identity.IdentityCodes({"src": ("p", kind, degree or 1)}).value(0, node, torch.zeros(2, 3, dtype=torch.bfloat16))
     assert not torch.equal(again, made) and torch.equal(again.reshape(-1).view(torch.int16),
                                                         direct(1, 6).view(torch.int16))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(cases("default", modules=True))
+def test_exposed_sources_are_those_an_effect_reaches_other_than_through_the_source(case):
+    # ``exposed`` walks each storage root's alias class once and remembers it (``touched``):
+    # on every node of the originals and the reference's rewrites it must say what the rule
+    # says, walked afresh for the node alone.
+    from fsdp_verify.checks.graph_facts import alias_class, has_effect, view_closure
+    from fsdp_verify.checks.identity import exposed
+    from fsdp_verify.execute.world import build_world
+    from fsdp_verify.targets import get_target
+
+    def rule(node):
+        own = {node, *view_closure(node)[0]}
+        return has_effect(node) or any(has_effect(user) for other in alias_class(node) if other not in own
+                                       for user in other.users)
+
+    def agree(modules):
+        for module in {id(m): m for m in modules.values()}.values():
+            touched: dict = {}
+            assert [exposed(n, touched) for n in module.graph.nodes] == [rule(n) for n in module.graph.nodes]
+
+    modules = build_world(case)
+    agree(modules)
+    try:
+        get_target("reference").rewrite(case, modules)
+    except ValueError:
+        return  # a refused case has its originals only
+    agree(modules)
