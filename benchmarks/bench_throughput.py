@@ -131,7 +131,7 @@ class Tally:
     target_code: float = 0.0  # of which the target's own code the checkers re-run
     nodes: int = 0  # of the case graphs
     node_ranks: int = 0  # nodes times ranks: every stage works rank by rank
-    checked: int = 0  # original and rewrite nodes over the ranks: the graphs the checkers read
+    rewrite_nodes: int = 0  # over the ranks
     fused_away: int = 0  # launches fusion removed, over the ranks
     stages: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
@@ -142,7 +142,7 @@ class Tally:
         self.target_code += stages[RERUN][0]
         self.nodes += len(case.graph.nodes)
         self.node_ranks += len(case.graph.nodes) * ranks
-        self.checked += len(case.graph.nodes) * ranks + rewrite_nodes
+        self.rewrite_nodes += rewrite_nodes
         self.fused_away += fused_away
         for name, (seconds, _) in stages.items():
             self.stages[name] += seconds
@@ -150,6 +150,18 @@ class Tally:
     def per_node_rank(self, seconds: float) -> float:
         """CPU microseconds per node and rank."""
         return 1e6 * seconds / max(self.node_ranks, 1)
+
+    def per_node_checked(self, seconds: float) -> float:
+        """CPU microseconds per node of the graphs the checkers read (original and rewrite, each rank)."""
+        return 1e6 * seconds / max(self.node_ranks + self.rewrite_nodes, 1)
+
+    def growth(self) -> float:
+        """The rewrite's nodes per original node."""
+        return self.rewrite_nodes / max(self.node_ranks, 1)
+
+    def fused_per_100(self) -> float:
+        """Launches fusion removed per 100 node-ranks."""
+        return 100 * self.fused_away / max(self.node_ranks, 1)
 
 
 def measure(drawn: list, groups: dict[str, dict[str, Tally]], repeat: int = 1) -> dict[str, list[float]]:
@@ -234,8 +246,8 @@ def report(drawn: list, figures: dict[str, list[float]], groups: dict[str, dict[
         print(f"{name} cases: harness {1000 * tally.harness / max(tally.nodes, 1):.2f} cpu ms per graph node "
               f"({tally.nodes} nodes), {1000 * tally.harness / max(tally.node_ranks, 1):.3f} per node and rank "
               f"({tally.node_ranks / max(tally.nodes, 1):.1f} ranks on average: every stage works rank by rank); "
-              f"rewrite {(tally.checked - tally.node_ranks) / max(tally.node_ranks, 1):.2f}x the original, "
-              f"{100 * tally.fused_away / max(tally.node_ranks, 1):.2f} launches fused per 100 node-ranks")
+              f"rewrite {tally.growth():.2f}x the original, {tally.fused_per_100():.2f} launches fused per 100 "
+              f"node-ranks")
     sources = sorted(by_source)
     print("cpu microseconds per node and rank, by stage and source:")
     print(f"{'stage':<26}" + "".join(f"{name:>12}" for name in sources) + (f"{'ratio':>8}" if len(sources) == 2 else ""))
@@ -252,9 +264,7 @@ def report(drawn: list, figures: dict[str, list[float]], groups: dict[str, dict[
     for name, tally in sorted(groups.get("kind", {}).items(), key=lambda item: -item[1].per_node_rank(item[1].harness)):
         print(f"{name:<13}{tally.cases:>6}{tally.per_node_rank(tally.harness):>14.1f}"
               f"{tally.per_node_rank(tally.harness - tally.target_code):>18.1f}"
-              f"{1e6 * tally.harness / max(tally.checked, 1):>17.1f}"
-              f"{(tally.checked - tally.node_ranks) / max(tally.node_ranks, 1):>14.2f}"
-              f"{100 * tally.fused_away / max(tally.node_ranks, 1):>22.2f}")
+              f"{tally.per_node_checked(tally.harness):>17.1f}{tally.growth():>14.2f}{tally.fused_per_100():>22.2f}")
 
 
 if __name__ == "__main__":
