@@ -225,10 +225,9 @@ class RoundWatch:
                         self.impure.append(f"rank {rank}'s plan {seen['call']}")
                 except Exception:  # noqa: BLE001 - the watch must not raise into the target's run
                     pass
-            if "report" in seen:
-                # one plan object returned twice (refilled, or a stale one): which graph it was made
-                # for is ambiguous, so its rounds are replayed
-                self.seen[id(plan)] = (plan, rank, seen["report"]) if id(plan) not in self.seen else (None, None, None)
+            # one plan object returned twice (refilled, or a stale one): which graph it was made
+            # for is ambiguous, so its rounds are replayed
+            self.seen[id(plan)] = (plan, rank, seen["report"]) if id(plan) not in self.seen else (None, None, None)
 
     def close(self) -> None:
         """No more calls: the target's run is over (a thread it left behind is not watched)."""
