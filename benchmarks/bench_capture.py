@@ -14,7 +14,7 @@ from hypothesis import given, settings
 
 from fsdp_verify.capture import capture
 from fsdp_verify.capture.trace import _capture
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies import captured_graphs, model_descs
 
 
@@ -66,7 +66,7 @@ def main() -> None:
     print(f"captured_graphs strategy (cache warm from the run above where models repeat): {len(drawn)} cases in "
           f"{elapsed:.1f} s, {len(drawn) / elapsed:.2f} cases/s")
 
-    from fsdp_verify import e2e
+    from fsdp_verify.execute.compiled import sweep as e2e
     outcome = e2e.run(args.e2e_models, args.configs, args.seed)
     print(f"end to end: {outcome.models} models x {len(e2e.planned_configurations(args.configs))} configurations, "
           f"{outcome.compiles} examples in {outcome.seconds:.1f} s: {outcome.per_second:.3f} examples/s "

@@ -16,8 +16,8 @@ import argparse
 import math
 import time
 
-from fsdp_verify.case import Case
-from fsdp_verify import collector
+from fsdp_verify.model.case import Case
+from fsdp_verify.engine import collector
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.checks.graph_facts import fingerprint
 from fsdp_verify.checks.planner_oracle import watch_rounds
@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 100], help="block counts")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--gc", choices=("tuned", "default"), default="tuned",
-                        help="the campaign's collector settings (fsdp_verify.collector), or CPython's own")
+                        help="the campaign's collector settings (fsdp_verify.engine.collector), or CPython's own")
     args = parser.parse_args()
     collector.settle(args.gc == "tuned")  # as the campaign does once its libraries are loaded
     rows = []

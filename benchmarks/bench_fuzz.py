@@ -10,7 +10,7 @@ import argparse
 import os
 import tempfile
 
-from fsdp_verify import campaign
+from fsdp_verify.engine import campaign
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ import time
 
 from hypothesis import Phase, given, settings
 
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies import fsdp_graphs, graphs_from_modules, mutated_graphs
 
 

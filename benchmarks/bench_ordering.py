@@ -13,10 +13,10 @@ import argparse
 import math
 import time
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.checks import schedule
-from fsdp_verify.orchestrate import run_target
+from fsdp_verify.engine.run_case import run_target
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
 

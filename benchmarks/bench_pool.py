@@ -13,12 +13,12 @@ import time
 from dataclasses import replace
 
 from fsdp_verify.checks import CheckContext
-from fsdp_verify.checks.collectives import check_collectives
-from fsdp_verify.execute.distributed import RankPool
-from fsdp_verify.orchestrate import run_target
+from fsdp_verify.execute.ranks.collectives import check_collectives
+from fsdp_verify.execute.ranks.pool import RankPool
+from fsdp_verify.engine.run_case import run_target
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 
 
 def contexts(count: int, ranks: int) -> list[CheckContext]:

@@ -18,13 +18,13 @@ import tempfile
 import time
 from dataclasses import replace
 
-from fsdp_verify import campaign
-from fsdp_verify.case import Case
-from fsdp_verify.checks.real_ranks import RealRanks
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine import campaign
+from fsdp_verify.model.case import Case
+from fsdp_verify.execute.ranks.judge import RealRanks
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
-from fsdp_verify.targets.rank_side import RealJob
+from fsdp_verify.execute.ranks.rank_side import RealJob
 
 
 def fixed_case() -> Case:

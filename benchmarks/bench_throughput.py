@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from fsdp_verify import collector
+from fsdp_verify.engine import collector
 from fsdp_verify.checks import CheckContext, default_checkers
 from fsdp_verify.checks.graph_facts import is_launch
 from fsdp_verify.checks.planner_oracle import watch_rounds
@@ -202,7 +202,7 @@ def main() -> None:
                         help="pass over the cases this many times and take each case's least CPU time per stage")
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
     parser.add_argument("--gc", choices=("tuned", "default", "off"), default="tuned",
-                        help="the campaign's collector settings (fsdp_verify.collector), CPython's own, or "
+                        help="the campaign's collector settings (fsdp_verify.engine.collector), CPython's own, or "
                              "none: a collection is charged to whichever stage allocates past the threshold, "
                              "so a stage that allocates less shifts collections onto the others; 'off' shows "
                              "each stage's own cost")

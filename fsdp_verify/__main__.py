@@ -1,3 +1,3 @@
-from .cli import main
+from fsdp_verify.commands.cli import main
 
 raise SystemExit(main())

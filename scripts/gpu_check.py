@@ -22,15 +22,15 @@ import time
 import torch
 from hypothesis import Phase, given, seed, settings
 
-from fsdp_verify.checks.real_ranks import RealRanks
-from fsdp_verify.execute.distributed import place
+from fsdp_verify.execute.ranks.judge import RealRanks
+from fsdp_verify.execute.ranks.pool import place
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.execute.world import simulate
-from fsdp_verify.orchestrate import run_target
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.engine.run_case import run_target
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies import cases
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.targets import get_target
 
 

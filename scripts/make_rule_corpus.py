@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from fsdp_verify import corpus
-from fsdp_verify.case import Case
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR
 from fsdp_verify.checks.planner_oracle import expected_argument_error
-from fsdp_verify.expectations import check_expected
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.corpus.expectations import check_expected
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import fsdp_module_graph, mutations
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render

@@ -8,20 +8,20 @@
 - ``spec_settings``: the spec's [I] settings, pinned or drawn per example.
 """
 
-from .blueprint import Blueprint, ParamDraw, render
-from .graphs import SIZES, Size, blueprints, cases, fsdp_graphs, hazard_graphs, mutated_graphs, plan_args
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.strategies.graphs import SIZES, Size, blueprints, cases, fsdp_graphs, hazard_graphs, mutated_graphs, plan_args
 
 __all__ = ["SIZES", "Blueprint", "ParamDraw", "Size", "blueprints", "cases", "fsdp_graphs", "hazard_graphs",
            "mutated_graphs", "plan_args", "render"]
 
-from .modules import MODELS, fsdp_module_graph, graphs_from_modules  # noqa: E402
+from fsdp_verify.strategies.modules import MODELS, fsdp_module_graph, graphs_from_modules  # noqa: E402
 
 __all__ += ["MODELS", "fsdp_module_graph", "graphs_from_modules"]
 
-from .spec_settings import spec_settings  # noqa: E402
+from fsdp_verify.strategies.spec_settings import spec_settings  # noqa: E402
 
 __all__ += ["spec_settings"]
 
-from .captured import captured_graphs, model_descs  # noqa: E402
+from fsdp_verify.strategies.captured import captured_graphs, model_descs  # noqa: E402
 
 __all__ += ["captured_graphs", "model_descs"]

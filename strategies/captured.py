@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fsdp_verify.capture import PHASES, Layer, ModelDesc, capture
 from fsdp_verify.capture.model import FLOAT_DTYPES, MESHES, PLACEMENTS, weight_shape
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 
 WIDTHS = (8, 4, 6, 10, 3)  # shrinks towards 8: even over every mesh; 6, 10 and 3 shard unevenly over 4
 

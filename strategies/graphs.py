@@ -12,10 +12,10 @@ from typing import Optional
 
 from hypothesis import strategies as st
 
-from fsdp_verify.case import Case, PlanArgs
+from fsdp_verify.model.case import Case, PlanArgs
 
-from . import mutations
-from .blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, Blueprint, ParamDraw, render
+from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies.blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, Blueprint, ParamDraw, render
 
 
 @dataclass(frozen=True)
@@ -209,6 +209,6 @@ def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchSt
     """What a fuzz campaign draws from: valid and mutated graphs, and, with ``modules``, traced models."""
     sources = [fsdp_graphs(size), mutated_graphs(size), mutated_graphs(size), hazard_graphs(size)]
     if modules:
-        from .modules import graphs_from_modules
+        from fsdp_verify.strategies.modules import graphs_from_modules
         sources.append(graphs_from_modules())
     return st.one_of(*sources)

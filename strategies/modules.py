@@ -17,7 +17,7 @@ from torch import fx, nn
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.func import functional_call
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.graph.builder import HEADER_KEY
 from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.ops import C10D, _free_tensor_storage

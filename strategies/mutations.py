@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 import torch
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.graph import edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
 from fsdp_verify.graph.spec import GraphSpec, NodeSpec

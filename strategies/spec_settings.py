@@ -1,4 +1,4 @@
-"""Draws of the spec's [I] settings (``fsdp_verify.spec_params``): pinned ones stay as given, the
+"""Draws of the spec's [I] settings (``fsdp_verify.model.spec_params``): pinned ones stay as given, the
 rest are drawn per example when asked, shrinking towards the spec's recommended reading."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fsdp_verify.spec_params import CHOICES, SpecParams
+from fsdp_verify.model.spec_params import CHOICES, SpecParams
 
 
 def spec_settings(pinned: dict[str, Any], draw: bool) -> st.SearchStrategy[SpecParams]:

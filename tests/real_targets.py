@@ -43,7 +43,7 @@ class OddRankExits(ReferenceTarget):
 def staged_handler(job, ctx):
     """The pool's default job with collectives staged through CPU copies, as gloo with CUDA compute
     runs them (so that path is tested on a machine without a GPU)."""
-    from fsdp_verify.execute.distributed import _default_handler
+    from fsdp_verify.execute.ranks.pool import _default_handler
     ctx.staged = True
     return _default_handler(job, ctx)
 
@@ -91,7 +91,7 @@ def staged_variants_handler(job, ctx):
     import torch
     import torch.distributed as dist
 
-    from fsdp_verify.execute.distributed import _ensure_groups, _staged_collective
+    from fsdp_verify.execute.ranks.pool import _ensure_groups, _staged_collective
     c10d = torch.ops._c10d_functional
     _ensure_groups({"pair": [[0, 1]]}, ctx.rank, ctx.cache)
     x = torch.arange(6, dtype=torch.float32) + 10 * ctx.rank

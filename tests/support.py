@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.reference.planner import BucketPolicy, plan_fsdp_buckets
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render

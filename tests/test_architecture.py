@@ -13,23 +13,22 @@ from fsdp_verify.checks import Checker, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# unit -> layer, lowest first; a unit is a package or a top-level module of fsdp_verify.
-LAYERS = {
-    "fsdp_verify": 0,  # the package root holds only __version__
-    "fsdp_verify.graph": 0, "fsdp_verify.spec_params": 0, "fsdp_verify.names": 0, "fsdp_verify.collector": 0,
-    "fsdp_verify.case": 1, "fsdp_verify.capture": 1, "fsdp_verify.profiles": 1, "fsdp_verify.example_db": 1,
-    "fsdp_verify.reference": 1,
-    "fsdp_verify.execute": 2, "fsdp_verify.strategies": 2,
-    "fsdp_verify.targets": 3,
-    "fsdp_verify.checks": 4,
-    "fsdp_verify.orchestrate": 5, "fsdp_verify.corpus": 5,
-    "fsdp_verify.coverage": 6, "fsdp_verify.report": 6, "fsdp_verify.expectations": 6, "fsdp_verify.triage": 6,
-    "fsdp_verify.replay": 7, "fsdp_verify.campaign": 7, "fsdp_verify.fuzz_properties": 7, "fsdp_verify.gate": 7,
-    "fsdp_verify.torchrun_replay": 7, "fsdp_verify.e2e": 7,
-    "fsdp_verify.selftest": 8,
-    "fsdp_verify.cli": 9, "fsdp_verify.pytest_plugin": 9,
-    "fsdp_verify.__main__": 10,
-}
+def _layers() -> dict[str, int]:
+    """unit -> layer, read from the tree in docs/architecture.md (the one place the layering lives).
+    A unit is a folder of the package; the root package holds only ``__version__`` (layer 0) and
+    ``__main__`` runs the command line (above everything)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("```text\n", 1)[1].split("```", 1)[0].splitlines()[1:]
+    layers = {"fsdp_verify": 0}
+    for line in block:
+        layer, folder = line.split()[:2]
+        layers["fsdp_verify." + folder.rstrip("/").replace("/", ".")] = int(layer)
+    layers["fsdp_verify.__main__"] = max(layers.values()) + 1
+    return layers
+
+
+LAYERS = _layers()
+ROOT_MODULES = {"__init__.py", "__main__.py"}
 
 
 def _modules() -> dict[str, Path]:
@@ -45,7 +44,7 @@ def _modules() -> dict[str, Path]:
 
 def _unit(module: str) -> str:
     best = max((u for u in LAYERS if module == u or module.startswith(u + ".")), key=len, default=None)
-    assert best is not None, f"{module} is in no layer of LAYERS (add it, and to docs/architecture.md)"
+    assert best is not None, f"{module} is in no folder of the tree in docs/architecture.md (add it there)"
     return best
 
 
@@ -91,15 +90,47 @@ def test_every_import_goes_downward():
 
 def test_an_upward_import_is_caught(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from ..orchestrate import check_all\n\ndef f():\n    from fsdp_verify.cli import main\n")
+    bad.write_text("from ..engine.run_case import check_all\n\ndef f():\n    from fsdp_verify.commands.cli import main\n")
     upward = _upward({"fsdp_verify.checks.bad": bad}, _modules())
-    assert len(upward) == 2 and "imports fsdp_verify.orchestrate" in upward[0] and "fsdp_verify.cli" in upward[1]
+    assert len(upward) == 2 and "imports fsdp_verify.engine.run_case" in upward[0] and "fsdp_verify.commands.cli" in upward[1]
 
 
-def test_checks_and_execute_never_import_the_orchestration():
+def test_an_import_from_another_folder_of_the_same_layer_is_caught(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from fsdp_verify.report.tally import Result\n")
+    upward = _upward({"fsdp_verify.corpus.bad": bad}, _modules())
+    assert len(upward) == 1 and "fsdp_verify.corpus (layer 6) imports fsdp_verify.report.tally (layer 6)" in upward[0]
+
+
+def _loose(root: Path) -> list[str]:
+    """Modules at the package root other than ``__init__`` and ``__main__``, and folders of the
+    package that hold modules but are not in the tree."""
+    loose = sorted(p.name for p in root.glob("*.py") if p.name not in ROOT_MODULES)
+    for folder in sorted(p for p in root.rglob("*") if p.is_dir() and any(p.glob("*.py"))):
+        unit = ".".join(("fsdp_verify",) + folder.relative_to(root).parts)
+        if not any(unit == u or unit.startswith(u + ".") for u in LAYERS if u != "fsdp_verify"):
+            loose.append(str(folder.relative_to(root)) + "/")
+    return loose
+
+
+def test_the_package_root_holds_only_init_and_main():
+    assert _loose(ROOT / "fsdp_verify") == []
+    assert "__version__" in (ROOT / "fsdp_verify" / "__init__.py").read_text()
+
+
+def test_a_module_dropped_at_the_root_or_a_folder_outside_the_tree_is_caught(tmp_path):
+    root = tmp_path / "fsdp_verify"
+    (root / "checks").mkdir(parents=True)
+    (root / "misc").mkdir()
+    for path in ("__init__.py", "__main__.py", "helpers.py", "checks/x.py", "misc/y.py"):
+        (root / path).write_text("")
+    assert _loose(root) == ["helpers.py", "misc/"]
+
+
+def test_checks_and_execute_never_import_the_engine():
     for module, path in _modules().items():
         if _unit(module) in ("fsdp_verify.checks", "fsdp_verify.execute"):
-            assert not any(n.startswith("fsdp_verify.orchestrate") for n, _ in _imports(module, path)), module
+            assert not any(n.startswith("fsdp_verify.engine") for n, _ in _imports(module, path)), module
 
 
 def test_pyproject_installs_every_package_folder():
@@ -157,3 +188,23 @@ def test_an_entry_point_that_is_not_a_checker_is_refused(monkeypatch):
     finally:
         monkeypatch.undo()
         registry.registered.cache_clear()
+
+
+def test_old_root_names_are_the_moved_modules(recwarn):
+    import importlib
+
+    import sys
+
+    import fsdp_verify
+    sys.modules.pop("fsdp_verify.orchestrate", None)
+    for old, new in fsdp_verify.MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+    assert any("moved to fsdp_verify.engine.run_case" in str(w.message) for w in recwarn.list)
+
+
+def test_an_old_root_name_still_runs_with_python_m():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "fsdp_verify.torchrun_replay", "--help"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "--hash-seed" in out.stdout

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from fsdp_verify import campaign, corpus
+from fsdp_verify.engine import campaign
+from fsdp_verify.corpus import files as corpus
 from fsdp_verify.checks import Finding
 
 

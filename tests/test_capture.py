@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from hypothesis import find, given, settings
 
-from fsdp_verify import corpus
+from fsdp_verify.corpus import files as corpus
 from fsdp_verify.capture import Layer, ModelDesc, capture, desc_from_json
-from fsdp_verify.case import Case
-from fsdp_verify.orchestrate import check_all, run_target
-from fsdp_verify.profiles import SLOW_OK
-from fsdp_verify.replay import replay_entry
+from fsdp_verify.model.case import Case
+from fsdp_verify.engine.run_case import check_all, run_target
+from fsdp_verify.corpus.profiles import SLOW_OK
+from fsdp_verify.engine.replay import replay_entry
 from fsdp_verify.strategies import captured_graphs, model_descs
 from fsdp_verify.targets import get_target
 
@@ -113,14 +113,14 @@ def test_a_bad_description_names_the_field(doc, field):
 
 
 def test_a_reference_campaign_on_captured_graphs_finds_nothing(tmp_path):
-    from fsdp_verify.campaign import Budget, Config, run
+    from fsdp_verify.engine.campaign import Budget, Config, run
     result = run(Config(target="reference", strategy="captured", budget=Budget(examples=2), corpus_dir=str(tmp_path),
                         deadline=None))
     assert result.examples == 2 and not result.failures and not result.invalid
 
 
 def test_the_self_test_checks_the_reference_on_real_shapes():
-    from fsdp_verify.selftest import real_shapes
+    from fsdp_verify.engine.selftest import real_shapes
     lines, problems = real_shapes(examples=2, seed=0, hunts=())
     assert not problems, lines
     assert "reference on captured graphs: 2 examples, 0 failures" in lines
@@ -138,7 +138,7 @@ def test_planted_rewriter_bugs_are_killed_on_real_shapes(mutant, model, phase):
 
 
 def test_inductor_folding_a_mixed_precision_cast_on_a_captured_graph_is_a_contract_mismatch():
-    from fsdp_verify.triage import MISMATCH, classify
+    from fsdp_verify.engine.triage import MISMATCH, classify
     target = get_target("torch-inductor")
     options = (("bucket_all_gathers_bucket_mode", "default"), ("bucket_all_gathers_fx", "all"),
                ("bucket_cap_mb", None), ("bucket_reduce_scatters_bucket_mode", "default"),
@@ -158,7 +158,7 @@ def test_inductor_folding_a_mixed_precision_cast_on_a_captured_graph_is_a_contra
 def test_captured_triage_excuses_one_rule_never_a_whole_checker():
     """What the two captured-graph excuses must not swallow: any other finding of the same checkers."""
     from fsdp_verify.checks import Finding
-    from fsdp_verify.triage import CANDIDATE, MISMATCH, classify
+    from fsdp_verify.engine.triage import CANDIDATE, MISMATCH, classify
     target = get_target("torch-inductor")
     case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
                 target_options=(("bucket_all_gathers_fx", "all"),))

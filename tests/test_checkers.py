@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.checks import registered
 from fsdp_verify.checks.graph_facts import changed, fingerprint, snapshot
 from fsdp_verify.checks.plan_model import signature_of
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.targets.mutants import MUTANTS, get_mutant
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets import get_target
@@ -163,7 +163,7 @@ def test_bit_difference_compares_bits_nan_payloads_and_zero_signs_included():
 
 
 def test_a_case_with_non_finite_outputs_is_invalid_never_a_pass():
-    from fsdp_verify import corpus
+    from fsdp_verify.corpus import files as corpus
     from fsdp_verify.graph.compose import Composer
     c = Composer({"fsdp": (0, 1)})
     x = c.input("x", (4,), "float32")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_verify import corpus
-from fsdp_verify.case import Case
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.model.case import Case
 from support import two_block_case
 
 EXE = [sys.executable, "-m", "fsdp_verify"]
@@ -33,7 +33,7 @@ def test_help_and_targets():
 def test_every_option_has_help_and_fixed_values_are_choices():
     import argparse
 
-    from fsdp_verify.cli import build_parser
+    from fsdp_verify.commands.cli import build_parser
     from fsdp_verify.strategies.graphs import SIZES
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
@@ -43,14 +43,15 @@ def test_every_option_has_help_and_fixed_values_are_choices():
             if action.dest in ("size", "profile", "strategy"):
                 assert action.choices, f"{name} --{action.dest} should list its values"
     assert tuple(commands["fuzz"]._option_string_actions["--size"].choices) == tuple(SIZES)
-    from fsdp_verify import campaign, profiles
+    from fsdp_verify.engine import campaign
+    from fsdp_verify.corpus import profiles
     assert commands["fuzz"]._option_string_actions["--strategy"].choices == campaign.STRATEGIES
     assert commands["fuzz"]._option_string_actions["--profile"].choices == profiles.PROFILES
 
 
 def test_help_imports_neither_torch_nor_hypothesis():
     """``fsdp-verify --help`` and argument errors answer without the heavy imports (issue 17: <0.5 s)."""
-    probe = ("import sys\nfrom fsdp_verify.cli import build_parser\nbuild_parser().format_help()\n"
+    probe = ("import sys\nfrom fsdp_verify.commands.cli import build_parser\nbuild_parser().format_help()\n"
              "print(sorted(m for m in ('torch', 'hypothesis') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
@@ -213,7 +214,7 @@ def test_corpus_save_is_atomic_and_deduplicated(tmp_path):
 
 
 def test_the_picture_groups_buckets_and_shows_plan_findings_divergence_and_legend():
-    from fsdp_verify.orchestrate import check_all
+    from fsdp_verify.engine.run_case import check_all
     from fsdp_verify.report.divergence import first_divergence
     from fsdp_verify.report.picture import dot_source
     from fsdp_verify.targets import get_target

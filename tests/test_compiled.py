@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from fsdp_verify.execute.compiled import judge
+from fsdp_verify.execute.compiled.builtin import judge
 from fsdp_verify.strategies.modules import MODELS, WIDTH
 
 OPTIONS = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}

@@ -9,13 +9,13 @@ from dataclasses import replace
 import pytest
 import torch
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.checks import CheckContext
-from fsdp_verify.checks.collectives import check_collectives
-from fsdp_verify.execute.distributed import RankFailure, RankPool, jobs_for
+from fsdp_verify.execute.ranks.collectives import check_collectives
+from fsdp_verify.execute.ranks.pool import RankFailure, RankPool, jobs_for
 from fsdp_verify.graph.builder import localize
 from fsdp_verify.targets.mutants import get_mutant
-from fsdp_verify.orchestrate import run_target
+from fsdp_verify.engine.run_case import run_target
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import mutations
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
@@ -96,12 +96,12 @@ def test_torchrun_replay_entry_point(tmp_path):
     rules = sorted(Path(__file__).parent.parent.joinpath("corpus", "rules").glob("*.json"))
     two_rank = []
     for rule in rules:
-        from fsdp_verify import corpus
+        from fsdp_verify.corpus import files as corpus
         if len(corpus.load(rule).case.graph.world()) == 2 and len(two_rank) < 2:
             two_rank.append(rule)
             shutil.copy(rule, tmp_path / rule.name)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "fsdp_verify.torchrun_replay", str(tmp_path)],
+                          "-m", "fsdp_verify.execute.ranks.torchrun", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("ok ") == len(two_rank) == 2

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import math
 
-from fsdp_verify import e2e
+from fsdp_verify.execute.compiled import sweep as e2e
 from fsdp_verify.capture import Layer, ModelDesc
-from fsdp_verify.execute.endtoend import configurations, failed, first_difference, sweep
+from fsdp_verify.execute.compiled.drawn import configurations, failed, first_difference, sweep
 from fsdp_verify.targets.inductor import CONFIG_SPACE
 
 TWO_LAYERS = ModelDesc((Layer("linear", 16), Layer("linear", 8)))
@@ -53,19 +53,19 @@ def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configurati
 
 
 def test_an_unknown_plant_is_a_usage_error(capsys):
-    from fsdp_verify.cli import main
+    from fsdp_verify.commands.cli import main
     assert main(["endtoend", "--plant", "bogus"]) == 2
     assert "plant 'bogus': unknown" in capsys.readouterr().err
 
 
 def test_inductor_campaigns_draw_captured_graphs_by_default():
-    from fsdp_verify.campaign import default_strategy
+    from fsdp_verify.engine.campaign import default_strategy
     assert default_strategy("torch-inductor") == default_strategy("torch-inductor:custom_ops@fsdp") == "captured"
     assert default_strategy("reference") == "cases"
 
 
 def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_is_named():
-    from fsdp_verify.execute.endtoend_ranks import sweep_ranks
+    from fsdp_verify.execute.compiled.drawn_ranks import sweep_ranks
     model = ModelDesc((Layer("linear", 6), Layer("linear", 3)), mesh=(2,))  # 3 rows over 2 ranks: uneven shards
     good, bad = sweep_ranks(model, [ALL, {**ALL, "plant": "ag_merge_rounds_to_bf16"}])
     assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4

@@ -15,7 +15,8 @@ from hypothesis.database import (
     ReadOnlyDatabase,
 )
 
-from fsdp_verify import campaign, example_db
+from fsdp_verify.engine import campaign
+from fsdp_verify.corpus import example_db
 
 MUTANT = "mutant:fused_meta_dropped"  # a planted bug the tiny cases find within a few examples
 
@@ -97,7 +98,7 @@ def test_a_second_campaign_replays_the_first_ones_failure_from_redis(tmp_path, r
 def test_a_gate_reads_what_a_default_campaign_stored(tmp_path):
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from fsdp_verify import gate
+    from fsdp_verify.engine import gate
     from fsdp_verify.strategies import cases
     database = DirectoryBasedExampleDatabase(tmp_path)
 

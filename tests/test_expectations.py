@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_verify import corpus
-from fsdp_verify.expectations import check_expected
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.corpus.expectations import check_expected
 from fsdp_verify.targets import get_target
 
 RULES = Path(__file__).resolve().parents[1] / "corpus" / "rules"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fsdp_verify.fuzz_properties as properties
+import fsdp_verify.commands.fuzz_properties as properties
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,4 +20,4 @@ def test_pytest_collects_one_property_per_target_and_runs_them():
                          env={**os.environ, "FSDP_VERIFY_PROFILE": "smoke"})  # 3 examples, no shrinking
     # Two properties x two targets collected; on hazards the reference passes and the planted bug fails.
     assert "1 failed, 1 passed, 2 deselected" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
-    assert "FAILED fsdp_verify/fuzz_properties.py::test_target_passes_every_check_on_hazards[mutant:" in out.stdout
+    assert "FAILED fsdp_verify/commands/fuzz_properties.py::test_target_passes_every_check_on_hazards[mutant:" in out.stdout

@@ -75,7 +75,7 @@ class _Named:
 
 def _view_source_case(barrier: bool):
     """A reduce-scatter whose source is a view of a gradient that an untagged free may release."""
-    from fsdp_verify.case import Case
+    from fsdp_verify.model.case import Case
     from fsdp_verify.graph.compose import Composer
     c = Composer({"fsdp": (0, 1)})
     c.param("w", (2, 4), state_idx=0, device="cpu")
@@ -90,7 +90,7 @@ def _view_source_case(barrier: bool):
 
 @pytest.mark.parametrize("barrier", [False, True])
 def test_numerics_compares_plain_runs_only_where_a_coded_source_shares_storage_something_may_free(barrier):
-    from fsdp_verify.orchestrate import check_all
+    from fsdp_verify.engine.run_case import check_all
     from fsdp_verify.targets import get_target
     findings, ctx = check_all(get_target("reference"), _view_source_case(barrier))
     assert findings == []

@@ -8,14 +8,14 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fsdp_verify import campaign
-from fsdp_verify.case import case_from_json
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine import campaign
+from fsdp_verify.model.case import case_from_json
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.report.summary import junit_xml, summary_text
 from fsdp_verify.report.tally import Result
 from fsdp_verify.targets import get_target
 from fsdp_verify.targets.inductor import CONFIG_SPACE
-from fsdp_verify.triage import CANDIDATE, INVALID_INPUT, MISMATCH, classify
+from fsdp_verify.engine.triage import CANDIDATE, INVALID_INPUT, MISMATCH, classify
 from support import two_block_case
 
 

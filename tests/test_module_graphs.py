@@ -7,8 +7,8 @@ import torch
 from hypothesis import given, settings
 
 from fsdp_verify.execute.world import simulate
-from fsdp_verify.orchestrate import run_target
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.engine.run_case import run_target
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import MODELS, fsdp_module_graph, graphs_from_modules
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 from fsdp_verify.checks.graph_facts import aliases_input, has_effect, is_launch, is_wait
 from fsdp_verify.checks.schedule import Event, find_deadlock, lockstep
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.targets.reference import ReferenceTarget
 from support import two_block_case
 

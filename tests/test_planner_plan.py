@@ -17,7 +17,7 @@ from fsdp_verify.strategies import fsdp_graphs, mutated_graphs
 from fsdp_verify.targets.reference import ReferenceTarget
 from fsdp_verify.reference.planner import graph_signature, plan_fsdp_buckets
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from support import plan, two_block_case
 
 

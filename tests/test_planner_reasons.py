@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fsdp_verify import spec_params
+from fsdp_verify.model import spec_params
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 from fsdp_verify.strategies import mutations
 from support import decision_for, plan, two_block_case

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 
 from fsdp_verify.checks import ERROR
-from fsdp_verify.orchestrate import check_all
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import cases
 

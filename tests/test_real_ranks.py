@@ -14,16 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from fsdp_verify import campaign, corpus
-from fsdp_verify.checks.real_ranks import HASH_STRIDE, NAME, RealRanks, chosen, parse_mode
-from fsdp_verify.execute.distributed import place
-from fsdp_verify.orchestrate import check_all
-from fsdp_verify.replay import replay
+from fsdp_verify.engine import campaign
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.execute.ranks.judge import HASH_STRIDE, NAME, RealRanks, chosen, parse_mode
+from fsdp_verify.execute.ranks.pool import place
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.engine.replay import replay
 from fsdp_verify.report.summary import junit_xml, summary_text
-from fsdp_verify.selftest import format_table, hunt
+from fsdp_verify.engine.selftest import format_table, hunt
 from fsdp_verify.targets import get_target
 from fsdp_verify.targets.mutants import MUTANTS
-from fsdp_verify.targets.rank_side import RealJob
+from fsdp_verify.execute.ranks.rank_side import RealJob
 from support import two_block_case
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,7 +145,7 @@ def test_the_campaign_kills_the_hash_seed_planner_in_real_mode_and_reports_how_r
 
 
 def test_the_gate_runs_the_candidate_on_real_ranks(real):
-    from fsdp_verify.gate import gate_report
+    from fsdp_verify.engine.gate import gate_report
     entry = corpus.Entry(two_block_case(), "reference", corpus.Verdict(corpus.PASS), {})
     real.max_ranks = 2  # generated cases may need 8 ranks: those are skipped here, and said so
     before = real.report()["findings"].get("rank_dependent_planning", 0)
@@ -214,7 +215,7 @@ def test_modes_and_placement_are_explicit():
 
 
 def test_cli_refuses_nccl_without_a_gpu_and_unknown_modes(capsys):
-    from fsdp_verify.cli import main
+    from fsdp_verify.commands.cli import main
     if not torch.cuda.is_available():
         assert main(["fuzz", "--ranks", "real:nccl", "--budget", "1"]) == 2
         assert "no CUDA device" in capsys.readouterr().err
@@ -267,7 +268,7 @@ def test_cuda_compute_with_gloo_collectives_when_gpus_are_fewer_than_ranks():
     gpus = torch.cuda.device_count()
     with RealRanks(backend="auto", deadline=60) as session:
         from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
-        from fsdp_verify.case import Case
+        from fsdp_verify.model.case import Case
         case = Case(render(Blueprint(blocks=((ParamDraw((2, 4)), ParamDraw((3,))),), degree=gpus + 1)))
         assert session.check(case, "reference") == ([], None)
         assert "NCCL needs one GPU per rank" in session.report()["placements"][str(gpus + 1)]
@@ -277,7 +278,7 @@ def _torchrun(folder: Path, *extra: str):
     import subprocess
     import sys
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "fsdp_verify.torchrun_replay", str(folder), *extra],
+                           "-m", "fsdp_verify.execute.ranks.torchrun", str(folder), *extra],
                           capture_output=True, text=True, timeout=300, cwd=str(Path(__file__).parent))
 
 
@@ -296,9 +297,9 @@ def test_collectives_staged_through_cpu_give_the_same_bits():
     # The path `--ranks real` takes with fewer GPUs than ranks (CUDA compute, gloo collectives on CPU
     # copies), run here on CPU tensors.
     from fsdp_verify.checks import CheckContext
-    from fsdp_verify.checks.collectives import check_collectives
-    from fsdp_verify.execute.distributed import RankPool
-    from fsdp_verify.orchestrate import run_target
+    from fsdp_verify.execute.ranks.collectives import check_collectives
+    from fsdp_verify.execute.ranks.pool import RankPool
+    from fsdp_verify.engine.run_case import run_target
     from real_targets import staged_handler
     target = get_target("reference")
     with RankPool(2, backend="gloo", deadline=20, handler=staged_handler) as pool:
@@ -306,8 +307,8 @@ def test_collectives_staged_through_cpu_give_the_same_bits():
 
 
 def test_the_command_line_offers_the_modes_real_ranks_knows():
-    from fsdp_verify import cli
-    from fsdp_verify.checks.real_ranks import MODES
+    from fsdp_verify.commands import cli
+    from fsdp_verify.execute.ranks.judge import MODES
     assert cli.RANK_MODES == MODES
 
 
@@ -338,8 +339,8 @@ def test_real_only_rewrite_bugs_are_invisible_in_process_and_killed_by_their_rea
 def test_a_case_the_simulated_checks_found_invalid_is_planned_but_never_compared(real):
     from fsdp_verify.checks import CheckContext
     from fsdp_verify.checks.findings import INVALID, Finding
-    from fsdp_verify.checks.real_ranks import judge
-    from fsdp_verify.orchestrate import run_target
+    from fsdp_verify.execute.ranks.judge import judge
+    from fsdp_verify.engine.run_case import run_target
     target = get_target("mutant:swapped_copy_out")
     ctx = CheckContext(run_target(target, two_block_case()), target)
     invalid = [Finding("numerics", "not finite", severity=INVALID)]
@@ -374,7 +375,7 @@ def test_a_pool_that_cannot_be_had_is_the_harness_s_reason_once_never_a_finding_
 
 
 def test_a_pool_that_does_not_start_in_time_kills_its_ranks_and_says_so():
-    from fsdp_verify.execute.distributed import PoolStartFailure, RankPool
+    from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankPool
     pool = RankPool(2, backend="gloo", start_timeout=0.01)
     with pytest.raises(PoolStartFailure, match="the pool did not start"):
         pool.start()
@@ -382,7 +383,7 @@ def test_a_pool_that_does_not_start_in_time_kills_its_ranks_and_says_so():
 
 
 def test_coalesced_and_out_collectives_staged_through_cpu_give_the_same_bits():
-    from fsdp_verify.execute.distributed import RankPool
+    from fsdp_verify.execute.ranks.pool import RankPool
     from real_targets import staged_variants_handler
     with RankPool(2, backend="gloo", deadline=20, handler=staged_variants_handler) as pool:
         results = pool.run({rank: "variants" for rank in range(2)})
@@ -395,12 +396,12 @@ def test_coalesced_and_out_collectives_staged_through_cpu_give_the_same_bits():
 
 
 def test_real_comparisons_count_outputs_and_types_and_compare_bits():
-    from fsdp_verify.checks.collectives import _compare
-    from fsdp_verify.torchrun_replay import _same
+    from fsdp_verify.execute.ranks.collectives import compare_outputs
+    from fsdp_verify.execute.ranks.torchrun import _same
     one, nan = torch.ones(2), torch.tensor([float("nan")])
-    assert "1 outputs instead of 2" in _compare([one, one], [one], ["a", "b"], 0, "x")[0].message
-    assert "Tensor vs int" in _compare([one], [3], ["a"], 0, "x")[0].message
-    assert _compare([one, 3], [one.clone(), 3], ["a", "b"], 0, "x") == []
+    assert "1 outputs instead of 2" in compare_outputs([one, one], [one], ["a", "b"], 0, "x")[0].message
+    assert "Tensor vs int" in compare_outputs([one], [3], ["a"], 0, "x")[0].message
+    assert compare_outputs([one, 3], [one.clone(), 3], ["a", "b"], 0, "x") == []
     assert _same([nan], [nan.clone()]) and not _same([torch.tensor([0.0])], [torch.tensor([-0.0])])
     assert not _same([one], [one, one]) and not _same([one], [1])
 
@@ -420,7 +421,7 @@ def test_torchrun_replay_names_ranks_that_ran_different_rounds_and_exits_2_when_
 
 
 def test_the_ranks_rewritten_graphs_are_simulated_in_a_child_under_the_deadline(monkeypatch):
-    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.execute.ranks import judge as real_ranks
     from fsdp_verify.graph.builder import localize
     case = two_block_case()
     specs = {rank: localize(case.graph, rank) for rank in case.graph.world()}
@@ -448,7 +449,7 @@ class _PoolThatCannotRestart:
     restarts, events = 0, []
 
     def run(self, jobs):
-        from fsdp_verify.execute.distributed import PoolStartFailure
+        from fsdp_verify.execute.ranks.pool import PoolStartFailure
         raise PoolStartFailure("hang", "the pool did not start: ranks [0, 1] did not finish within 120s", {}, {})
 
     def close(self):
@@ -457,9 +458,9 @@ class _PoolThatCannotRestart:
 
 def test_a_pool_that_cannot_restart_is_the_harness_s_reason_not_a_finding_against_the_target():
     from fsdp_verify.checks import CheckContext
-    from fsdp_verify.checks.collectives import check_collectives
+    from fsdp_verify.execute.ranks.collectives import check_collectives
     from fsdp_verify.checks.findings import INVALID
-    from fsdp_verify.orchestrate import run_target
+    from fsdp_verify.engine.run_case import run_target
     session = RealRanks(backend="gloo")
     session.pools[2] = _PoolThatCannotRestart()
     findings, why = session.check(two_block_case(), "reference")
@@ -474,13 +475,13 @@ def test_a_pool_that_cannot_restart_is_the_harness_s_reason_not_a_finding_agains
 def test_a_rank_whose_harness_is_already_gone_exits_before_importing_torch():
     import subprocess
     import sys
-    code = "from fsdp_verify.execute.distributed import _die_with_parent; _die_with_parent(1); print('alive')"
+    code = "from fsdp_verify.execute.ranks.pool import _die_with_parent; _die_with_parent(1); print('alive')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "alive" not in out.stdout
 
 
 def test_non_finite_original_outputs_are_invalid_never_compared_on_real_ranks(real, monkeypatch):
-    from fsdp_verify.checks import real_ranks
+    from fsdp_verify.execute.ranks import judge as real_ranks
     from fsdp_verify.checks.findings import INVALID
     simulate_isolated = real_ranks.simulate_isolated
 

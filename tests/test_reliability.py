@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsdp_verify import campaign, cli, corpus
+from fsdp_verify.engine import campaign
+from fsdp_verify.commands import cli
+from fsdp_verify.corpus import files as corpus
 from fsdp_verify.graph.limits import MAX_NODES
 
 ROOT = Path(__file__).resolve().parents[1]

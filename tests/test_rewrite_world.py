@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fsdp_verify.case import Case
+from fsdp_verify.model.case import Case
 from fsdp_verify.execute.simulated import Desync, ReadAfterFree
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.execute.world import build_world, simulate
-from fsdp_verify.orchestrate import run_target
+from fsdp_verify.engine.run_case import run_target
 from fsdp_verify.reference.driver import bucket_world
 from fsdp_verify.reference.planner import BucketPolicy, graph_signature, plan_fsdp_buckets
 from fsdp_verify.reference.predicates import rs_layout_preparation

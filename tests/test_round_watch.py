@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from fsdp_verify.checks import CheckContext
 from fsdp_verify.checks import planner_oracle
 from fsdp_verify.checks.planner_oracle import Expectations, RoundWatch, check_planner
-from fsdp_verify.orchestrate import check_all, run_target
+from fsdp_verify.engine.run_case import check_all, run_target
 from fsdp_verify.strategies import fsdp_graphs, mutated_graphs
 from fsdp_verify.targets import get_target
 from fsdp_verify.targets.reference import ReferenceTarget

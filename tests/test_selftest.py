@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fsdp_verify.targets.mutants import MUTANTS
-from fsdp_verify.selftest import format_table, hunt
+from fsdp_verify.engine.selftest import format_table, hunt
 
 BUDGET = 300  # examples per planted bug
 

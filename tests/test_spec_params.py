@@ -11,14 +11,15 @@ from dataclasses import replace
 
 import pytest
 
-from fsdp_verify import corpus, spec_params
-from fsdp_verify.case import case_from_json
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.model import spec_params
+from fsdp_verify.model.case import case_from_json
 from fsdp_verify.checks.planner_oracle import Expectations, _judge
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.graph import edit
 from fsdp_verify.graph.compose import ALL_REDUCE, WAIT
 from fsdp_verify.graph.values import NodeRef
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.targets import get_target
 from support import two_block_case
 
@@ -83,7 +84,7 @@ def test_bad_command_line_settings_exit_2(text):
 def test_a_campaign_pins_and_draws_settings_per_example():
     from hypothesis import HealthCheck, given, settings
 
-    from fsdp_verify import campaign
+    from fsdp_verify.engine import campaign
     config = campaign.Config(target="reference", size="tiny", modules=False, draw_spec=True,
                              spec=(("getitem_views", False),))
     seen = set()

@@ -6,7 +6,7 @@ import hypothesis
 from hypothesis import Phase, find, given, settings
 
 from fsdp_verify.execute.world import build_world, simulate
-from fsdp_verify.profiles import SLOW_OK
+from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 from fsdp_verify.targets import get_target
 from fsdp_verify.strategies import Size, cases, fsdp_graphs

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from fsdp_verify.orchestrate import check_all
+from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.targets import TargetNotFound, get_target, registry
 from support import two_block_case
 

@@ -22,13 +22,13 @@ import torch
 import torch.distributed as dist
 from torch import fx, nn
 
-from ..graph.builder import HEADER_KEY
-from ..graph.importer import import_module
-from ..graph.spec import GraphSpec, InputSpec, ParamSpec
-from ..graph.values import DTYPE_NAMES
-from .model import (VOCAB, ModelDesc, SimpleFSDPModel, check, dtensor_gather, example_input, full_params,
+from fsdp_verify.graph.builder import HEADER_KEY
+from fsdp_verify.graph.importer import import_module
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec
+from fsdp_verify.graph.values import DTYPE_NAMES
+from fsdp_verify.capture.model import (VOCAB, ModelDesc, SimpleFSDPModel, check, dtensor_gather, example_input, full_params,
                     param_shapes)
-from .tags import add_fsdp_tags
+from fsdp_verify.capture.tags import add_fsdp_tags
 
 PHASES = ("forward", "backward")
 

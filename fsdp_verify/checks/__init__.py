@@ -1,13 +1,13 @@
 """Checkers: pure functions of one ``CheckContext`` that return findings, found by the registry.
 
-Running a target and then the checkers is the orchestration's job (``fsdp_verify.orchestrate``);
+Running a target and then the checkers is the orchestration's job (``fsdp_verify.engine.run_case``);
 this package only judges.
 """
 
 from __future__ import annotations
 
-from .findings import DRIFT, ERROR, INVALID, CheckContext, Finding
-from .registry import Checker, CheckerError, default_checkers, registered
+from fsdp_verify.checks.findings import DRIFT, ERROR, INVALID, CheckContext, Finding
+from fsdp_verify.checks.registry import Checker, CheckerError, default_checkers, registered
 
 __all__ = ["DRIFT", "ERROR", "INVALID", "CheckContext", "Checker", "CheckerError", "Finding",
            "default_checkers", "registered"]

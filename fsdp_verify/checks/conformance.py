@@ -19,10 +19,10 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
-from ..execute.simulated import WorldRun
-from .findings import CheckContext, Finding
-from .graph_facts import FSDP_KINDS
-from .registry import Checker
+from fsdp_verify.execute.simulated import WorldRun
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.graph_facts import FSDP_KINDS
+from fsdp_verify.checks.registry import Checker
 
 NAME = "conformance"
 ROUND_KINDS = (("fsdp_all_gather", "fsdp_all_gather_backward"), ("fsdp_reduce_scatter",))  # AG round, RS round

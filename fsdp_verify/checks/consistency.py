@@ -8,11 +8,11 @@ from collections import Counter
 
 from torch import fx
 
-from ..execute.simulated import WorldRun
-from ..graph.clone import clone_module
-from .findings import CheckContext, Finding
-from .graph_facts import FSDP_KINDS, by_name, c10d_name, changed, is_launch, snapshot
-from .registry import Checker
+from fsdp_verify.execute.simulated import WorldRun
+from fsdp_verify.graph.clone import clone_module
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.graph_facts import FSDP_KINDS, by_name, c10d_name, changed, is_launch, snapshot
+from fsdp_verify.checks.registry import Checker
 
 NAME = "consistency"
 FUSED_META = ("comm_type", "comm_group", "autograd_backward", "fsdp_bucket_id", "fsdp_bucket_members")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from torch import fx
 
-from .findings import CheckContext, Finding
-from .registry import Checker
-from .graph_facts import (aliases_input, alias_class, by_name, is_free, is_launch, is_wait)
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.registry import Checker
+from fsdp_verify.checks.graph_facts import (aliases_input, alias_class, by_name, is_free, is_launch, is_wait)
 
 NAME = "dependencies"
 

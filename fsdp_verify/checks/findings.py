@@ -8,12 +8,12 @@ from typing import Any, Optional
 
 from torch import fx
 
-from ..case import Case
-from ..execute.simulated import WorldRun
-from ..execute.world import simulate
-from ..targets.outcome import TargetRun
-from .identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
-from .refinement import Refinement, refine
+from fsdp_verify.model.case import Case
+from fsdp_verify.execute.simulated import WorldRun
+from fsdp_verify.execute.world import simulate
+from fsdp_verify.targets.outcome import TargetRun
+from fsdp_verify.checks.identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
+from fsdp_verify.checks.refinement import Refinement, refine
 
 ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
 

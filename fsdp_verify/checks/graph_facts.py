@@ -13,8 +13,8 @@ from typing import Optional
 import torch
 from torch import fx
 
-from ..graph.ops import is_free_target
-from ..spec_params import active
+from fsdp_verify.graph.ops import is_free_target
+from fsdp_verify.model.spec_params import active
 
 FSDP_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward", "fsdp_reduce_scatter")
 FREE_KINDS = ("fsdp_reshard_free", "fsdp_reshard_free_backward")

@@ -32,10 +32,10 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
-from ..case import Case
-from ..execute.simulated import WorldRun
-from ..execute.world import simulate
-from .graph_facts import (FSDP_KINDS, alias_class, by_name, has_effect, is_launch, is_wait, real_consumers,
+from fsdp_verify.model.case import Case
+from fsdp_verify.execute.simulated import WorldRun
+from fsdp_verify.execute.world import simulate
+from fsdp_verify.checks.graph_facts import (FSDP_KINDS, alias_class, by_name, has_effect, is_launch, is_wait, real_consumers,
                           storage_root, view_closure)
 
 INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}

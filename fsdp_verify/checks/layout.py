@@ -13,10 +13,10 @@ import math
 
 import torch
 
-from .findings import CheckContext, Finding
-from .identity import INT_VIEW, IdentityCodes
-from .numerics import run_failure
-from .registry import Checker
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes
+from fsdp_verify.checks.numerics import run_failure
+from fsdp_verify.checks.registry import Checker
 
 NAME = "layout"
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from ..execute.simulated import WorldRun
-from .findings import CheckContext, Finding
-from .registry import Checker
-from .graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
+from fsdp_verify.execute.simulated import WorldRun
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.registry import Checker
+from fsdp_verify.checks.graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
 
 NAME = "memory"
 SLACK = 2

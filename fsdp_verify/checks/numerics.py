@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from torch import fx
 
-from ..execute.simulated import Deadlock, Desync, ReadAfterFree
-from .findings import INVALID, CheckContext, Finding
-from .registry import Checker
+from fsdp_verify.execute.simulated import Deadlock, Desync, ReadAfterFree
+from fsdp_verify.checks.findings import INVALID, CheckContext, Finding
+from fsdp_verify.checks.registry import Checker
 
 NAME = "numerics"
 _INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}

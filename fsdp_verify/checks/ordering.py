@@ -28,11 +28,11 @@ from typing import Optional
 
 from torch import fx
 
-from .findings import CheckContext, Finding
-from .graph_facts import FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, rs_prep_chain
-from .refinement import Refinement, Skeleton, group_of, interval_nodes, launch_of, phase
-from .registry import Checker
-from .schedule import Event, find_deadlock
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.graph_facts import FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, rs_prep_chain
+from fsdp_verify.checks.refinement import Refinement, Skeleton, group_of, interval_nodes, launch_of, phase
+from fsdp_verify.checks.registry import Checker
+from fsdp_verify.checks.schedule import Event, find_deadlock
 
 NAME = "ordering"
 

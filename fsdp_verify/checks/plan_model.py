@@ -19,8 +19,8 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
-from ..spec_params import active
-from .graph_facts import (FREE_KINDS, FSDP_KINDS, has_effect, is_free, is_launch, launch_name,
+from fsdp_verify.model.spec_params import active
+from fsdp_verify.checks.graph_facts import (FREE_KINDS, FSDP_KINDS, has_effect, is_free, is_launch, launch_name,
                           real_consumers, rs_prep_chain, signed_meta)
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

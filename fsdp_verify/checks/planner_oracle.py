@@ -18,12 +18,12 @@ from typing import Any, Callable, Iterator, Optional
 
 from torch import fx
 
-from ..graph.builder import build_module, localize
-from ..graph.clone import clone_module
-from .findings import CheckContext, Finding
-from .plan_model import (expected_report, plain_int, resigned, signature_of, signature_records,
+from fsdp_verify.graph.builder import build_module, localize
+from fsdp_verify.graph.clone import clone_module
+from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.plan_model import (expected_report, plain_int, resigned, signature_of, signature_records,
                          signatures)
-from .registry import Checker
+from fsdp_verify.checks.registry import Checker
 
 NAME = "planner"
 GROUP_ERROR = "group_ranks must map PG names to distinct ordered non-negative global ranks"

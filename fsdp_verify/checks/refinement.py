@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from torch import fx
 
-from .graph_facts import aliases_input, has_effect, is_launch, is_wait
+from fsdp_verify.checks.graph_facts import aliases_input, has_effect, is_launch, is_wait
 
 MAX_CLIMB = 64  # new nodes walked from a reader up to the wait that feeds it
 

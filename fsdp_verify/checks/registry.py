@@ -11,7 +11,7 @@ from functools import lru_cache
 from importlib.metadata import entry_points
 from typing import Callable, Optional
 
-from .findings import CheckContext, Finding
+from fsdp_verify.checks.findings import CheckContext, Finding
 
 ENTRY_POINT_GROUP = "fsdp_verify.checkers"
 

@@ -25,11 +25,11 @@ import hypothesis
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from ..case import Case
-from ..execute.world import build_world
-from ..profiles import SLOW_OK
-from ..reference import planner
-from ..targets import get_target
+from fsdp_verify.model.case import Case
+from fsdp_verify.execute.world import build_world
+from fsdp_verify.corpus.profiles import SLOW_OK
+from fsdp_verify.reference import planner
+from fsdp_verify.targets import get_target
 
 REFERENCE = Path(planner.__file__).resolve().parent
 

@@ -15,12 +15,12 @@ import hypothesis
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from ..case import Case
-from ..graph.builder import build_module, localize
-from ..profiles import SLOW_OK
-from ..strategies.mutations import DP_MODES, PP_DEGREES
-from ..targets import get_target
-from .subconditions import SUBCONDITIONS, Site, classify
+from fsdp_verify.model.case import Case
+from fsdp_verify.graph.builder import build_module, localize
+from fsdp_verify.corpus.profiles import SLOW_OK
+from fsdp_verify.strategies.mutations import DP_MODES, PP_DEGREES
+from fsdp_verify.targets import get_target
+from fsdp_verify.coverage.subconditions import SUBCONDITIONS, Site, classify
 
 ACTIONS = ("skip", "split", "singleton")
 # The parallel-mode arguments every run must draw: the default and each value the mutations plant.

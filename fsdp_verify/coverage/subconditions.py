@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional
 import torch
 from torch import fx
 
-from ..case import PlanArgs
-from ..checks.graph_facts import (FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, real_consumers,
+from fsdp_verify.model.case import PlanArgs
+from fsdp_verify.checks.graph_facts import (FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, real_consumers,
                                   rs_prep_chain)
 
 RS = "fsdp_reduce_scatter"

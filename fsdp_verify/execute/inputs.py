@@ -12,8 +12,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from ..graph.builder import placeholder_tensors
-from ..graph.spec import GraphSpec
+from fsdp_verify.graph.builder import placeholder_tensors
+from fsdp_verify.graph.spec import GraphSpec
 
 MODES = ("exact", "random")
 

@@ -20,7 +20,7 @@ from torch import fx
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
-from ..graph.ops import is_free_target
+from fsdp_verify.graph.ops import is_free_target
 
 GroupResolver = Callable[[int, str], tuple[int, ...]]
 

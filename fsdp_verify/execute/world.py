@@ -6,13 +6,13 @@ from typing import Mapping, Optional
 
 from torch import fx
 
-from ..case import Case
-from ..graph.builder import HEADER_KEY, build_module, localize
-from ..graph.clone import clone_module
-from ..graph.spec import GraphSpec, validate
-from ..graph.values import fresh_copy
-from .inputs import make_inputs
-from .simulated import WorldRun, run_world
+from fsdp_verify.model.case import Case
+from fsdp_verify.graph.builder import HEADER_KEY, build_module, localize
+from fsdp_verify.graph.clone import clone_module
+from fsdp_verify.graph.spec import GraphSpec, validate
+from fsdp_verify.graph.values import fresh_copy
+from fsdp_verify.execute.inputs import make_inputs
+from fsdp_verify.execute.simulated import WorldRun, run_world
 
 
 def build_world(case: Case, shared: bool = False) -> dict[int, fx.GraphModule]:

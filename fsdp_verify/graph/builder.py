@@ -15,9 +15,9 @@ import torch
 from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from .ops import resolve_target
-from .spec import GraphSpec, InputSpec, ParamSpec, validate
-from .values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
+from fsdp_verify.graph.ops import resolve_target
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec, validate
+from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
 _DEVICE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")

@@ -14,7 +14,7 @@ import torch
 from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
-from .builder import set_inputs
+from fsdp_verify.graph.builder import set_inputs
 
 _PLAIN = frozenset(_LazyGraphModule(torch.nn.Module(), fx.Graph()).__dict__) | {"_code", "_lineno_map"}
 

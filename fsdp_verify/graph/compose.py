@@ -12,10 +12,10 @@ from typing import Any, Iterable
 
 import torch
 
-from .edit import DROP
-from .ops import resolve_target
-from .spec import GraphSpec, InputSpec, NodeSpec, ParamSpec
-from .values import NodeRef, dtype_from_name, map_refs
+from fsdp_verify.graph.edit import DROP
+from fsdp_verify.graph.ops import resolve_target
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, NodeSpec, ParamSpec
+from fsdp_verify.graph.values import NodeRef, dtype_from_name, map_refs
 
 AG = "_c10d_functional.all_gather_into_tensor"
 RS = "_c10d_functional.reduce_scatter_tensor"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable
 
-from .spec import GraphSpec, NodeSpec
+from fsdp_verify.graph.spec import GraphSpec, NodeSpec
 
 DROP = object()  # a meta value that removes the key
 

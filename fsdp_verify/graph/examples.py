@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .compose import Composer
-from .spec import GraphSpec
+from fsdp_verify.graph.compose import Composer
+from fsdp_verify.graph.spec import GraphSpec
 
 
 def mlp_graph(*, layers: int = 2, width: int = 8, batch: int = 4, degree: int = 2, dtype: str = "float32",

@@ -12,10 +12,10 @@ from typing import Any, Mapping
 import torch
 from torch import fx
 
-from .builder import HEADER_KEY
-from .ops import target_name
-from .spec import GraphSpec, InputSpec, NodeSpec, ParamSpec, validate
-from .values import DTYPE_NAMES, NodeRef, Opaque, SpecError, encode
+from fsdp_verify.graph.builder import HEADER_KEY
+from fsdp_verify.graph.ops import target_name
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, NodeSpec, ParamSpec, validate
+from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef, Opaque, SpecError, encode
 
 # Meta that tracing machinery writes and that no FSDP rule reads; never part of a description.
 TRACER_META = frozenset({

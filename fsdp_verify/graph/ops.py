@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 from torch.fx.node import has_side_effect
 
-from .values import SpecError
+from fsdp_verify.graph.values import SpecError
 
 OP_NAMESPACES = ("aten", "_c10d_functional", "c10d_functional", "prims", "bucketing")
 # Namespaces whose operators exist only once a fixed module registered them.

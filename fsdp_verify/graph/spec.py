@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-from .limits import MAX_DEPTH, MAX_DIM, MAX_INT, MAX_NODES, MAX_NUMEL, MAX_RANKS
-from .ops import resolve_target
-from .values import DTYPES, NodeRef, SpecError, decode, encode, node_refs
+from fsdp_verify.graph.limits import MAX_DEPTH, MAX_DIM, MAX_INT, MAX_NODES, MAX_NUMEL, MAX_RANKS
+from fsdp_verify.graph.ops import resolve_target
+from fsdp_verify.graph.values import DTYPES, NodeRef, SpecError, decode, encode, node_refs
 
 SCHEMA_VERSION = 1
 NODE_OPS = ("placeholder", "call_function", "output")

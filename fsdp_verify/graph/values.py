@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .limits import MAX_DEPTH, MAX_INT
+from fsdp_verify.graph.limits import MAX_DEPTH, MAX_INT
 
 DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,

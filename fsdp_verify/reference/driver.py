@@ -12,8 +12,8 @@ from typing import Callable, Mapping
 
 from torch import fx
 
-from .planner import BucketPlan, validate_group_plans
-from .rewrite import apply_ag_buckets, apply_rs_buckets
+from fsdp_verify.reference.planner import BucketPlan, validate_group_plans
+from fsdp_verify.reference.rewrite import apply_ag_buckets, apply_rs_buckets
 
 PlanFn = Callable[[int, fx.GraphModule], BucketPlan]
 ROUNDS = (apply_ag_buckets, apply_rs_buckets)

@@ -19,10 +19,10 @@ from typing import Mapping, Optional, Sequence, Union
 import torch
 from torch import fx, nn
 
-from ..graph.ops import C10D, is_free_target
-from ..graph.values import fresh_copy
-from ..spec_params import active
-from . import predicates as helpers
+from fsdp_verify.graph.ops import C10D, is_free_target
+from fsdp_verify.graph.values import fresh_copy
+from fsdp_verify.model.spec_params import active
+from fsdp_verify.reference import predicates as helpers
 
 _LOG = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The helper predicates of spec section 1.6, explicit and replaceable.
 
 The originals (``passes/overlap/utils.py``) are not public, so their behaviour is a model whose
-open points are the [I] settings of ``fsdp_verify.spec_params``; the oracles read the same
+open points are the [I] settings of ``fsdp_verify.model.spec_params``; the oracles read the same
 settings, so a pinned or drawn setting changes both sides at once.
 """
 
@@ -14,8 +14,8 @@ import torch
 from torch import fx
 from torch.fx.node import _side_effectful_functions
 
-from ..graph.ops import is_free_target
-from ..spec_params import active
+from fsdp_verify.graph.ops import is_free_target
+from fsdp_verify.model.spec_params import active
 
 _PREP_SCHEMAS = ("aten::reshape", "aten::cat", "aten::contiguous")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import fx
 
-from ..graph.builder import add_call
-from . import predicates as helpers
-from .planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature
+from fsdp_verify.graph.builder import add_call
+from fsdp_verify.reference import predicates as helpers
+from fsdp_verify.reference.planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature
 
 aten = torch.ops.aten
 

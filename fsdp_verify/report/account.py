@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import fx
 
-from ..checks import CheckContext, Finding
+from fsdp_verify.checks import CheckContext, Finding
 
 CONTEXT = 2  # nodes shown on either side of a bucket's window
 

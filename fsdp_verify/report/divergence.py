@@ -9,9 +9,9 @@ import torch
 from torch import fx
 from torch.utils._pytree import tree_flatten
 
-from ..checks import CheckContext
-from ..checks.numerics import bit_difference
-from ..execute.world import simulate
+from fsdp_verify.checks import CheckContext
+from fsdp_verify.checks.numerics import bit_difference
+from fsdp_verify.execute.world import simulate
 
 
 def _values(ctx: CheckContext, modules: dict[int, fx.GraphModule], rank: int) -> dict[str, Any]:

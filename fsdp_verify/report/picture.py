@@ -12,10 +12,10 @@ from typing import Optional
 
 from torch import fx
 
-from ..checks import CheckContext, Finding
-from ..checks.graph_facts import has_effect
-from ..graph.ops import target_name
-from ..graph.values import SpecError
+from fsdp_verify.checks import CheckContext, Finding
+from fsdp_verify.checks.graph_facts import has_effect
+from fsdp_verify.graph.ops import target_name
+from fsdp_verify.graph.values import SpecError
 
 PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd")
 MAX_NODES = 600

@@ -5,8 +5,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from .tally import PROOFS, Result
-from ..reference.planner import SKIP_REASONS, SPLIT_REASONS
+from fsdp_verify.report.tally import PROOFS, Result
+from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
             "singleton": ("oversized",)}

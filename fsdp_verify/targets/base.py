@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Sequence
 
 from torch import fx
 
-from ..case import Case
+from fsdp_verify.model.case import Case
 
 
 class Target(ABC):

@@ -11,10 +11,10 @@ from typing import Any, Optional
 
 from torch import fx
 
-from ..case import Case
-from ..reference.driver import bucket_world
-from .base import Target
-from .reference import planner_kwargs
+from fsdp_verify.model.case import Case
+from fsdp_verify.reference.driver import bucket_world
+from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.reference import planner_kwargs
 
 MODULE = "hyper_parallel.compile.passes.bucketing"
 

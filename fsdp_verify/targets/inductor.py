@@ -17,10 +17,10 @@ from typing import Any, Iterator, Sequence
 import torch.distributed as dist
 from torch import fx
 
-from ..case import Case
-from ..execute.inputs import make_inputs
-from ..graph.ops import effect_barrier, is_free_target
-from .base import Target
+from fsdp_verify.model.case import Case
+from fsdp_verify.execute.inputs import make_inputs
+from fsdp_verify.graph.ops import effect_barrier, is_free_target
+from fsdp_verify.targets.base import Target
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
 ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket_fsdp_all_gather

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from torch import fx
 
-from ..case import Case
+from fsdp_verify.model.case import Case
 
 
 @dataclass

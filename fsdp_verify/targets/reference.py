@@ -6,10 +6,10 @@ from typing import Any
 
 from torch import fx
 
-from ..case import Case
-from ..reference.driver import ROUNDS, bucket_world
-from ..reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
-from .base import Target
+from fsdp_verify.model.case import Case
+from fsdp_verify.reference.driver import ROUNDS, bucket_world
+from fsdp_verify.reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
+from fsdp_verify.targets.base import Target
 
 
 def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> dict[str, Any]:

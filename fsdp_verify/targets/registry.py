@@ -6,8 +6,8 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Callable
 
-from .base import Target
-from .reference import ReferenceTarget
+from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.reference import ReferenceTarget
 
 ENTRY_POINT_GROUP = "fsdp_verify.targets"
 MUTANT_PREFIX = "mutant:"
@@ -41,7 +41,7 @@ def _instantiate(obj: object, name: str) -> Target:
 
 
 def _inductor(name: str) -> Target:
-    from .inductor import make
+    from fsdp_verify.targets.inductor import make
     try:
         return make(name[len("torch-inductor"):].lstrip(":"))
     except ValueError as exc:
@@ -49,7 +49,7 @@ def _inductor(name: str) -> Target:
 
 
 def _hyper_parallel() -> Target:
-    from .hyper_parallel import HyperParallelTarget, unavailable_reason
+    from fsdp_verify.targets.hyper_parallel import HyperParallelTarget, unavailable_reason
     reason = unavailable_reason()
     if reason:
         raise TargetNotFound(f"target 'hyper-parallel' is unavailable: {reason}")
@@ -65,7 +65,7 @@ def get_target(name: str) -> Target:
     if name == "hyper-parallel":
         return _hyper_parallel()
     if name.startswith(MUTANT_PREFIX):
-        from .mutants import MUTANTS
+        from fsdp_verify.targets.mutants import MUTANTS
         if name[len(MUTANT_PREFIX):] in MUTANTS:
             return MUTANTS[name[len(MUTANT_PREFIX):]]
         raise TargetNotFound(f"unknown planted bug {name!r}; available: {', '.join(sorted(MUTANTS))}")

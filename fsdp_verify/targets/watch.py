@@ -9,7 +9,7 @@ from typing import Any, Iterator, Optional, Protocol
 
 from torch import fx
 
-from .base import Target
+from fsdp_verify.targets.base import Target
 
 
 class PlanWatch(Protocol):

@@ -7,7 +7,7 @@ rewriter bugs apply the reference rewrite and then damage it the way a real bug 
 
 from __future__ import annotations
 
-from .base import Mutant
-from .catalogue import MUTANTS, get_mutant
+from fsdp_verify.targets.mutants.base import Mutant
+from fsdp_verify.targets.mutants.catalogue import MUTANTS, get_mutant
 
 __all__ = ["MUTANTS", "Mutant", "get_mutant"]

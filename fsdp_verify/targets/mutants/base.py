@@ -8,10 +8,10 @@ from typing import Any, Callable, Iterator
 
 from torch import fx
 
-from ...case import Case
-from ...reference import planner
-from ...reference.driver import bucket_world
-from ..reference import ReferenceTarget
+from fsdp_verify.model.case import Case
+from fsdp_verify.reference import planner
+from fsdp_verify.reference.driver import bucket_world
+from fsdp_verify.targets.reference import ReferenceTarget
 
 Patch = tuple[Any, str, Any]
 Damage = Callable[[fx.GraphModule, int], None]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ...reference import planner, predicates, rewrite
-from . import order_bugs, rewrite_bugs
-from .base import Mutant
-from .planner_bugs import (
+from fsdp_verify.reference import planner, predicates, rewrite
+from fsdp_verify.targets.mutants import order_bugs, rewrite_bugs
+from fsdp_verify.targets.mutants.base import Mutant
+from fsdp_verify.targets.mutants.planner_bugs import (
     _cap_off_by_one,
     _ConstantDigestPlan,
     _describe_patched,

@@ -10,9 +10,9 @@ from typing import Optional
 import torch
 from torch import fx
 
-from ...graph.ops import is_free_target
-from ...reference.predicates import is_barrier, is_view
-from .rewrite_bugs import fused_launches
+from fsdp_verify.graph.ops import is_free_target
+from fsdp_verify.reference.predicates import is_barrier, is_view
+from fsdp_verify.targets.mutants.rewrite_bugs import fused_launches
 
 aten = torch.ops.aten
 AG = ("fsdp_all_gather", "fsdp_all_gather_backward")

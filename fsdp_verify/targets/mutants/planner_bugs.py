@@ -6,8 +6,8 @@ import dataclasses
 from collections import Counter
 from typing import Callable
 
-from ...reference import planner
-from .base import Patch
+from fsdp_verify.reference import planner
+from fsdp_verify.targets.mutants.base import Patch
 
 
 def _key_without(*positions: int) -> list[Patch]:

@@ -8,7 +8,7 @@ import os
 import torch
 from torch import fx
 
-from ...graph.ops import _free_tensor_storage
+from fsdp_verify.graph.ops import _free_tensor_storage
 
 aten = torch.ops.aten
 

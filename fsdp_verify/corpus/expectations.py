@@ -9,11 +9,11 @@ the case pins the rule its name claims and not whatever the reference happened t
 
 from __future__ import annotations
 
-from . import spec_params
-from .checks.findings import Finding
-from .corpus import Entry
-from .execute.world import build_world
-from .targets.base import Target
+from fsdp_verify.model import spec_params
+from fsdp_verify.checks.findings import Finding
+from fsdp_verify.corpus.files import Entry
+from fsdp_verify.execute.world import build_world
+from fsdp_verify.targets.base import Target
 
 NAME = "expected"
 

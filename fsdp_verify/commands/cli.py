@@ -13,10 +13,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from . import names, spec_params
+from fsdp_verify.model import names
+from fsdp_verify.model import spec_params
 
 if TYPE_CHECKING:
-    from . import campaign, corpus
+    from fsdp_verify.engine import campaign
+    from fsdp_verify.corpus import files as corpus
 
 # Torch and Hypothesis are imported by the commands that need them, not here: ``--help`` and
 # argument errors answer in a fraction of a second (tests/test_cli.py imports nothing heavy).
@@ -59,7 +61,7 @@ class _MutantNames:
     """The planted bugs' names as argparse choices, loaded (with torch) only when one is given."""
 
     def _names(self) -> list[str]:
-        from .targets.mutants import MUTANTS
+        from fsdp_verify.targets.mutants import MUTANTS
         return sorted(MUTANTS)
 
     def __contains__(self, name: object) -> bool:
@@ -70,7 +72,7 @@ class _MutantNames:
 
 
 def _budget(text: str) -> "campaign.Budget":
-    from . import campaign
+    from fsdp_verify.engine import campaign
     try:
         budget = campaign.Budget.parse(text)
     except ValueError as exc:
@@ -102,7 +104,7 @@ def _writable_folder(text: str) -> str:
 
 
 def _database(text: str) -> str:
-    from . import example_db
+    from fsdp_verify.corpus import example_db
     """A ``--db`` value (folder, redis URL or GitHub artifact), checked before any work starts."""
     try:
         spec = example_db.parse(text)
@@ -112,7 +114,7 @@ def _database(text: str) -> str:
 
 
 def _databases(args: argparse.Namespace) -> tuple[str, ...]:
-    from . import example_db
+    from fsdp_verify.corpus import example_db
     """The ``--db`` values, with every redis server asked whether it answers (exit 2 if not)."""
     values = tuple(args.db or ())
     try:
@@ -123,7 +125,7 @@ def _databases(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _target(name: str):
-    from .targets import TargetNotFound, get_target
+    from fsdp_verify.targets import TargetNotFound, get_target
     try:
         return get_target(name)
     except TargetNotFound as exc:
@@ -132,7 +134,7 @@ def _target(name: str):
 
 def _progress(args: argparse.Namespace, label: str, start: bool = True, **kwargs):
     """The progress line; its clock starts now, or (``start=False``) when the work reports first."""
-    from .report.progress import Progress
+    from fsdp_verify.report.progress import Progress
     progress = Progress(label, every=args.progress_every, **kwargs)
     if start:
         progress.update(0, 0)
@@ -168,8 +170,8 @@ def _ranks_options(parser: argparse.ArgumentParser, fraction: bool = True) -> No
 
 def _check_ranks(args: argparse.Namespace) -> None:
     """Refuse a ``--ranks`` request this machine cannot meet (NCCL without a GPU is exit 2)."""
-    from .checks.real_ranks import parse_mode
-    from .execute.distributed import place
+    from fsdp_verify.execute.ranks.judge import parse_mode
+    from fsdp_verify.execute.ranks.pool import place
     if parse_mode(args.ranks) == "nccl":
         try:
             place("nccl", 2)
@@ -179,14 +181,14 @@ def _check_ranks(args: argparse.Namespace) -> None:
 
 def _real_session(args: argparse.Namespace, seed: int = 0):
     """The real-mode session ``--ranks`` asks for (None when simulated); NCCL without a GPU is exit 2."""
-    from .checks.real_ranks import open_session
+    from fsdp_verify.execute.ranks.judge import open_session
     _check_ranks(args)
     return open_session(args.ranks, seed, _deadline(args), getattr(args, "real_fraction", 1.0))
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
-    from . import campaign
-    from .report.summary import junit_xml, summary_text
+    from fsdp_verify.engine import campaign
+    from fsdp_verify.report.summary import junit_xml, summary_text
     _target(args.target)
     budget = args.budget
     config = campaign.Config(target=args.target, budget=budget, seed=args.seed, profile=args.profile,
@@ -222,7 +224,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
 
 
 def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, "corpus.Entry"]], list[str]]:
-    from . import corpus
+    from fsdp_verify.corpus import files as corpus
     entries, errors = [], []
     for path in corpus.discover(paths or ["corpus"]):
         try:
@@ -245,7 +247,7 @@ def _isolation_options(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import replay
+    from fsdp_verify.engine.replay import replay
     target = _target(args.target)
     missing = [p for p in args.paths if not Path(p).exists()]
     if missing:
@@ -254,7 +256,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     for error in errors:
         print(f"error: {error}", file=sys.stderr)
     disagreements = 0
-    from .checks.real_ranks import session_line
+    from fsdp_verify.execute.ranks.judge import session_line
     real = _real_session(args)
     try:
         with _progress(args, "replay", unit="cases", bad="different", total=len(entries)) as progress:
@@ -275,11 +277,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from . import corpus
-    from .orchestrate import check_all
-    from .report.account import account
-    from .report.divergence import first_divergence
-    from .report.picture import GraphvizMissing, dot_source, render_svg
+    from fsdp_verify.corpus import files as corpus
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.report.account import account
+    from fsdp_verify.report.divergence import first_divergence
+    from fsdp_verify.report.picture import GraphvizMissing, dot_source, render_svg
     try:
         entry = corpus.load(args.case)
     except corpus.CorpusError as exc:
@@ -307,9 +309,9 @@ def cmd_compiled(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .execute.compiled import judge
-    from .strategies.modules import MODELS, TOKEN_MODELS, VOCAB, WIDTH
-    from .targets.inductor import CONFIG_SPACE
+    from fsdp_verify.execute.compiled.builtin import judge
+    from fsdp_verify.strategies.modules import MODELS, TOKEN_MODELS, VOCAB, WIDTH
+    from fsdp_verify.targets.inductor import CONFIG_SPACE
     draw = random.Random(args.seed)
     configs = [{"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}]
     configs += [{name: draw.choice(values) for name, values in CONFIG_SPACE.items()} for _ in range(args.configs - 1)]
@@ -337,8 +339,8 @@ def cmd_compiled(args: argparse.Namespace) -> int:
 def cmd_endtoend(args: argparse.Namespace) -> int:
     import math
 
-    from . import e2e
-    from .targets.inductor import CONFIG_SPACE
+    from fsdp_verify.execute.compiled import sweep as e2e
+    from fsdp_verify.targets.inductor import CONFIG_SPACE
     try:
         configs = e2e.planned_configurations(args.configs, args.plant)
     except ValueError as exc:
@@ -366,8 +368,8 @@ def cmd_endtoend(args: argparse.Namespace) -> int:
 
 
 def cmd_targets(args: argparse.Namespace) -> int:
-    from .targets import available
-    from .targets.mutants import MUTANTS
+    from fsdp_verify.targets import available
+    from fsdp_verify.targets.mutants import MUTANTS
     for name, summary in sorted(available().items()):
         print(f"{name:<20} {summary}")
     print("module:callable      any importable factory returning a fsdp_verify.targets.Target")
@@ -378,9 +380,9 @@ def cmd_targets(args: argparse.Namespace) -> int:
 
 
 def cmd_coverage(args: argparse.Namespace) -> int:
-    from .coverage import format_reach, measure, unreached
-    from .report.summary import EXPECTED
-    from .strategies import cases
+    from fsdp_verify.coverage import format_reach, measure, unreached
+    from fsdp_verify.report.summary import EXPECTED
+    from fsdp_verify.strategies import cases
     _target(args.target)
     with _progress(args, "coverage", unit="cases", bad="refused", total=args.examples) as progress:
         reach = measure(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target,
@@ -389,7 +391,7 @@ def cmd_coverage(args: argparse.Namespace) -> int:
     failures = unreached(reach, EXPECTED) + [f"{a} {r} (unexplained)" for a, r in sorted(reach.unexplained)]
     if args.branches:
         try:
-            from .coverage.branches import format_branches, measure_branches
+            from fsdp_verify.coverage.branches import format_branches, measure_branches
         except ImportError as exc:
             raise UsageError(f"--branches needs coverage.py (pip install -e '.[test]'): {exc}") from None
         report = measure_branches(cases(args.size), examples=args.examples, seed=args.seed, target_name=args.target)
@@ -401,8 +403,8 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from . import example_db
-    from .gate import gate_report, stored_cases
+    from fsdp_verify.corpus import example_db
+    from fsdp_verify.engine.gate import gate_report, stored_cases
     baseline, candidate = _target(args.baseline), _target(args.candidate)
     entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
     for error in errors:
@@ -426,8 +428,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from .selftest import run_selftest
-    from .targets.mutants import MUTANTS
+    from fsdp_verify.engine.selftest import run_selftest
+    from fsdp_verify.targets.mutants import MUTANTS
     only = args.mutant or None
     with _progress(args, "selftest", unit="planted bugs", bad="survivors",
                    total=len(only or MUTANTS)) as progress:
@@ -532,7 +534,7 @@ def build_parser() -> argparse.ArgumentParser:
     endtoend.add_argument("--configs", type=_positive_int, default=3,
                           help="configurations per model (together they take every choice of every option)")
     endtoend.add_argument("--seed", type=int, default=0, help="seed of the draws and of the weights")
-    endtoend.add_argument("--plant", default=None, help="a planted merge fault (execute/endtoend.py PLANTS)")
+    endtoend.add_argument("--plant", default=None, help="a planted merge fault (execute/compiled/drawn.py PLANTS)")
     endtoend.add_argument("--shrink", action="store_true", help="shrink the model of the first failure")
     endtoend.add_argument("--ranks", choices=("one", "real"), default="one",
                           help="one (default: one process, a one-rank gloo group) or real (each model on one gloo "
@@ -571,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # stray .hypothesis/ in the working folder: examples live only where --db says.
     os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", str(Path(os.environ.get("XDG_CACHE_HOME")
                                                                     or Path.home() / ".cache") / "fsdp-verify" / "hypothesis"))
-    from . import profiles
+    from fsdp_verify.corpus import profiles
     profiles.load_default()
     try:
         return args.func(args)

@@ -11,11 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import corpus
-from .expectations import check_expected
-from .checks import real_ranks
-from .orchestrate import check_all
-from .targets.base import Target
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.corpus.expectations import check_expected
+from fsdp_verify.execute.ranks import judge as real_ranks
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.targets.base import Target
 
 
 def replay_entry(target: Target, entry: corpus.Entry, deadline: float | None = None, real=None,

@@ -19,13 +19,18 @@ import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from . import collector, corpus, example_db, names, profiles
-from .case import Case
-from .checks import ERROR, INVALID, real_ranks
-from .orchestrate import check_all, die_with_parent
-from .report.tally import Result, proofs_of
-from .triage import INVALID_INPUT, MISMATCH, classify
-from .targets import get_target
+from fsdp_verify.engine import collector
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.corpus import example_db
+from fsdp_verify.model import names
+from fsdp_verify.corpus import profiles
+from fsdp_verify.model.case import Case
+from fsdp_verify.checks import ERROR, INVALID
+from fsdp_verify.execute.ranks import judge as real_ranks
+from fsdp_verify.engine.run_case import check_all, die_with_parent
+from fsdp_verify.report.tally import Result, proofs_of
+from fsdp_verify.engine.triage import INVALID_INPUT, MISMATCH, classify
+from fsdp_verify.targets import get_target
 
 CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
 
@@ -96,7 +101,7 @@ class Config:
     budget: Budget = field(default_factory=lambda: Budget(seconds=60))
     seed: int = 0
     profile: str = "dev"
-    db: tuple[str, ...] = ()  # --db values: folders, redis:// URLs, github: artifacts (fsdp_verify.example_db)
+    db: tuple[str, ...] = ()  # --db values: folders, redis:// URLs, github: artifacts (fsdp_verify.corpus.example_db)
     corpus_dir: str = "corpus/found"
     size: str = "default"
     modules: bool = True
@@ -109,7 +114,7 @@ class Config:
     # self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
-    spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.spec_params)
+    spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.model.spec_params)
     draw_spec: bool = False  # draw the other [I] settings per example (recorded in each case)
     raw_forms: bool = False  # keep graph forms the target never receives in practice (contract probing)
     ranks: str = "simulated"  # or real, real:gloo, real:nccl: also plan and run on rank processes
@@ -135,7 +140,7 @@ def database_key(config: Config) -> bytes:
 def _strategy(config: Config, target: Optional[Any] = None):
     """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
-    from .strategies import captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings
+    from fsdp_verify.strategies import captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings
     if config.strategy == "captured":
         graphs = captured_graphs()
     elif config.strategy == "hazards":

@@ -17,15 +17,15 @@ from typing import Callable, Mapping
 import torch
 from torch import fx
 
-from .case import Case
-from .checks import INVALID, CheckContext, Finding, default_checkers, registered
-from . import spec_params
-from .checks.planner_oracle import expected_argument_error, watch_rounds
-from .execute.distributed import exit_reason
-from .execute.world import build_world
-from .targets.base import Target
-from .targets.outcome import PlanRecord, TargetRun
-from .targets.watch import watching
+from fsdp_verify.model.case import Case
+from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
+from fsdp_verify.model import spec_params
+from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rounds
+from fsdp_verify.execute.ranks.pool import exit_reason
+from fsdp_verify.execute.world import build_world
+from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.outcome import PlanRecord, TargetRun
+from fsdp_verify.targets.watch import watching
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:

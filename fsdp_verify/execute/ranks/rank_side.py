@@ -25,15 +25,15 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from .. import spec_params
-from ..case import case_from_json
-from ..execute.distributed import Job, RankContext, _ensure_groups, _run_graph
-from ..graph.builder import build_module, localize
-from ..graph.importer import import_module
-from ..reference import driver
-from ..reference.planner import validate_group_plans
-from .base import Target
-from .registry import get_target
+from fsdp_verify.model import spec_params
+from fsdp_verify.model.case import case_from_json
+from fsdp_verify.execute.ranks.pool import Job, RankContext, _ensure_groups, _run_graph
+from fsdp_verify.graph.builder import build_module, localize
+from fsdp_verify.graph.importer import import_module
+from fsdp_verify.reference import driver
+from fsdp_verify.reference.planner import validate_group_plans
+from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.registry import get_target
 
 FINISH = "finish"
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 
 import torch
 
-from .distributed import exit_reason
-from .endtoend import OFF, Outputs, first_difference
+from fsdp_verify.execute.ranks.pool import exit_reason
+from fsdp_verify.execute.compiled.drawn import OFF, Outputs, first_difference
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
 COLLECTIVE_TIMEOUT = 120.0  # a rank waiting on peers that never join (one rank's compile failed) gives up
@@ -41,9 +41,9 @@ def _rank_runs(rank: int, world: int, store: str, desc_doc: dict, configs: list,
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import distribute_tensor
 
-    from ..capture.model import SimpleFSDPModel, desc_from_json, dtensor_gather, example_input, param_shapes
-    from ..capture.trace import mesh_dim_names, placements
-    from .endtoend import inductor
+    from fsdp_verify.capture.model import SimpleFSDPModel, desc_from_json, dtensor_gather, example_input, param_shapes
+    from fsdp_verify.capture.trace import mesh_dim_names, placements
+    from fsdp_verify.execute.compiled.drawn import inductor
     desc = desc_from_json(desc_doc)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT))

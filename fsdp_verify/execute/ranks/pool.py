@@ -153,9 +153,9 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, stag
     import torch
     from torch import fx
 
-    from ..graph.builder import build_module
-    from ..graph.spec import graph_from_json
-    from .inputs import exact_override, make_inputs
+    from fsdp_verify.graph.builder import build_module
+    from fsdp_verify.graph.spec import graph_from_json
+    from fsdp_verify.execute.inputs import exact_override, make_inputs
 
     spec = graph_from_json(document)
     module = build_module(spec)
@@ -442,8 +442,8 @@ def reduce_sources(case) -> tuple[str, ...]:
 def jobs_for(case, rewritten: dict, seed: Optional[int] = None, mode: str = "exact",
              originals: Optional[dict] = None) -> dict[int, Job]:
     """One Job per rank from a case and its rewritten modules (described with the importer)."""
-    from ..graph.builder import localize
-    from ..graph.importer import import_module
+    from fsdp_verify.graph.builder import localize
+    from fsdp_verify.graph.importer import import_module
     groups = {name: [list(p) for p in parts] for name, parts in case.graph.groups.items()}
     seed = case.seed if seed is None else seed
     exact = reduce_sources(case) if mode == "exact" else ()

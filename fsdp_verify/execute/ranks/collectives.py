@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import torch
 
-from ..execute.distributed import PoolStartFailure, RankFailure, RankPool, jobs_for, reduce_sources
-from ..execute.inputs import exact_override
-from ..execute.world import simulate
-from .findings import DRIFT, ERROR, INVALID, CheckContext, Finding
-from .numerics import bit_difference, output_names
+from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankFailure, RankPool, jobs_for, reduce_sources
+from fsdp_verify.execute.inputs import exact_override
+from fsdp_verify.execute.world import simulate
+from fsdp_verify.checks.findings import DRIFT, ERROR, INVALID, CheckContext, Finding
+from fsdp_verify.checks.numerics import bit_difference, output_names
 
 NAME = "collectives"
 TOLERANCE = {torch.float16: 1e-2, torch.bfloat16: 6e-2, torch.float32: 1e-5, torch.float64: 1e-12}
 
 
-def _compare(expected: list, actual: list, names: list[str], rank: int, what: str) -> list[Finding]:
+def compare_outputs(expected: list, actual: list, names: list[str], rank: int, what: str) -> list[Finding]:
     """The first difference between two output lists: their count, a tensor against a non-tensor,
     or a tensor's bits (as ``numerics`` judges the simulated world)."""
     if len(expected) != len(actual):
@@ -71,8 +71,8 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
     findings = []
     for rank, result in sorted(results.items()):
         names = output_names(ctx.original[rank])
-        findings += _compare(result["original"], result["rewritten"], names, rank, "rewritten vs original (real)")
-        findings += _compare(simulated.outputs[rank], result["original"], names, rank, "real vs simulated")
+        findings += compare_outputs(result["original"], result["rewritten"], names, rank, "rewritten vs original (real)")
+        findings += compare_outputs(simulated.outputs[rank], result["original"], names, rank, "real vs simulated")
     if drift and not findings:
         try:
             noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))

@@ -10,8 +10,8 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from . import campaign
-from .targets.mutants import MUTANTS
+from fsdp_verify.engine import campaign
+from fsdp_verify.targets.mutants import MUTANTS
 
 
 @dataclass(frozen=True)

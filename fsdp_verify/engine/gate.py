@@ -12,17 +12,18 @@ from typing import Callable, Optional, Sequence
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis.database import ExampleDatabase, ReadOnlyDatabase
 
-from . import example_db
-from .case import Case
-from .checks import ERROR, INVALID, real_ranks
-from .orchestrate import check_all
-from .corpus import Entry
-from .targets.base import Target
+from fsdp_verify.corpus import example_db
+from fsdp_verify.model.case import Case
+from fsdp_verify.checks import ERROR, INVALID
+from fsdp_verify.execute.ranks import judge as real_ranks
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.corpus.files import Entry
+from fsdp_verify.targets.base import Target
 
 
 def generated_cases(examples: int, seed_value: int) -> list[Case]:
     """A fixed list of generated cases (same seed, same cases)."""
-    from .strategies import cases
+    from fsdp_verify.strategies import cases
     drawn: list[Case] = []
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
@@ -43,7 +44,7 @@ STORED_KEY = example_db.database_key("cases", "default", True)
 def stored_cases(database: ExampleDatabase, limit: int = 1000) -> list[Case]:
     """The cases a default fuzz campaign saved in ``database`` (its failures first), read only:
     a PR gate replays what the nightly campaigns found."""
-    from .strategies import cases
+    from fsdp_verify.strategies import cases
     found: list[Case] = []
 
     @settings(max_examples=limit, database=ReadOnlyDatabase(database), phases=[Phase.reuse], deadline=None,

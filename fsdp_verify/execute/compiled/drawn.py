@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import fx, nn
 
-from ..capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
-from .compiled import OFF, _counting, _same, gloo_world
+from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
+from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, gloo_world
 
 Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
 

@@ -11,7 +11,7 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-from . import names
+from fsdp_verify.model import names
 
 # Health checks stay on except these two: big graphs are slow to draw and large by design.
 SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]

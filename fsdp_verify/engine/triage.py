@@ -12,8 +12,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
-from .case import Case
-from .targets.base import Target
+from fsdp_verify.model.case import Case
+from fsdp_verify.targets.base import Target
 
 DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT = "defect", "defect candidate", "contract mismatch", "invalid input"
 CLASSES = (DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT)

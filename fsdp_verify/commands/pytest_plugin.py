@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from . import corpus, profiles
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.corpus import profiles
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -49,8 +50,8 @@ class CorpusItem(pytest.Item):
     """Replays one corpus case and compares verdicts."""
 
     def runtest(self) -> None:
-        from .replay import replay
-        from .targets import get_target
+        from fsdp_verify.engine.replay import replay
+        from fsdp_verify.targets import get_target
         entry = corpus.load(self.path)  # a CorpusError names file, field and reason
         target = get_target(self.config.getoption("--fsdp-target"))
         deadline = self.config.getoption("--fsdp-deadline") or None

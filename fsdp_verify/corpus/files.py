@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from .case import Case, case_from_json
-from .graph.values import SpecError
-from .reference.planner import SKIP_REASONS, SPLIT_REASONS
+from fsdp_verify.model.case import Case, case_from_json
+from fsdp_verify.graph.values import SpecError
+from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 SCHEMA = "fsdp-verify/case"
 VERSION = 1
@@ -90,7 +90,7 @@ def provenance(seed: Optional[int] = None, **extra: Any) -> dict:
     import hypothesis
     import torch
 
-    from . import __version__
+    from fsdp_verify import __version__
     return {"seed": seed, "hypothesis": hypothesis.__version__, "torch": torch.__version__,
             "fsdp_verify": __version__, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **extra}

@@ -1,13 +1,13 @@
 """Replay corpus cases on real ranks with PyTorch's own launcher, on one node or across nodes.
 
-    torchrun --standalone --nproc-per-node 2 -m fsdp_verify.torchrun_replay corpus/ [--target reference]
+    torchrun --standalone --nproc-per-node 2 -m fsdp_verify.execute.ranks.torchrun corpus/ [--target reference]
     torchrun --nnodes 4 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
-        -m fsdp_verify.torchrun_replay corpus/            # cases with 32 ranks, more than one machine holds
+        -m fsdp_verify.execute.ranks.torchrun corpus/            # cases with 32 ranks, more than one machine holds
 
 This is the real mode of ``fsdp-verify replay --ranks real`` for cases with more ranks than one
 machine runs: every process plans and rewrites only its own rank's graph, in its own environment
 (its own ``PYTHONHASHSEED``: random per process unless the launch sets one), exchanges plan digests
-over the real process group as the pass driver does (``targets/rank_side.py``), then runs its
+over the real process group as the pass driver does (``execute/ranks/rank_side.py``), then runs its
 original and rewritten graph with real collectives (NCCL when every local rank has a GPU; with
 fewer GPUs CUDA compute with gloo collectives; gloo on CPU otherwise; printed). Each process also
 simulates the world of the rank processes' own graphs and compares its real outputs with it.
@@ -33,15 +33,15 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
-from . import corpus
-from .checks.numerics import bit_difference
-from .checks.real_ranks import HASH_STRIDE, planning, unrunnable_collectives
-from .execute.distributed import place, reduce_sources
-from .execute.inputs import exact_override
-from .execute.world import build_world, simulate
-from .graph.builder import build_module
-from .graph.spec import graph_from_json
-from .targets.rank_side import RealJob, execute_on_rank, plan_on_rank
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.checks.numerics import bit_difference
+from fsdp_verify.execute.ranks.judge import HASH_STRIDE, planning, unrunnable_collectives
+from fsdp_verify.execute.ranks.pool import place, reduce_sources
+from fsdp_verify.execute.inputs import exact_override
+from fsdp_verify.execute.world import build_world, simulate
+from fsdp_verify.graph.builder import build_module
+from fsdp_verify.graph.spec import graph_from_json
+from fsdp_verify.execute.ranks.rank_side import RealJob, execute_on_rank, plan_on_rank
 
 
 def _same(a: list, b: list) -> bool:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("PYTHONHASHSEED") != wanted:  # the seed is read at interpreter start: re-exec
             os.environ["PYTHONHASHSEED"] = wanted
             sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-m", "fsdp_verify.torchrun_replay",
+            os.execv(sys.executable, [sys.executable, "-m", "fsdp_verify.execute.ranks.torchrun",
                                       *(argv if argv is not None else sys.argv[1:])])
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     placement = place(args.backend, local_world)  # per node: NCCL needs a GPU per local rank

@@ -1,6 +1,6 @@
 """End-to-end runs over drawn models: the strategy's model descriptions, each compiled by inductor
 under configurations of the ``torch-inductor`` target's space and judged bit for bit
-(``execute/endtoend.py``). A failure names the model, the configuration and the first differing
+(``execute/compiled/drawn.py``). A failure names the model, the configuration and the first differing
 tensor (or the error); with ``shrink`` Hypothesis shrinks the model of the first failure.
 """
 
@@ -14,11 +14,11 @@ import hypothesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .capture.model import ModelDesc
-from .execute.endtoend import PLANTS, BaselineFailed, configurations, failed, judge, sweep
-from .execute.endtoend_ranks import sweep_ranks
-from .strategies.captured import model_descs
-from .targets.inductor import CONFIG_SPACE
+from fsdp_verify.capture.model import ModelDesc
+from fsdp_verify.execute.compiled.drawn import PLANTS, BaselineFailed, configurations, failed, judge, sweep
+from fsdp_verify.execute.compiled.drawn_ranks import sweep_ranks
+from fsdp_verify.strategies.captured import model_descs
+from fsdp_verify.targets.inductor import CONFIG_SPACE
 
 # A one-process world has one rank, so meshes and uneven shards do not matter there: 1-D models only;
 # two layers at least, so that there is something to bucket. On N real ranks each model runs on its

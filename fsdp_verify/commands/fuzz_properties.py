@@ -1,5 +1,5 @@
 """The fuzz properties as plain Hypothesis tests, one per target (``--fsdp-target a,b``), so that
-pytest runs them and HypoFuzz fuzzes them: ``hypothesis fuzz -- fsdp_verify/fuzz_properties.py``.
+pytest runs them and HypoFuzz fuzzes them: ``hypothesis fuzz -- fsdp_verify/commands/fuzz_properties.py``.
 
 ``fsdp-verify fuzz`` runs the same check with a budget, workers, bug signatures and a corpus;
 HypoFuzz runs these forever with coverage guidance and its dashboard, saving to Hypothesis's
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, settings
 
-from .case import Case
-from .checks import ERROR, INVALID
-from .orchestrate import check_all
-from .strategies import cases, hazard_graphs
-from .targets import get_target
+from fsdp_verify.model.case import Case
+from fsdp_verify.checks import ERROR, INVALID
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.strategies import cases, hazard_graphs
+from fsdp_verify.targets import get_target
 
 
 # Slow, large and often-rejected cases are expected; nested_given must stay checked, or HypoFuzz

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Optional
 
-from .graph.spec import GraphSpec, graph_from_json
-from .graph.values import SpecError, decode, encode
-from .spec_params import SpecParams, from_json as spec_params_from_json
+from fsdp_verify.graph.spec import GraphSpec, graph_from_json
+from fsdp_verify.graph.values import SpecError, decode, encode
+from fsdp_verify.model.spec_params import SpecParams, from_json as spec_params_from_json
 
 
 @dataclass(frozen=True)
