@@ -4,6 +4,7 @@ unit), the checker registry finds every checker, and pyproject installs every pa
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -208,3 +209,34 @@ def test_an_old_root_name_still_runs_with_python_m():
     out = subprocess.run([sys.executable, "-m", "fsdp_verify.torchrun_replay", "--help"], capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0 and "--hash-seed" in out.stdout
+
+
+# A finding's message is for people: code that branches on it breaks when a sentence is reworded,
+# and two bugs that read alike merge. These shapes read a message for control flow.
+MESSAGE_READS = re.compile(
+    r"\bin\s+[\w.\[\]]*\bmessage\b(?!\s*for\b)"  # "... in f.message"
+    r"|\bmessage\s*\.\s*(split|rsplit|partition|rpartition|startswith|endswith|find|index|count|strip)\b"
+    r"|\bmessage\s*(==|!=)|(==|!=)\s*[\w.]*\bmessage\b"
+    r"|\bre\.\w+\([^)]*\bmessage\b")
+MESSAGE_ALLOWED: set[str] = set()  # modules allowed to read messages (none: checks/findings.py only writes them)
+
+
+def _message_reads(text: str) -> list[int]:
+    return [number for number, line in enumerate(text.splitlines(), 1)
+            if not line.lstrip().startswith("#") and MESSAGE_READS.search(line)]
+
+
+def test_no_code_reads_a_findings_message_for_control_flow():
+    found = []
+    for module, path in sorted(_modules().items()):
+        if module == "fsdp_verify.checks.findings" or module in MESSAGE_ALLOWED:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{line}" for line in _message_reads(path.read_text())]
+    assert not found, "reads a finding's message (key on (checker, rule) and details instead):\n" + "\n".join(found)
+
+
+def test_a_message_read_is_caught():
+    assert _message_reads("if missing in f.message:\n    pass\n") == [1]
+    assert _message_reads("kind = f.message.split(': ')[1]\n") == [1]
+    assert _message_reads("x = re.sub(r'\\d', '#', finding.message)\n") == [1]
+    assert _message_reads("lines.append(f'[{f.checker}] {f.message}')\n") == []

@@ -4,6 +4,7 @@ budget that holds (while shrinking and with a hanging target too)."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from fsdp_verify.engine import campaign
 from fsdp_verify.corpus import files as corpus
@@ -26,14 +27,44 @@ def test_two_distinct_bugs_give_two_saved_minimal_cases(tmp_path):
     assert len(corpus.load(bug_b["file"]).case.graph.params) == 3  # shrunk to the smallest graph with bug B
 
 
-def test_reason_tokens_separate_signatures_node_names_and_numbers_do_not():
+def test_rules_separate_signatures_node_names_and_numbers_do_not():
     def finding(node: str, reason: str, count: int) -> Finding:
         return Finding("planner", f"rank 0: {node} should be skipped as {reason}, not bucketed ({count} members)",
-                       nodes=(node,), details={"rule": "skip"})
+                       nodes=(node,), rule=f"missed_skip_{reason}")
     a = campaign.bug_signature([finding("ag_blocks_0_w1", "phase_mismatch", 2)])
     b = campaign.bug_signature([finding("ag_blocks_3_w0", "phase_mismatch", 5)])
     c = campaign.bug_signature([finding("ag_blocks_0_w1", "unknown_device", 2)])
     assert a == b and a != c
+
+
+def _crash(collateral: list[Finding], dtype: str) -> list[Finding]:
+    trace = ('Traceback (most recent call last):\n  File "/x/torch/_inductor/fx_passes/bucketing.py", line 9, in '
+             f'merge\nRuntimeError: expected {dtype} but got float32 for buf{len(collateral)}\n')
+    crash = Finding("target", f"target torch-inductor raised RuntimeError: expected {dtype} but got float32",
+                    details={"traceback": trace}, rule="raised")
+    return [*collateral, crash]
+
+
+def test_one_crash_with_varying_collateral_findings_is_one_bug():
+    """The same upstream crash, met with other collateral findings, dtypes and shapes, is one signature."""
+    lost = Finding("dependencies", "rank 0: node 'cast' of the original graph is missing", ("cast",), rule="node_lost")
+    differ = Finding("numerics", "rank 1: output 0 (mm) differs: values", ("mm",), details={"differs": "values"},
+                     rule="output_differs")
+    variants = [_crash([], "bfloat16"), _crash([lost], "float16"), _crash([lost, differ], "float8_e4m3fn"),
+                _crash([differ], "int32")]
+    assert len({campaign.bug_signature(v) for v in variants}) == 1
+    other_frame = _crash([], "bfloat16")
+    other_frame[-1] = replace(other_frame[-1], details={"traceback": other_frame[-1].details["traceback"]
+                                                         .replace("in merge", "in split")})
+    assert campaign.bug_signature(other_frame) != campaign.bug_signature(variants[0])
+
+
+def test_value_differences_are_named_by_rule_and_what_differs_not_by_message():
+    def out(differs: str, name: str) -> Finding:
+        return Finding("numerics", f"rank 0: output 3 ({name}) differs: {differs} 1.5 vs 2.5", (name,),
+                       details={"differs": differs}, rule="output_differs")
+    assert campaign.bug_signature([out("values", "mm_1")]) == campaign.bug_signature([out("values", "add_7")])
+    assert campaign.bug_signature([out("values", "mm_1")]) != campaign.bug_signature([out("dtype", "mm_1")])
 
 
 def test_the_budget_holds_while_shrinking(tmp_path):

@@ -165,22 +165,26 @@ def test_captured_triage_excuses_one_rule_never_a_whole_checker():
     gather = next(n for n in case.graph.nodes if "all_gather" in n.target)
     cast, param = gather.inputs()[0], gather.meta["param_name"]
     lost_cast = Finding("dependencies", f"rank 0: node {cast!r} of the original graph is missing from the rewrite",
-                        (cast,))
+                        (cast,), rule="node_lost")
 
     def kind(*findings: Finding) -> str:
         return classify(target, case, tuple(sorted({f.checker for f in findings})), list(findings))[0]
 
-    window = {"rule": "fused_window", "blocker": "collective"}
-    assert kind(Finding("ordering", "span", details=window)) == MISMATCH
-    assert kind(Finding("ordering", "span", details={**window, "blocker": "effect"})) == CANDIDATE
-    assert kind(Finding("ordering", "span", details=window),
-                Finding("ordering", "streams differ", details={"rule": "streams"})) == CANDIDATE
-    assert kind(Finding("ordering", "deadlock", details={"rule": "deadlock_nccl"})) == CANDIDATE
-    assert kind(lost_cast, Finding("layout", "misplaced", details={"param": param})) == MISMATCH
-    assert kind(lost_cast, Finding("layout", "misplaced", details={"param": "no.such.param"})) == CANDIDATE
-    assert kind(Finding("layout", "misplaced", details={"param": param})) == CANDIDATE  # no folded cast shown
+    window = {"blocker": "collective"}
+    assert kind(Finding("ordering", "span", details=window, rule="fused_window")) == MISMATCH
+    assert kind(Finding("ordering", "span", details={"blocker": "effect"}, rule="fused_window")) == CANDIDATE
+    assert kind(Finding("ordering", "span", details=window, rule="fused_window"),
+                Finding("ordering", "streams differ", rule="streams")) == CANDIDATE
+    assert kind(Finding("ordering", "deadlock", rule="deadlock_nccl")) == CANDIDATE
+    misplaced = Finding("layout", "misplaced", details={"param": param}, rule="element_misplaced")
+    assert kind(lost_cast, misplaced) == MISMATCH
+    assert kind(lost_cast, Finding("layout", "misplaced", details={"param": "no.such.param"},
+                                   rule="element_misplaced")) == CANDIDATE
+    assert kind(misplaced) == CANDIDATE  # no folded cast shown
     assert kind(lost_cast, Finding("dependencies", "node 'addmm' of the original graph is missing from the "
-                                                   "rewrite", ("addmm",))) == CANDIDATE
-    assert kind(lost_cast, Finding("ordering", "moved", details={"rule": "effect_interval"})) == CANDIDATE
+                                                   "rewrite", ("addmm",), rule="node_lost")) == CANDIDATE
+    # the words of a lost node, under another rule, excuse nothing: only (checker, rule) is read
+    assert kind(lost_cast, Finding("dependencies", lost_cast.message, (cast,), rule="edge_broken")) == CANDIDATE
+    assert kind(lost_cast, Finding("ordering", "moved", rule="effect_interval")) == CANDIDATE
     off = replace(case, target_options=(("bucket_all_gathers_fx", "none"),))
     assert classify(target, off, ("dependencies",), [lost_cast])[0] == CANDIDATE

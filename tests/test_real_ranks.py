@@ -343,7 +343,7 @@ def test_a_case_the_simulated_checks_found_invalid_is_planned_but_never_compared
     from fsdp_verify.engine.run_case import run_target
     target = get_target("mutant:swapped_copy_out")
     ctx = CheckContext(run_target(target, two_block_case()), target)
-    invalid = [Finding("numerics", "not finite", severity=INVALID)]
+    invalid = [Finding("numerics", "not finite", severity=INVALID, rule="original_non_finite")]
     before = real.executed
     assert judge(real, two_block_case(), "mutant:swapped_copy_out", invalid, ctx) == []
     assert "cannot be judged (invalid)" in ctx.skipped[NAME] and real.executed == before

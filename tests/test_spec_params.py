@@ -53,7 +53,8 @@ def test_a_planner_that_ignores_the_setting_is_caught():
         deaf = get_target("reference").plan(case, module, 0).to_dict()
     with spec_params.use(case.spec):
         problems = _judge(Expectations(case.plan_args).report(module, case.group_ranks(0)), deaf, "rank 0 round 1")
-    assert problems and "bucket 0 should hold [['blocks.0.w0', 'fsdp_all_gather']]" in problems[0]
+    assert problems and problems[0].rule == "bucket_members"
+    assert "bucket 0 should hold [['blocks.0.w0', 'fsdp_all_gather']]" in problems[0].message
 
 
 def test_settings_round_trip_through_a_case_and_defaults_are_not_written():

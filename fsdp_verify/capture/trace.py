@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import fx, nn
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.builder import HEADER_KEY
 from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec
@@ -149,7 +150,7 @@ def _clean(gm: fx.GraphModule, groups: dict[str, str]) -> None:
         output.args = (tuple(None if item is node else item for item in output.args[0]),)
         graph.erase_node(node)
     for node in graph.nodes:
-        if node.op == "call_function" and str(node.target).startswith("_c10d_functional.") and node.args \
+        if node.op == "call_function" and collectives.op_name(node.target, (collectives.NAMESPACE,)) and node.args \
                 and isinstance(node.args[-1], str) and node.args[-1] in groups:
             node.args = (*node.args[:-1], groups[node.args[-1]])
         if node.kwargs.get("layout") is torch.strided:  # the default; the codec has no layouts
@@ -212,7 +213,7 @@ def _capture(desc: ModelDesc) -> Captured:
         present = {n.name: owners[n.name] for n in gm.graph.find_nodes(op="placeholder") if n.name in owners}
         add_fsdp_tags(gm.graph, backward=phase == "backward", params=present, state_idx=state_idx, primals=grads)
         untagged = [n.name for n in gm.graph.nodes if n.op == "call_function" and "comm_type" not in n.meta
-                    and str(n.target).startswith("_c10d_functional.") and "wait_tensor" not in str(n.target)]
+                    and collectives.is_launch(n.target) and collectives.op_name(n.target, (collectives.NAMESPACE,))]
         if untagged:  # an untagged collective is one the reference ignores: its checks would pass vacuously
             raise CaptureError(f"{desc}: {phase} graph: the tag adapter found no parameter for collectives "
                                f"{untagged}")

@@ -6,8 +6,8 @@ this package only judges.
 
 from __future__ import annotations
 
-from fsdp_verify.checks.findings import DRIFT, ERROR, INVALID, CheckContext, Finding
+from fsdp_verify.checks.findings import DRIFT, ERROR, INVALID, CheckContext, Finding, Problem, Severity
 from fsdp_verify.checks.registry import Checker, CheckerError, default_checkers, registered
 
-__all__ = ["DRIFT", "ERROR", "INVALID", "CheckContext", "Checker", "CheckerError", "Finding",
-           "default_checkers", "registered"]
+__all__ = ["DRIFT", "ERROR", "INVALID", "CheckContext", "Checker", "CheckerError", "Finding", "Problem",
+           "Severity", "default_checkers", "registered"]

@@ -127,20 +127,20 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
             if name is None:
                 findings.append(Finding(NAME, f"rank {rank}: the plan fuses {names} ({bucket['members'][0]['kind']}) "
                                               f"but no launch of the rewrite delivers exactly these members",
-                                        rank=rank))
+                                        rank=rank, rule="planned_bucket_missing"))
                 continue
             used.add(name)
             degree = len(bucket["members"][0]["ranks"])
             problem = _stream_problems(bucket, records[name], degree) if name in records else "never ran"
             if problem:
                 findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
-                                        rank=rank))
+                                        rank=rank, rule="launch_stream" if name in records else "launch_never_ran"))
                 continue
             matched.setdefault(rank, []).append((bucket, name, launches[name]))
         for name in sorted(set(launches) - used):
             members = sorted(str(n.meta.get("param_name")) for n in launches[name])
             findings.append(Finding(NAME, f"rank {rank}: launch fuses {members}, which no applied plan bucket names",
-                                    nodes=(name,), rank=rank))
+                                    nodes=(name,), rank=rank, rule="launch_unplanned"))
     if findings or not matched:
         return findings
     return _offset_findings(ctx, matched)
@@ -167,7 +167,8 @@ def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str,
                 continue
             problem = _offset_problem(bucket, sent, values, len(bucket["members"][0]["ranks"]))
             if problem:
-                return [Finding(NAME, f"rank {rank}: fused launch {name}: {problem}", nodes=(name,), rank=rank)]
+                return [Finding(NAME, f"rank {rank}: fused launch {name}: {problem}", nodes=(name,), rank=rank,
+                                rule="sent_offset")]
     ctx.metrics[NAME] = {"members_unverified": unverified}
     return []
 

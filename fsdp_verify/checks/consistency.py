@@ -31,7 +31,7 @@ def _meta_findings(fused: list[fx.Node]) -> list[Finding]:
         if missing or not launch.meta.get("fsdp_bucket_members") or launch.meta.get("comm_type") not in FSDP_KINDS:
             findings.append(Finding(NAME, f"fused launch {launch.name!r} lacks the fused-node meta "
                                              f"(missing {missing or 'a truthy fsdp_bucket_members / FSDP comm_type'}); "
-                                             f"re-planning would bucket it again", nodes=(launch.name,)))
+                                             f"re-planning would bucket it again", nodes=(launch.name,), rule="fused_meta_missing"))
     return findings
 
 
@@ -41,7 +41,7 @@ def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node], module:
     reasons = {d["node"]: d["reason"] for d in plan.to_dict()["decisions"] if d["action"] == "skip"}
     return [Finding(NAME, f"re-planning the rewrite does not skip fused launch {n.name!r} as "
                              f"unsupported_or_already_bucketed (got {reasons.get(n.name, 'a candidate')})",
-                    nodes=(n.name,)) for n in fused if reasons.get(n.name) != "unsupported_or_already_bucketed"]
+                    nodes=(n.name,), rule="replan_rebuckets") for n in fused if reasons.get(n.name) != "unsupported_or_already_bucketed"]
 
 
 def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[Finding]:
@@ -56,7 +56,7 @@ def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> 
         now = (str(kept.target), str(kept.args), {k: kept.meta.get(k) for k in _KEPT_META})
         if was != now:
             findings.append(Finding(NAME, f"collective {node.name!r} was kept but changed: {was} -> {now}",
-                                    nodes=(node.name,)))
+                                    nodes=(node.name,), rule="kept_but_changed"))
     return findings
 
 
@@ -69,12 +69,13 @@ def _stale_findings(ctx: CheckContext, rank: int, module: fx.GraphModule, before
         change = changed(module, before)
         return [] if change is None else [Finding(
             NAME, f"a stale plan was rejected but the graph was changed before the error ({change}; the rewrite "
-                  f"reported from here on is as the rewriter left it)")]
+                  f"reported from here on is as the rewriter left it)", rule="stale_plan_changed_graph")]
     except Exception as exc:  # noqa: BLE001 - a crash is not a clean rejection
         return [Finding(NAME, f"a stale plan (made for the original graph) was not rejected: applying it to the "
-                                 f"rewritten graph crashed with {type(exc).__name__}: {exc}")]
+                                 f"rewritten graph crashed with {type(exc).__name__}: {exc}", rule="stale_plan_crashed")]
     return [Finding(NAME, "a stale plan (made for the original graph) was applied to the rewritten graph "
-                             "without being rejected (the rewrite reported from here on has it applied)")]
+                             "without being rejected (the rewrite reported from here on has it applied)",
+                    rule="stale_plan_applied")]
 
 
 def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contract: bool) -> list[Finding]:
@@ -98,7 +99,7 @@ def _replan_and_stale(ctx: CheckContext, rank: int, fused: list[fx.Node], contra
         # the planner oracle judges purity on the graphs the target planned; this one is the rewrite
         return findings + [Finding(NAME, f"re-planning the rewrite changed it ({change}; a planner must not write "
                                          f"the graph it plans, and the rewrite reported from here on is as the "
-                                         f"planner left it)")]
+                                         f"planner left it)", rule="replan_changed_graph")]
     return findings + (_stale_findings(ctx, rank, module, before) if reapply else [])
 
 
@@ -119,15 +120,16 @@ def _volume_findings(ctx: CheckContext, rank: int, contract: bool, fused: list[f
     for key in sorted(set(e0) | set(e1)):
         if e0[key] != e1[key]:
             findings.append(Finding(NAME, f"group {key[0]!r} {key[1]}: {e1[key]} elements communicated "
-                                             f"instead of {e0[key]}", details={"group": key[0], "op": key[1]}))
+                                             f"instead of {e0[key]}", details={"group": key[0], "op": key[1]},
+                                    rule="volume_changed"))
         if c1[key] > c0[key]:
             findings.append(Finding(NAME, f"group {key[0]!r} {key[1]}: {c1[key]} launches instead of at most "
-                                             f"{c0[key]}"))
+                                             f"{c0[key]}", rule="more_launches"))
     fused_away = sum(len(n.meta.get("fsdp_bucket_members") or ()) - 1 for n in fused)
     if contract and sum(c0.values()) - sum(c1.values()) != fused_away:
         findings.append(Finding(NAME, f"{sum(c0.values())} collectives became {sum(c1.values())}, but the fused "
                                          f"launches account for exactly {fused_away} fewer (a bucket of k members "
-                                         f"replaces k launches by one)"))
+                                         f"replaces k launches by one)", rule="launch_count"))
     return findings
 
 
@@ -143,8 +145,7 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
                          + _untouched_findings(original[rank], rewritten[rank])
                          + _volume_findings(ctx, rank, contract, fused))
         rank_findings += _replan_and_stale(ctx, rank, fused, contract)  # last: it hands the rewrite back
-        findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
-                        for f in rank_findings)
+        findings.extend(f.at_rank(rank) for f in rank_findings)
         if findings:
             break
     return findings

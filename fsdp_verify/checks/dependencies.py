@@ -20,7 +20,8 @@ NAME = "dependencies"
 def _lost_nodes(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
     lost = [n.name for n in orig.graph.nodes if n.name not in names and not (is_launch(n) or is_wait(n))]
     return [Finding(NAME, f"node {name!r} of the original graph is missing from the rewrite (only "
-                             f"collective launches and waits may be replaced)", nodes=(name,)) for name in lost]
+                             f"collective launches and waits may be replaced)", nodes=(name,), rule="node_lost")
+            for name in lost]
 
 
 def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
@@ -34,7 +35,8 @@ def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
         for source in node.all_input_nodes:
             if source.name in names and not is_wait(source) and source.name not in now:
                 findings.append(Finding(NAME, f"edge {source.name} -> {node.name} is broken: {node.name!r} no "
-                                                 f"longer reads {source.name!r}", nodes=(source.name, node.name)))
+                                                 f"longer reads {source.name!r}", nodes=(source.name, node.name),
+                                        rule="edge_broken"))
     return findings
 
 
@@ -49,7 +51,7 @@ def _unwaited_reads(module: fx.GraphModule, orig: fx.GraphModule) -> list[Findin
         for user in node.users:
             if not is_wait(user) and (node.name, user.name) not in before:
                 findings.append(Finding(NAME, f"{user.name!r} reads collective {node.name!r} without waiting "
-                                                 f"for it", nodes=(node.name, user.name)))
+                                                 f"for it", nodes=(node.name, user.name), rule="read_without_wait"))
     return findings
 
 
@@ -64,7 +66,8 @@ def reads_after_free(module: fx.GraphModule) -> list[Finding]:
             for user in alias.users:
                 if pos[user] > pos[free] and not is_free(user) and not aliases_input(user):
                     findings.append(Finding(NAME, f"{user.name!r} reads {alias.name!r} after {free.name!r} "
-                                                     f"freed its storage", nodes=(free.name, alias.name, user.name)))
+                                                     f"freed its storage", nodes=(free.name, alias.name, user.name),
+                                            rule="read_after_free"))
     return findings
 
 
@@ -78,8 +81,7 @@ def check_dependencies(ctx: CheckContext) -> list[Finding]:
         rank_findings = (
             _lost_nodes(orig, names) + _edges(orig, names)
             + _unwaited_reads(new, orig) + reads_after_free(new))
-        findings.extend(Finding(f.checker, f"rank {rank}: {f.message}", f.nodes, f.details, rank)
-                        for f in rank_findings)
+        findings.extend(f.at_rank(rank) for f in rank_findings)
         if findings:
             break  # one rank's account is enough; the others are usually the same
     return findings

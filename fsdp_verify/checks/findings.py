@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from functools import cached_property
 from typing import Any, Optional
 
@@ -15,24 +16,66 @@ from fsdp_verify.targets.outcome import TargetRun
 from fsdp_verify.checks.identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
 from fsdp_verify.checks.refinement import Refinement, refine
 
-ERROR, DRIFT, INVALID = "error", "drift", "invalid"  # INVALID: the case itself could not be judged
+class Severity(str, Enum):
+    """How a finding counts. A str, so records on disk keep their plain words."""
+
+    ERROR = "error"  # the target broke an invariant
+    DRIFT = "drift"  # values moved within a dtype's tolerance (reduction order): reported, not a bug
+    INVALID = "invalid"  # the case itself could not be judged: counted, never a pass
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+ERROR, DRIFT, INVALID = Severity.ERROR, Severity.DRIFT, Severity.INVALID
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One violated invariant: which checker, what is wrong, where, and the evidence."""
+    """One violated invariant: which checker, which of its rules, what is wrong, where, and the
+    evidence. ``(checker, rule)`` is what code keys on (signatures, triage, excuses); the message is
+    for people only and is never parsed."""
 
     checker: str
     message: str
     nodes: tuple[str, ...] = ()
     details: dict = field(default_factory=dict)
     rank: Optional[int] = None
-    severity: str = ERROR
+    severity: Severity = ERROR
+    rule: str = field(kw_only=True)  # the rule's stable id within its checker, e.g. "read_after_free"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.severity, Severity):
+            object.__setattr__(self, "severity", Severity(self.severity))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """The rule this finding says was broken."""
+        return self.checker, self.rule
+
+    def at_rank(self, rank: int) -> "Finding":
+        """The same finding, said of ``rank`` (a checker that judged one rank's graphs)."""
+        return Finding(self.checker, f"rank {rank}: {self.message}", self.nodes, self.details, rank, self.severity,
+                       rule=self.rule)
 
     def to_json(self) -> dict:
         """A JSON-ready record."""
-        return {"checker": self.checker, "message": self.message, "nodes": list(self.nodes),
-                "details": self.details, "rank": self.rank, "severity": self.severity}
+        return {"checker": self.checker, "rule": self.rule, "message": self.message, "nodes": list(self.nodes),
+                "details": self.details, "rank": self.rank, "severity": self.severity.value}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Finding":
+        """The record ``to_json`` wrote."""
+        return cls(doc["checker"], doc["message"], tuple(doc["nodes"]), doc["details"], doc["rank"],
+                   Severity(doc["severity"]), rule=doc["rule"])
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing a comparison found wrong, before it becomes a finding: the rule and the words."""
+
+    rule: str
+    message: str
 
 
 @dataclass

@@ -34,7 +34,8 @@ def _plan_findings(ctx: CheckContext) -> list[Finding]:
                         findings.append(Finding(
                             NAME, f"rank {rank}: bucket {bucket['bucket_id']} member {member['param_name']} has "
                                      f"offset {member['local_offset']}, numel {member['local_numel']}; expected "
-                                     f"{offset}, {numel}", nodes=(member["param_name"],), rank=rank))
+                                     f"{offset}, {numel}", nodes=(member["param_name"],), rank=rank,
+                            rule="member_offset"))
                         return findings
                     offset += numel
     return findings
@@ -51,7 +52,9 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
             if x.shape != y.shape or x.dtype != y.dtype:
                 return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received a "
                                          f"{tuple(y.shape)} {y.dtype} tensor instead of {tuple(x.shape)} {x.dtype}",
-                                nodes=(name,), rank=rank, details={"param": watched[name]})]
+                                nodes=(name,), rank=rank,
+                                details={"param": watched[name], "differs": "shape" if x.shape != y.shape else "dtype"},
+                                rule="consumer_shape")]
             ints = INT_VIEW.get(x.element_size())
             if ints is None or not x.is_floating_point():
                 continue
@@ -65,7 +68,9 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
                                          f"{codes.decode(y, position)} at position {position} where the original "
                                          f"delivers {codes.decode(x, position)}",
                                 nodes=(name,), rank=rank,
-                                details={"param": watched[name], "input": slot, "position": position})]
+                                details={"param": watched[name], "input": slot, "position": position,
+                                         "differs": "values"},
+                                rule="element_misplaced")]
     return []
 
 

@@ -71,7 +71,7 @@ def check_memory(ctx: CheckContext) -> list[Finding]:
     if new > old + SLACK * largest:
         return [Finding(NAME, f"rank {rank}: peak live bytes {new} exceed the original's {old} by "
                                  f"{new - old}, more than {SLACK}x the largest fused buffer ({largest} bytes)",
-                        details=dict(ctx.metrics["memory"]), rank=rank)]
+                        details=dict(ctx.metrics["memory"]), rank=rank, rule="peak_memory")]
     return []
 
 

@@ -44,12 +44,13 @@ def output_names(module: fx.GraphModule) -> list[str]:
 def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
     """None when ``a`` and ``b`` are bitwise identical, else where and by how much they differ."""
     if a.shape != b.shape or a.dtype != b.dtype:
-        return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}"}
+        return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}",
+                "differs": "shape" if a.shape != b.shape else "dtype"}
     if a.numel() == 0:
         return None
     x, y = a.detach().contiguous().cpu(), b.detach().contiguous().cpu()
     if not x.dtype.is_floating_point:
-        return None if torch.equal(x, y) else {"reason": "values differ"}
+        return None if torch.equal(x, y) else {"reason": "values differ", "differs": "values"}
     ints = _INT_VIEW[x.element_size()]
     xi, yi = x.view(ints).reshape(-1).to(torch.int64), y.view(ints).reshape(-1).to(torch.int64)
     differ = xi != yi
@@ -57,7 +58,7 @@ def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
         return None
     index = int(differ.nonzero()[0])
     abs_diff = (x.reshape(-1).double() - y.reshape(-1).double()).abs()
-    return {"first_index": index, "expected": float(x.reshape(-1)[index]), "actual": float(y.reshape(-1)[index]),
+    return {"differs": "values", "first_index": index, "expected": float(x.reshape(-1)[index]), "actual": float(y.reshape(-1)[index]),
             "max_abs_diff": float(abs_diff.nan_to_num(float("inf")).max()),
             "max_ulp_diff": int((xi - yi).abs().max()), "elements_differing": int(differ.sum())}
 
@@ -94,7 +95,8 @@ def _source_findings(before: dict[tuple[int, str], torch.Tensor],
             flagged.add(rank)
             detail = ", ".join(f"{k} {v}" for k, v in diff.items())
             findings.append(Finding(NAME, f"rank {rank}: collective source {name} differs before the collective: "
-                                          f"{detail}", nodes=(name,), details={"source": name, **diff}, rank=rank))
+                                          f"{detail}", nodes=(name,), details={"source": name, **diff}, rank=rank,
+                                    rule="source_differs"))
     return findings
 
 
@@ -120,14 +122,14 @@ def run_failure(checker: str, error: Exception) -> Finding:
     """The finding for a rewritten graph that could not run (desync, read after free, crash)."""
     if isinstance(error, Deadlock):
         return Finding(checker, f"rewritten graphs deadlock in the simulated world: {error}",
-                       nodes=tuple(step[1] for step in error.cycle), details={"kind": "deadlock"})
+                       nodes=tuple(step[1] for step in error.cycle), details={"kind": "deadlock"}, rule="deadlock")
     if isinstance(error, Desync):
-        return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync"})
+        return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync"}, rule="desync")
     if isinstance(error, ReadAfterFree):
         return Finding(checker, f"rewritten graph reads freed storage: {error}", nodes=(error.reader, error.freed),
-                       rank=error.rank, details={"kind": "read_after_free"})
+                       rank=error.rank, details={"kind": "read_after_free"}, rule="read_after_free")
     return Finding(checker, f"rewritten graph fails in the simulated world: {type(error).__name__}: {error}",
-                   details={"kind": "crash"})
+                   details={"kind": "crash"}, rule="run_failed")
 
 
 def _unrunnable(before: Any, after: Any) -> list[Finding]:
@@ -135,7 +137,7 @@ def _unrunnable(before: Any, after: Any) -> list[Finding]:
     case ``invalid``), else none."""
     if isinstance(before, Exception):
         return [Finding(NAME, f"the original graph cannot run, so the case cannot be judged: {before}",
-                        severity=INVALID)]
+                        severity=INVALID, rule="original_unrunnable")]
     return [run_failure(NAME, after)] if isinstance(after, Exception) else []
 
 
@@ -163,14 +165,15 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                                "runs": "plain: " + "; ".join(reasons) if reasons else "shared"}
     if where:
         return [Finding(NAME, f"the original graph's {where} is not finite, so the case cannot be judged",
-                        nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"})]
+                        nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"},
+                        rule="original_non_finite")]
     findings = _source_findings(sources, rewritten_sources)
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])
         if len(expected) != len(actual):
             findings.append(Finding(NAME, f"rank {rank}: {len(actual)} outputs instead of {len(expected)}",
-                                    rank=rank))
+                                    rank=rank, rule="output_count"))
             continue
         for index, (x, y) in enumerate(zip(expected, actual)):
             if not isinstance(x, torch.Tensor):
@@ -180,7 +183,8 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                 name = names[index] if index < len(names) else f"#{index}"
                 detail = ", ".join(f"{k} {v}" for k, v in diff.items())
                 findings.append(Finding(NAME, f"rank {rank}: output {index} ({name}) differs: {detail}",
-                                        nodes=(name,), details={"output": index, **diff}, rank=rank))
+                                        nodes=(name,), details={"output": index, **diff}, rank=rank,
+                                        rule="output_differs"))
                 break
     return findings
 

@@ -38,7 +38,7 @@ NAME = "ordering"
 
 
 def _finding(rank: int, message: str, nodes: tuple[str, ...], rule: str, **details: str) -> Finding:
-    return Finding(NAME, f"rank {rank}: {message}", nodes=nodes, rank=rank, details={"rule": rule, **details})
+    return Finding(NAME, f"rank {rank}: {message}", nodes=nodes, rank=rank, details={"rule": rule, **details}, rule=rule)
 
 
 def _effect_order(ref: Refinement, sk: Skeleton, rank: int) -> list[Finding]:
@@ -276,7 +276,7 @@ def _programs(ctx: CheckContext) -> tuple[dict[int, list[Event]], list[Finding]]
                 return programs, [Finding(NAME, f"group {group!r} {list(ranks)}: collective #{k} differs across "
                                                 f"ranks: rank {first} issues {_nth(per_rank, first, k)}, rank "
                                                 f"{other} issues {_nth(per_rank, other, k)}",
-                                          details={"rule": "streams", "group": group})]
+                                          details={"rule": "streams", "group": group}, rule="streams")]
     return programs, []
 
 
@@ -309,7 +309,8 @@ def check_ordering(ctx: CheckContext) -> list[Finding]:
         found = found + [Finding(NAME, f"ranks {', '.join(map(str, deadlock.ranks))}: {deadlock.describe()}",
                                  nodes=deadlock.nodes, details={"rule": f"deadlock_{deadlock.model}",
                                                                 "model": deadlock.model,
-                                                                "ranks": list(deadlock.ranks)})]
+                                                                "ranks": list(deadlock.ranks)},
+                                 rule=f"deadlock_{deadlock.model}")]
     return found
 
 

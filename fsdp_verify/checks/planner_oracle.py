@@ -20,7 +20,7 @@ from torch import fx
 
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.graph.clone import clone_module
-from fsdp_verify.checks.findings import CheckContext, Finding
+from fsdp_verify.checks.findings import CheckContext, Finding, Problem
 from fsdp_verify.checks.plan_model import (expected_report, plain_int, resigned, signature_of, signature_records,
                          signatures)
 from fsdp_verify.checks.registry import Checker
@@ -64,22 +64,25 @@ def expected_argument_error(args: Any, group_ranks: Any) -> Optional[str]:
 
 # -- comparing -----------------------------------------------------------------------------
 
-def _skip_problems(want: list[dict], got: list[dict], label: str) -> list[str]:
+def _skip_problems(want: list[dict], got: list[dict], label: str) -> list[Problem]:
     """Spec 5.2.2-3 and 2.8: each tagged launch skipped once, for its first failing rule, in graph order."""
     expected = {d["node"]: d["reason"] for d in want}
     found = Counter(d.get("node") for d in got)
-    problems = [f"{label}: {node} is skipped {count} times (decisions must be duplicate-free)"
+    problems = [Problem("skip_duplicate", f"{label}: {node} is skipped {count} times (decisions must be duplicate-free)")
                 for node, count in found.items() if count > 1]
     reasons = {d.get("node"): d.get("reason") for d in got}
     for node, reason in expected.items():
         if reasons.get(node) != reason:
-            problems.append(f"{label}: {node} should be skipped as {reason}, plan says {reasons.get(node, 'candidate')}")
+            problems.append(Problem(f"missed_skip_{reason}" if reasons.get(node) is None else "skip_reason",
+                                    f"{label}: {node} should be skipped as {reason}, plan says "
+                                    f"{reasons.get(node, 'candidate')}"))
     for node, reason in reasons.items():
         if node not in expected:
-            problems.append(f"{label}: {node} is skipped as {reason} but passes every skip rule")
+            problems.append(Problem("skip_unfounded", f"{label}: {node} is skipped as {reason} but passes every skip rule"))
     if not problems and got != want:
-        problems.append(f"{label}: skip decisions are not in graph order (or carry other fields): expected "
-                        f"{[d['node'] for d in want][:6]}, plan has {[d.get('node') for d in got][:6]}")
+        problems.append(Problem("skip_order", f"{label}: skip decisions are not in graph order (or carry other "
+                                              f"fields): expected {[d['node'] for d in want][:6]}, plan has "
+                                              f"{[d.get('node') for d in got][:6]}"))
     return problems
 
 
@@ -253,8 +256,8 @@ def watch_rounds(case: Any, modules: dict[int, fx.GraphModule],
     return RoundWatch(case, modules, on_event)
 
 
-def _judge(want: dict, plan: dict, label: str) -> list[str]:
-    """Problems of one plan of one graph, as sentences: the plan's whole ``to_dict()`` against the
+def _judge(want: dict, plan: dict, label: str) -> list[Problem]:
+    """Problems of one plan of one graph: the plan's whole ``to_dict()`` against the
     spec's ``want`` (skips, bucket membership and splits first, as they explain most other
     differences)."""
     got = json.loads(json.dumps(plan, sort_keys=True, default=str))
@@ -267,22 +270,24 @@ def _judge(want: dict, plan: dict, label: str) -> list[str]:
     planned = [[[m.get("param_name"), m.get("kind")] for m in b.get("members", [])] for b in got.get("buckets", [])]
     if planned != members:
         first = next((i for i, (a, b) in enumerate(zip(members, planned)) if a != b), min(len(members), len(planned)))
-        return [f"{label}: bucket {first} should hold {members[first] if first < len(members) else 'no bucket'}, "
-                f"plan has {planned[first] if first < len(planned) else 'no bucket'} "
-                f"({len(members)} buckets expected, {len(planned)} planned)"]
+        return [Problem("bucket_members", f"{label}: bucket {first} should hold "
+                                          f"{members[first] if first < len(members) else 'no bucket'}, plan has "
+                                          f"{planned[first] if first < len(planned) else 'no bucket'} "
+                                          f"({len(members)} buckets expected, {len(planned)} planned)")]
     splits = [d for d in want["decisions"] if d["action"] != "skip"]
     if [d for d in decisions if d.get("action") != "skip"] != splits:
-        return [f"{label}: split/singleton decisions differ: expected {splits[:4]}, plan has "
-                f"{[d for d in decisions if d.get('action') != 'skip'][:4]}"]
+        return [Problem("split_decisions", f"{label}: split/singleton decisions differ: expected {splits[:4]}, "
+                                           f"plan has {[d for d in decisions if d.get('action') != 'skip'][:4]}")]
     if decisions != want["decisions"]:
-        problems.append(f"{label}: decision order is not skips in graph order, then splits and singletons")
+        problems.append(Problem("decision_order",
+                                f"{label}: decision order is not skips in graph order, then splits and singletons"))
     for field_name in ("buckets", "summary", "signature", "module_bucket_plans", "group_ranks", "group_digests"):
         found = _first_difference(want[field_name], got.get(field_name), field_name)
         if found:
-            problems.append(f"{label}: plan {found}")
+            problems.append(Problem(f"plan_{field_name}", f"{label}: plan {found}"))
     extra = sorted(set(got) - set(want))
     if extra:
-        problems.append(f"{label}: plan has fields the spec does not name: {extra}")
+        problems.append(Problem("plan_extra_fields", f"{label}: plan has fields the spec does not name: {extra}"))
     return problems[:3]
 
 
@@ -355,20 +360,21 @@ def _exchange_problems(case: Any, plans: dict[int, list[dict]]) -> list[Finding]
     findings = []
     rounds = {rank: len(plans[rank]) for rank in plans}
     if len(set(rounds.values())) > 1:
-        findings.append(Finding(NAME, f"ranks planned different numbers of rounds: {rounds}"))
+        findings.append(Finding(NAME, f"ranks planned different numbers of rounds: {rounds}", rule="round_count"))
     for round_index in range(min(rounds.values())):
         reports = {rank: plans[rank][round_index] for rank in plans}
         for group, ranks in case.group_ranks(min(plans)).items():
             members = [rank for rank in ranks if rank in reports]
             if len(members) != len(ranks):
                 findings.append(Finding(NAME, f"group {group} round {round_index + 1}: reports expected for ranks "
-                                                 f"{list(ranks)}, ranks {sorted(set(ranks) - set(members))} have none"))
+                                                 f"{list(ranks)}, ranks {sorted(set(ranks) - set(members))} have none",
+                                        rule="group_reports_missing"))
                 continue
             digests = {json.dumps(reports[r].get("group_digests", {}).get(group)) for r in members}
             claimed = {json.dumps(reports[r].get("group_ranks", {}).get(group)) for r in members}
             if len(digests) > 1 or len(claimed) > 1:
                 findings.append(Finding(NAME, f"group {group} {list(ranks)} round {round_index + 1}: ranks planned "
-                                                 f"different digests"))
+                                                 f"different digests", rule="group_digests_differ"))
     return findings
 
 
@@ -382,10 +388,12 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     expected_error = expected_argument_error(case.plan_args, case.group_ranks(first))
     if expected_error is not None:
         if ctx.run.error is None:
-            return [Finding(NAME, f"invalid planner arguments were accepted; expected: {expected_error}")]
+            return [Finding(NAME, f"invalid planner arguments were accepted; expected: {expected_error}",
+                            rule="invalid_arguments_accepted")]
         if expected_error not in ctx.run.error:
             return [Finding(NAME, f"invalid planner arguments raised the wrong error; expected "
-                                     f"{expected_error!r}, got {ctx.run.error_type}: {ctx.run.error_message}")]
+                                     f"{expected_error!r}, got {ctx.run.error_type}: {ctx.run.error_message}",
+                            rule="wrong_argument_error")]
         return []
     if ctx.run.error is not None:
         plans = _first_round_plans(ctx)  # judge what the planner decided before the target failed
@@ -402,21 +410,22 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     plan_b = ctx.target.plan(case, module, first).to_dict()  # two in a row: a period-2 planner shows
     findings = []
     if signature_of(module) != before:
-        findings.append(Finding(NAME, "planning mutated the graph (purity)"))
+        findings.append(Finding(NAME, "planning mutated the graph (purity)", rule="purity"))
     # a copy planning left as it was is the fresh original its rank's replay starts from
     spare = {} if findings else {first: module}
     if json.dumps(plan_a, sort_keys=True, default=str) != json.dumps(plan_b, sort_keys=True, default=str):
-        findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)"))
+        findings.append(Finding(NAME, "planning the same graph twice gave different plans (determinism)",
+                                rule="determinism"))
     if isinstance(watch, RoundWatch) and watch.impure:
         findings.append(Finding(NAME, f"planning mutated the graph (purity): {', '.join(watch.impure[:3])} in the "
-                                      f"target's run changed the graph it planned"))
+                                      f"target's run changed the graph it planned", rule="purity"))
     for rank in sorted(plans):
         wanted, unreplayable = _expected_rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
         if unreplayable:
-            findings.append(Finding(NAME, unreplayable, rank=rank))
+            findings.append(Finding(NAME, unreplayable, rank=rank, rule="rounds_unreplayable"))
         for round_index, want in enumerate(wanted):
             for problem in _judge(want, reports[rank][round_index], f"rank {rank} round {round_index + 1}"):
-                findings.append(Finding(NAME, problem, rank=rank))
+                findings.append(Finding(NAME, problem.message, rank=rank, rule=problem.rule))
         if findings:
             return findings
     return findings + _exchange_problems(case, reports)

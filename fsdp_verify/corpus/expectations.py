@@ -37,16 +37,18 @@ def check_expected(target: Target, entry: Entry) -> list[Finding]:
         if expected.get("error") and expected["error"] in str(exc):
             return []
         return [Finding(NAME, f"planning raised {exc!r}; the spec expects "
-                              f"{'the error ' + repr(expected['error']) if expected.get('error') else 'a plan'}")]
+                              f"{'the error ' + repr(expected['error']) if expected.get('error') else 'a plan'}",
+                        rule="planning_raised")]
     if expected.get("error"):
-        return [Finding(NAME, f"invalid arguments were accepted; the spec expects the error {expected['error']!r}")]
+        return [Finding(NAME, f"invalid arguments were accepted; the spec expects the error {expected['error']!r}",
+                        rule="invalid_arguments_accepted")]
     decisions = plan["decisions"]
     findings = []
     skips = {d["node"]: d["reason"] for d in decisions if d["action"] == "skip"}
     for node, reason in expected.get("skips", {}).items():
         if skips.get(node) != reason:
             findings.append(Finding(NAME, f"{node} must be skipped as {reason} (spec 2.5); the plan says "
-                                          f"{skips.get(node, 'candidate')}", nodes=(node,)))
+                                          f"{skips.get(node, 'candidate')}", nodes=(node,), rule="skip_expected"))
     for split in expected.get("splits", []):
         want = {"node": split["node"], "previous_node": split["previous_node"], "action": "split",
                 "reason": split["reason"]}
@@ -54,13 +56,15 @@ def check_expected(target: Target, entry: Entry) -> list[Finding]:
             found = [d for d in decisions if d.get("node") == split["node"] and d["action"] != "skip"]
             findings.append(Finding(NAME, f"{split['node']} must be split from {split['previous_node']} for "
                                           f"{split['reason']} (spec 2.7); the plan has {found or 'no such split'}",
-                                    nodes=(split["node"],)))
+                                    nodes=(split["node"],), rule="split_expected"))
     for node in expected.get("singletons", []):
         if {"node": node, "action": "singleton", "reason": "oversized"} not in decisions:
-            findings.append(Finding(NAME, f"{node} must get an oversized singleton decision (spec 2.7)", nodes=(node,)))
+            findings.append(Finding(NAME, f"{node} must get an oversized singleton decision (spec 2.7)", nodes=(node,),
+                                    rule="singleton_expected"))
     buckets = [sorted((m["param_name"], m["kind"]) for m in b["members"]) for b in plan["buckets"]]
     for launches in expected.get("together", []):
         if _members(case, launches) not in buckets:
             findings.append(Finding(NAME, f"{launches} must form exactly one bucket; the plan's buckets are "
-                                          f"{[[name for name, _ in b] for b in buckets][:6]}", nodes=tuple(launches)))
+                                          f"{[[name for name, _ in b] for b in buckets][:6]}", nodes=tuple(launches),
+                                    rule="bucket_expected"))
     return findings

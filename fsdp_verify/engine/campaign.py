@@ -29,6 +29,8 @@ from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, die_with_parent
 from fsdp_verify.report.tally import Result, proofs_of
+from fsdp_verify.engine.signature import Signature, collateral, primary
+from fsdp_verify.engine.signature import signature as root_cause
 from fsdp_verify.engine.triage import INVALID_INPUT, MISMATCH, classify
 from fsdp_verify.targets import get_target
 
@@ -44,30 +46,9 @@ class _BudgetSpent(BaseException):
     once, without shrinking (as it does for KeyboardInterrupt)."""
 
 
-def _template(finding) -> str:
-    """The message with the finding's node names, quoted values and numbers blanked; rule and reason
-    tokens (``phase_mismatch``, ``unknown_device``...) stay, since they tell bugs apart."""
-    text = finding.message
-    for name in sorted(finding.nodes, key=len, reverse=True):
-        text = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w])", "<node>", text)
-    text = re.sub(r"'[^']*'", "'_'", text)
-    return re.sub(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?", "#", text)
-
-
-def _origin(finding) -> str:
-    """For a target crash: the exception type and the frame that raised it (Hypothesis's origin)."""
-    trace = finding.details.get("traceback") or ""
-    frames = re.findall(r'File "([^"]+)", line \d+, in (\S+)', trace)
-    kind = trace.strip().splitlines()[-1].split(":")[0] if trace.strip() else ""
-    return f"{kind} at {frames[-1][0].rsplit('/', 1)[-1]}:{frames[-1][1]}" if frames else kind
-
-
-def bug_signature(findings: list) -> tuple:
-    """What makes two failures "the same bug": per error finding, its checker, the rule or kind it
-    names, the raising frame of a target crash, and its message with node names and numbers blanked.
-    A campaign saves one shrunk case per signature."""
-    return tuple(sorted({(f.checker, str(f.details.get("rule") or f.details.get("kind") or ""), _origin(f),
-                          _template(f)) for f in findings}))
+def bug_signature(findings: list) -> Signature:
+    """One saved case per bug: the root cause of a failure (``engine/signature.py``)."""
+    return root_cause(findings)
 
 
 @dataclass(frozen=True)
@@ -125,10 +106,10 @@ STRATEGIES = names.STRATEGIES
 
 
 def default_strategy(target: str) -> str:
-    """What a campaign draws from when ``--strategy`` is not given: inductor's bucketing gets the
-    graphs it is written for (SimpleFSDP-style models captured through torch.compile); every other
-    target gets the FSDP-pass-shaped mix."""
-    return "captured" if target.split(":")[0].split("@")[0] == "torch-inductor" else "cases"
+    """What a campaign draws from when ``--strategy`` is not given: the target says
+    (``Target.default_strategy``: inductor's bucketing gets SimpleFSDP-style models captured
+    through torch.compile; the others the FSDP-pass-shaped mix)."""
+    return getattr(get_target(target), "default_strategy", "cases")
 
 
 def database_key(config: Config) -> bytes:
@@ -341,8 +322,10 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     kind, why = classify(target, case, tuple(entry.verdict.checkers),
                          [f for f in findings if f.severity == ERROR])
     result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
-                            "message": findings[0].message, "nodes": len(case.graph.nodes),
-                            "signature": [list(part) for part in signature], "found_while_shrinking": while_shrinking,
+                            "message": primary(findings).message, "nodes": len(case.graph.nodes),
+                            "rule": primary(findings).rule,
+                            "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
+                            "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
                             "class": kind, "class_reasons": why, "target_options": dict(case.target_options)})
 
 

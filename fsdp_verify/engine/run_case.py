@@ -85,7 +85,7 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
     if not refused_rightly:
         findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
                                           f"{ctx.run.error_type}: {ctx.run.error_message}",
-                                details={"traceback": ctx.run.error}))
+                                details={"traceback": ctx.run.error}, rule="raised"))
     return findings
 
 
@@ -107,7 +107,7 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
             findings.extend(checker.run(ctx))
         except Exception as exc:  # noqa: BLE001 - a checker crash must not hide other verdicts
             findings.append(Finding(name, f"checker {name} crashed: {type(exc).__name__}: {exc}",
-                                    details={"kind": "checker_crash"}))
+                                    details={"kind": "checker_crash"}, rule="checker_crash"))
     return findings
 
 
@@ -131,7 +131,7 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
             target = target.configure(dict(case.target_options))
         except ValueError as exc:
             return [Finding("harness", f"the case's target_options cannot configure {target.name!r}: {exc}",
-                            severity=INVALID)], CheckContext(TargetRun(case, {}), target)
+                            severity=INVALID, rule="target_options")], CheckContext(TargetRun(case, {}), target)
     with spec_params.use(case.spec):
         if deadline is None:
             ctx = CheckContext(run_target(target, case, watch=only is None or "planner" in only), target,
@@ -175,7 +175,7 @@ def die_with_parent(signum: int = signal.SIGKILL, parent: int | None = None) -> 
 
 
 def _finding_from(doc: dict) -> Finding:
-    return Finding(doc["checker"], doc["message"], tuple(doc["nodes"]), doc["details"], doc["rank"], doc["severity"])
+    return Finding.from_json(doc)
 
 
 def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, deadline: float,
@@ -202,10 +202,10 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
                 if deriving:
                     return [Finding("harness", f"the planner oracle's work within the target's run took over "
                                                f"{deadline * WATCH_PAUSE_FACTOR:g}s; the case cannot be judged",
-                                    severity=INVALID,
-                                    details={"kind": "checker_timeout"})], ctx
+                                    severity=INVALID, details={"kind": "checker_timeout"},
+                                    rule="watch_timeout")], ctx
                 return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
-                                details={"kind": "timeout"})], ctx
+                                details={"kind": "timeout"}, rule="timeout")], ctx
             message = parent.recv()
             spent = time.monotonic() - began
             if deriving:
@@ -220,16 +220,17 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
         while message[0] == "watch":  # one the target's leftover threads sent late is not the result
             if not parent.poll(checks):
                 return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be "
-                                           f"judged", severity=INVALID, details={"kind": "checker_timeout"})], ctx
+                                           f"judged", severity=INVALID, details={"kind": "checker_timeout"},
+                                rule="checker_timeout")], ctx
             message = parent.recv()
     except (EOFError, ConnectionError):
         process.join(5)
         if target_done:  # the target had finished: the checkers' process died, not the target
             return [Finding("harness", f"the checkers' process died ({exit_reason(process.exitcode)}); the case "
                                        f"cannot be judged", severity=INVALID,
-                            details={"kind": "checker_died", "exitcode": process.exitcode})], ctx
+                            details={"kind": "checker_died", "exitcode": process.exitcode}, rule="checker_died")], ctx
         return [Finding("target", f"target {target.name!r} died ({exit_reason(process.exitcode)})",
-                        details={"kind": "died", "exitcode": process.exitcode})], ctx
+                        details={"kind": "died", "exitcode": process.exitcode}, rule="died")], ctx
     finally:
         if process.is_alive():
             process.kill()
@@ -237,7 +238,7 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
     if message[0] != "checked" or len(message) != 7:
         why = message[1] if message[0] == "harness-error" and len(message) > 1 else f"unexpected message {message[0]!r}"
         return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,
-                        details={"kind": "harness_error", "traceback": why})], ctx
+                        details={"kind": "harness_error", "traceback": why}, rule="harness_error")], ctx
     _, findings, plans, metrics, skipped, error_type, error_message = message
     ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in plans.items()}
     ctx.run.error_type, ctx.run.error_message = error_type, error_message

@@ -12,12 +12,12 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets.base import Target
 
 DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT = "defect", "defect candidate", "contract mismatch", "invalid input"
 CLASSES = (DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT)
-_SIZED = {"all_gather_into_tensor": -2, "reduce_scatter_tensor": -2, "all_reduce": None}
 
 
 def invalid_collectives(case: Case) -> list[str]:
@@ -25,20 +25,15 @@ def invalid_collectives(case: Case) -> list[str]:
     group's size (checked on every rank, since groups are rank-local)."""
     found = []
     for node in case.graph.nodes:
-        parts = node.target.split(".")
-        if parts[0] != "_c10d_functional" or len(parts) < 2 or parts[1] not in _SIZED:
+        if not collectives.is_sized(node.target):
             continue
-        group = node.kwargs.get("group_name", node.args[-1] if node.args else None)
+        group = collectives.group_of(node)
         for rank in case.graph.world():
-            ranks = case.graph.group_ranks(rank).get(group) if isinstance(group, str) else None
-            position = _SIZED[parts[1]]
-            if ranks is None:
-                found.append(f"{node.name}: group {group!r} is not a group of rank {rank}")
-            elif position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
-                found.append(f"{node.name}: size argument {node.args[position]!r} on a group of {len(ranks)} ranks")
-            else:
-                continue
-            break
+            why = collectives.unrunnable(node, case.graph.group_ranks(rank).get(group) if isinstance(group, str)
+                                         else None, rank)
+            if why:
+                found.append(f"{node.name}: {why}")
+                break
     return found
 
 

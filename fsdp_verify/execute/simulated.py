@@ -20,6 +20,7 @@ from torch import fx
 from torch.fx.node import map_arg
 from torch.utils._pytree import tree_flatten
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import is_free_target
 
 GroupResolver = Callable[[int, str], tuple[int, ...]]
@@ -196,8 +197,7 @@ class _OutHandle:
 
 
 def _op_of(target: Any) -> Optional[str]:
-    name = str(target)
-    return name.split(".")[1] if name.startswith(("_c10d_functional.", "c10d_functional.")) else None
+    return collectives.op_name(target)
 
 
 _remembered_op = functools.cache(_op_of)

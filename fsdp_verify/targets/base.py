@@ -16,6 +16,8 @@ class Target(ABC):
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     external: ClassVar[bool] = False  # code this project does not own: a finding is a defect candidate
+    # what a campaign draws from when --strategy is not given: the graphs the target is written for
+    default_strategy: ClassVar[str] = "cases"
 
     @abstractmethod
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Sequence
 import torch.distributed as dist
 from torch import fx
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.graph.ops import effect_barrier, is_free_target
@@ -84,7 +85,7 @@ _HARNESS_ONLY = ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier"
 
 def _packet(target: str) -> bool:
     """A c10d op called through its packet (the FSDP pass's form), not a ``.default`` overload."""
-    return target.startswith("_c10d_functional.") and target.count(".") == 1
+    return collectives.is_packet(target)
 
 
 def _pins(mode: str, entry: str) -> dict[str, Any]:
@@ -105,17 +106,12 @@ _CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
 
 def _captured_mismatches(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
     """Rules of the harness that inductor never promised, seen on graphs captured through torch.compile
-    (issue 20; docs/findings.md, round three): both were bitwise equal in a real compile. Each
-    excuses findings of one named rule, never a whole checker: a failure with any other finding (a
-    stream disagreement, a deadlock, a lost node that is no folded cast) stays a defect candidate."""
+    (docs/findings.md): both were bitwise equal in a real compile. Each excuses findings of one
+    named rule, keyed on ``(checker, rule)``, never a whole checker: a failure with any other finding
+    (a stream disagreement, a deadlock, a lost node that is no folded cast) stays a defect candidate."""
     if "captured_phase" not in case.graph.attrs or not findings:
         return []
-
-    def rule(finding: Any) -> str:
-        return (finding.details or {}).get("rule", "")
-
-    if all(f.checker == "ordering" and rule(f) == "fused_window" and f.details.get("blocker") == "collective"
-           for f in findings):
+    if all(f.key == ("ordering", "fused_window") and f.details.get("blocker") == "collective" for f in findings):
         return ["inductor buckets every collective of one compiled graph across the collectives between its "
                 "members (the FSDP planner's span rule, spec 2.7, is not its contract); the cross-rank streams "
                 "and deadlock checks found nothing"]
@@ -126,9 +122,9 @@ def _captured_mismatches(case: Case, findings: Sequence[Any], options: dict[str,
     folded = {n.inputs()[0]: str(n.meta.get("param_name")) for n in gathers
               if nodes[n.inputs()[0]].target in _CASTS and nodes[n.inputs()[0]].inputs()
               and nodes[nodes[n.inputs()[0]].inputs()[0]].op == "placeholder"}
-    missing = "of the original graph is missing from the rewrite"
-    gone = {name for f in findings if f.checker == "dependencies" and missing in f.message for name in f.nodes}
-    if folded and gone and all((f.checker == "dependencies" and missing in f.message and set(f.nodes) <= set(folded))
+    lost = ("dependencies", "node_lost")
+    gone = {name for f in findings if f.key == lost for name in f.nodes}
+    if folded and gone and all((f.key == lost and set(f.nodes) <= set(folded))
                                or (f.checker == "layout" and f.details.get("param") in {folded[c] for c in gone})
                                for f in findings):
         return ["inductor's all-gather bucketing folds each parameter's pre-gather cast (mixed precision) into "
@@ -146,6 +142,7 @@ class TorchInductorTarget(Target):
 
     summary = "PyTorch's torch._inductor.fx_passes bucketing, routed by inductor config options"
     external = True
+    default_strategy = "captured"  # SimpleFSDP-style models captured through torch.compile
 
     def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})
@@ -178,7 +175,7 @@ class TorchInductorTarget(Target):
             target, args, kwargs = node.target, node.args, dict(node.kwargs)
             if _packet(target):
                 target += ".default"
-            if target.startswith("_c10d_functional.") and "group_name" in kwargs:
+            if collectives.op_name(target, (collectives.NAMESPACE,)) and "group_name" in kwargs:
                 args = (*args, kwargs.pop("group_name"))
             nodes.append(replace(node, target=target, args=args, kwargs=kwargs))
         return replace(case, graph=case.graph.with_nodes(nodes))
@@ -186,7 +183,7 @@ class TorchInductorTarget(Target):
     def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = (), findings: Sequence[Any] = ()) -> list[str]:
         found = []
         phases = {bool(n.meta.get("autograd_backward")) for n in case.graph.nodes
-                  if n.target.startswith("_c10d_functional.") and "wait_tensor" not in n.target}
+                  if collectives.is_launch(n.target)}
         if len(phases) == 2 and checkers and set(checkers) <= {"ordering", "dependencies"}:
             found.append("a joint forward+backward graph: inductor compiles the two as separate graphs, so its "
                          "scheduling never has to respect the phase boundary the ordering rules enforce")
@@ -195,7 +192,8 @@ class TorchInductorTarget(Target):
             found.append("op packets (inductor only sees .default overloads)")
         if any(t in _HARNESS_ONLY for t in targets):
             found.append("storage frees or effect barriers (post-grad graphs are functional)")
-        if any(n.target.startswith("_c10d_functional.") and "group_name" in n.kwargs for n in case.graph.nodes):
+        if any(collectives.op_name(n.target, (collectives.NAMESPACE,)) and "group_name" in n.kwargs
+               for n in case.graph.nodes):
             found.append("group_name passed by keyword (make_fx passes it positionally)")
         found += _captured_mismatches(case, findings, {**DEFAULTS, **dict(case.target_options), **self.pins})
         waited = Counter(n.inputs()[0] for n in case.graph.nodes if "wait_tensor" in n.target and n.inputs())

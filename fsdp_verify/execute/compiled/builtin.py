@@ -21,6 +21,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.func import functional_call
 
+from fsdp_verify.graph import collectives
+
 OFF = {"bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
 
 
@@ -71,7 +73,7 @@ def _counting(launches: dict[str, int]) -> Iterator[None]:
         original(gm, is_inference)
         for node in gm.graph.nodes:
             name = str(node.target)
-            if name.startswith("_c10d_functional.") and "wait_tensor" not in name:
+            if collectives.op_name(name, (collectives.NAMESPACE,)) and not collectives.is_wait(name):
                 op = name.split(".")[1].removesuffix("_out")
                 launches[op] = launches.get(op, 0) + 1
 

@@ -26,7 +26,8 @@ def compare_outputs(expected: list, actual: list, names: list[str], rank: int, w
     or a tensor's bits (as ``numerics`` judges the simulated world)."""
     if len(expected) != len(actual):
         return [Finding(NAME, f"rank {rank}: {what}: {len(actual)} outputs instead of {len(expected)}", rank=rank,
-                        details={"reason": "output count", "expected": len(expected), "actual": len(actual)})]
+                        details={"reason": "output count", "expected": len(expected), "actual": len(actual)},
+                        rule="output_count")]
     for index, (x, y) in enumerate(zip(expected, actual)):
         if not isinstance(x, torch.Tensor) and not isinstance(y, torch.Tensor):
             continue
@@ -36,7 +37,7 @@ def compare_outputs(expected: list, actual: list, names: list[str], rank: int, w
             name = names[index] if index < len(names) else f"#{index}"
             return [Finding(NAME, f"rank {rank}: {what}: output {index} ({name}) differs: "
                                      f"{', '.join(f'{k} {v}' for k, v in diff.items())}",
-                            nodes=(name,), rank=rank, details={"output": index, **diff})]
+                            nodes=(name,), rank=rank, details={"output": index, **diff}, rule="output_differs")]
     return []
 
 
@@ -50,7 +51,7 @@ def _drift(expected: list, actual: list, names: list[str], rank: int) -> list[Fi
         name = names[index] if index < len(names) else f"#{index}"
         return [Finding(NAME, f"rank {rank}: random inputs: output {index} ({name}) drifts by relative "
                                  f"{error:.2e} (tolerance {tolerance:.0e} for {x.dtype})", nodes=(name,),
-                        rank=rank, severity=severity, details={"relative_error": error})]
+                        rank=rank, severity=severity, details={"relative_error": error}, rule="drift")]
     return []
 
 
@@ -63,10 +64,11 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
         results = pool.run(jobs_for(case, ctx.rewritten, originals=ctx.original))
     except PoolStartFailure as exc:  # the harness's resource, not the rewrite: the case cannot be judged
         return [Finding(NAME, f"the rank pool could not start, so the case cannot be judged: {exc}", severity=INVALID,
-                        details={"kind": "pool_not_started"})]
+                        details={"kind": "pool_not_started"}, rule="pool_not_started")]
     except RankFailure as exc:
         return [Finding(NAME, f"real collectives failed ({exc.kind}): {exc}",
-                        details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors})]
+                        details={"kind": exc.kind, "last_collective": exc.last_collective, "errors": exc.errors},
+                        rule=f"rank_{exc.kind}")]
     simulated = simulate(case, ctx.original, override=exact_override(reduce_sources(case), case.seed))
     findings = []
     for rank, result in sorted(results.items()):
@@ -78,9 +80,11 @@ def check_collectives(ctx: CheckContext, pool: RankPool, drift: bool = False) ->
             noisy = pool.run(jobs_for(case, ctx.rewritten, mode="random", originals=ctx.original))
         except PoolStartFailure as exc:
             return findings + [Finding(NAME, f"the rank pool could not start, so drift was not judged: {exc}",
-                                       severity=INVALID, details={"kind": "pool_not_started"})]
+                                       severity=INVALID, details={"kind": "pool_not_started"},
+                                       rule="pool_not_started")]
         except RankFailure as exc:
-            return [Finding(NAME, f"real collectives failed on random inputs ({exc.kind}): {exc}")]
+            return [Finding(NAME, f"real collectives failed on random inputs ({exc.kind}): {exc}",
+                            rule=f"rank_{exc.kind}")]
         for rank, result in sorted(noisy.items()):
             findings += _drift(result["original"], result["rewritten"], output_names(ctx.original[rank]), rank)
     return findings

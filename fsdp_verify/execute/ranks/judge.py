@@ -49,6 +49,7 @@ from fsdp_verify.model.names import RANK_MODES
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankFailure, RankPool, exit_reason, place, reduce_sources
 from fsdp_verify.execute.inputs import exact_override
 from fsdp_verify.execute.world import build_world, simulate
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.builder import build_module
 from fsdp_verify.graph.spec import graph_from_json
 from fsdp_verify.execute.ranks import rank_side
@@ -227,7 +228,8 @@ class RealRanks:
             if known:
                 return [], "not executed: the rewritten graphs hold unrunnable collectives (the simulated checks reported it)"
             return [Finding(NAME, f"the ranks' rewritten graphs hold collectives no real group can run: "
-                                  f"{'; '.join(unrunnable[:3])}", details={"kind": "unrunnable_rewrite"})], None
+                                  f"{'; '.join(unrunnable[:3])}", details={"kind": "unrunnable_rewrite"},
+                            rule="unrunnable_rewrite")], None
         stage, original, rewritten, problem = simulate_isolated(case, specs, exact, self.deadline)
         if stage == "original":  # a case whose originals cannot run is not executed
             return [], f"not executed: the original graphs do not run in the simulated world ({problem})"
@@ -236,7 +238,8 @@ class RealRanks:
                 return [], "not executed: the rewritten graphs do not run (the simulated checks reported it)"
             return [Finding(NAME, f"the ranks' own rewritten graphs do not run together (simulated on what each "
                                   f"rank process produced; a real run would hang or fail): {problem}",
-                            details={"kind": "rank_rewrites_disagree", "hashseeds": _hashseeds(planned)})], None
+                            details={"kind": "rank_rewrites_disagree", "hashseeds": _hashseeds(planned)},
+                            rule="rank_rewrites_disagree")], None
         try:
             ran = pool.run({rank: rank_side.RealJob("execute", seed=case.seed, exact_sources=exact) for rank in world})
         except PoolStartFailure as exc:
@@ -249,26 +252,20 @@ class RealRanks:
         nonfinite = _nonfinite(original, "simulated") or _nonfinite({r: ran[r]["original"] for r in world}, "real")
         if nonfinite:  # NaN payloads carry no comparable meaning (and may differ between devices)
             return [Finding(NAME, f"the original graph's {nonfinite} output is not finite, so real outputs cannot be "
-                                  f"compared", severity=INVALID, details={"kind": "non_finite"})], \
+                                  f"compared", severity=INVALID, details={"kind": "non_finite"}, rule="non_finite")], \
                 "executed, not compared: non-finite original outputs"
         findings = []
         for rank in world:
             names = output_names(build_module(specs[rank]))
-            findings += compare_outputs(original[rank], ran[rank]["original"], names, rank,
-                                 "real vs simulated (original)")
-            findings += compare_outputs(rewritten[rank], ran[rank]["rewritten"], names, rank,
-                                 "real vs simulated (rewritten)")
+            pairs = [("real_vs_simulated", original[rank], ran[rank]["original"], "real vs simulated (original)"),
+                     ("real_vs_simulated", rewritten[rank], ran[rank]["rewritten"], "real vs simulated (rewritten)")]
             if not known:
-                findings += compare_outputs(ran[rank]["original"], ran[rank]["rewritten"], names, rank,
-                                     "rewritten vs original (real)")
-        return [Finding(NAME, f.message, f.nodes, {**f.details, "kind": f.message.split(": ")[1].split(" (")[0]
-                                                   .replace(" ", "_")}, f.rank) for f in findings], None
-
-
-# launch -> position of its group-size argument (None: it has none); the group is the last argument
-_SIZED = {"all_gather_into_tensor": -2, "all_gather_into_tensor_out": -2, "all_gather_into_tensor_coalesced": -2,
-          "reduce_scatter_tensor": -2, "reduce_scatter_tensor_coalesced": -2,
-          "all_reduce": None, "all_reduce_": None, "all_reduce_coalesced": None, "all_reduce_coalesced_": None}
+                pairs.append(("rewritten_vs_original", ran[rank]["original"], ran[rank]["rewritten"],
+                              "rewritten vs original (real)"))
+            for kind, expected, actual, what in pairs:
+                findings += [Finding(NAME, f.message, f.nodes, {**f.details, "kind": kind}, f.rank, rule=kind)
+                             for f in compare_outputs(expected, actual, names, rank, what)]
+        return findings, None
 
 
 def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
@@ -279,18 +276,12 @@ def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
     for rank, graph in sorted(graphs.items()):
         groups = case.graph.group_ranks(rank)
         for node in graph.nodes:
-            parts = str(node.target).split(".")
-            if node.op != "call_function" or parts[0] != "_c10d_functional" or len(parts) < 2 \
-                    or parts[1] not in _SIZED:
+            if node.op != "call_function" or not collectives.is_sized(node.target):
                 continue
-            group = node.kwargs.get("group_name", node.args[-1] if node.args else None)
-            ranks = groups.get(group) if isinstance(group, str) else None
-            position = _SIZED[parts[1]]
-            if ranks is None:
-                found.append(f"rank {rank}: {node.name}: group {group!r} is not a group of rank {rank}")
-            elif position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
-                found.append(f"rank {rank}: {node.name}: size argument {node.args[position]!r} on a group of "
-                             f"{len(ranks)} ranks")
+            group = collectives.group_of(node)
+            why = collectives.unrunnable(node, groups.get(group) if isinstance(group, str) else None, rank)
+            if why:
+                found.append(f"rank {rank}: {node.name}: {why}")
     return found
 
 
@@ -380,7 +371,8 @@ def _rank_failure(when: str, exc: RankFailure) -> Finding:
     return Finding(NAME, f"real ranks failed {when} ({exc.kind}; rank {ranks}): {exc}",
                    details={"kind": f"rank_{exc.kind}", "ranks": list(exc.ranks),
                             "last_collective": {str(r): c for r, c in exc.last_collective.items()},
-                            "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}})
+                            "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}},
+                   rule=f"rank_{exc.kind}")
 
 
 def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
@@ -400,14 +392,16 @@ def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
                               f"without the digest exchange",
                         details={**details, "kind": "rank_dependent_planning", "group": first["group"],
                                  "round": first["round"], "digests": first["seen"],
-                                 "exchanged": first.get("exchanged", [])})]
+                                 "exchanged": first.get("exchanged", [])},
+                        rule="digest_exchange_disagrees")]
     raised = sorted(rank for rank, status in statuses.items() if status == "target_error")
     if raised and len(raised) < len(statuses):
         result = planned[raised[0]]
         return [Finding(NAME, f"rank-dependent planning: the target raised on ranks {raised} only "
                               f"({result.get('error_type')}: {result.get('message')}); PYTHONHASHSEED per rank {seeds}",
                         details={**details, "kind": "rank_dependent_outcome",
-                                 "traceback": result.get("traceback", "")})]
+                                 "traceback": result.get("traceback", "")},
+                        rule="rank_dependent_outcome")]
     if raised:
         return []
     stopped = sorted(rank for rank, status in statuses.items() if status == "peer_stopped")
@@ -417,7 +411,8 @@ def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
                               f"({result.get('message')}; ranks {stopped} were left in a round; PYTHONHASHSEED per "
                               f"rank {seeds}; last entered: {'; '.join(flights.values())}): on a cluster the ranks "
                               f"hang in mismatched collectives",
-                        details={**details, "kind": "rank_dependent_planning", "stopped": stopped})]
+                        details={**details, "kind": "rank_dependent_planning", "stopped": stopped},
+                        rule="exchange_rounds_differ")]
     members_of: dict[tuple, set] = {}  # (group, its ranks as a rank sees them) -> the ranks that planned it
     for rank, result in sorted(planned.items()):
         for rnd in result["digests"]:
@@ -431,7 +426,8 @@ def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
             return [Finding(NAME, f"rank-dependent planning: the ranks of group {group} returned different numbers "
                                   f"of plans (per rank {counts}; PYTHONHASHSEED per rank {seeds})",
                             details={**details, "kind": "rank_dependent_planning", "group": group,
-                                     "plans": {str(r): n for r, n in counts.items()}})]
+                                     "plans": {str(r): n for r, n in counts.items()}},
+                            rule="plan_counts_differ")]
     for index in range(max((len(r["digests"]) for r in planned.values()), default=0)):
         by_group: dict[tuple, dict[int, str]] = {}  # (group, its ranks as this rank sees them): one subgroup
         for rank, result in sorted(planned.items()):
@@ -444,7 +440,8 @@ def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
                                       f"for group {group} disagree (digest per rank {_short(digests)}; "
                                       f"PYTHONHASHSEED per rank {seeds})",
                                 details={**details, "kind": "rank_dependent_planning", "group": group,
-                                         "round": index + 1, "digests": digests})]
+                                         "round": index + 1, "digests": digests},
+                                rule="plan_digests_differ")]
     return []
 
 
@@ -497,7 +494,8 @@ def judge(session: RealRanks, case: Case, target: str, findings: list, ctx: Opti
     try:
         extra, why = session.check(case, target, known, invalid=invalid, force=only is not None)
     except Exception as exc:  # noqa: BLE001 - as a crashing checker is: a finding, and the run goes on
-        return [Finding(NAME, f"checker {NAME} crashed: {type(exc).__name__}: {exc}", details={"kind": "checker_crash"})]
+        return [Finding(NAME, f"checker {NAME} crashed: {type(exc).__name__}: {exc}", details={"kind": "checker_crash"},
+                        rule="checker_crash")]
     if why and ctx is not None:
         ctx.skipped[NAME] = why
     return extra

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
 
+from fsdp_verify.graph import collectives
+
 ENTRY_BYTES = 400
 BACKENDS = ("auto", "gloo", "nccl")
 
@@ -164,11 +166,11 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, stag
     class Recorder(fx.Interpreter):
         def run_node(self, node):
             name = str(node.target)
-            if name.startswith("_c10d_functional."):
+            if collectives.op_name(name, (collectives.NAMESPACE,)):
                 shapes = [list(a.shape) for a in self.fetch_args_kwargs_from_env(node)[0] if hasattr(a, "shape")]
                 _record(slot, f"rank {rank} {name.split('.')[1]}({node.args[-1] if node.args else '?'}, {shapes}) "
                               f"at {node.name}")
-                if staged and not name.startswith("_c10d_functional.wait_tensor"):
+                if staged and not collectives.is_wait(name):
                     return override(rank, node, _staged_collective(self, node))
             return override(rank, node, super().run_node(node))
 
@@ -433,7 +435,7 @@ def reduce_sources(case) -> tuple[str, ...]:
     """Names of the nodes feeding reduce-scatters and all-reduces: made exact in ``exact`` mode."""
     names = []
     for node in case.graph.nodes:
-        op = node.target.split(".")[1] if node.target.startswith("_c10d_functional.") else ""
+        op = collectives.op_name(node.target, (collectives.NAMESPACE,)) or ""
         if op in ("reduce_scatter_tensor", "all_reduce") and node.args and hasattr(node.args[0], "name"):
             names.append(node.args[0].name)
     return tuple(names)

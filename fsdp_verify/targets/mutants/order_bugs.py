@@ -10,6 +10,7 @@ from typing import Optional
 import torch
 from torch import fx
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import is_free_target
 from fsdp_verify.reference.predicates import is_barrier, is_view
 from fsdp_verify.targets.mutants.rewrite_bugs import fused_launches
@@ -19,7 +20,7 @@ AG = ("fsdp_all_gather", "fsdp_all_gather_backward")
 
 
 def _c10d(node: fx.Node) -> bool:
-    return node.op == "call_function" and str(node.target).startswith(("_c10d_functional.", "c10d_functional."))
+    return node.op == "call_function" and collectives.is_collective(node.target)
 
 
 _COPY_NODES = (aten.clone.default, aten.slice.Tensor, aten.cat.default)  # what the rewriter itself adds

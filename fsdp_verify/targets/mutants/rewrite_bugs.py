@@ -8,6 +8,7 @@ import os
 import torch
 from torch import fx
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 
 aten = torch.ops.aten
@@ -111,8 +112,8 @@ def rs_source_rescaled(module: fx.GraphModule, rank: int) -> None:
 
 def wrong_group(module: fx.GraphModule, rank: int) -> None:
     """The fused launch names the wrong process group."""
-    groups = {n.args[-1] for n in module.graph.nodes if n.op == "call_function" and str(n.target).startswith(
-        "_c10d_functional.") and n.args and isinstance(n.args[-1], str)}
+    groups = {n.args[-1] for n in module.graph.nodes if n.op == "call_function"
+              and collectives.op_name(n.target, (collectives.NAMESPACE,)) and n.args and isinstance(n.args[-1], str)}
     for launch in fused_launches(module, AG + RS):
         other = sorted(groups - {launch.args[-1]})
         if other:

@@ -1,0 +1,68 @@
+"""What makes two failures the same bug: the root cause, never the words of a message.
+
+A failing case usually carries several findings: the one that caused it and the collateral ones
+that follow from it (a crashed rewrite also leaves outputs unjudged, a lost node also breaks
+edges). One bug must be one entry of a night's report, so a failure is named by its primary
+finding only:
+
+- a target that raised, timed out or died: the exception type and the innermost frame that
+  raised it (Hypothesis's own notion of an origin), not the message, which carries shapes, dtypes
+  and node names;
+- a value, dtype or shape difference: the checker, its rule and what differs;
+- any other rule: ``(checker, rule)``.
+
+The primary finding is the target's own failure when there is one, else the first error finding
+in checker order (the registry's order puts the cheaper, more basic rules first). The others are
+collateral and are reported under it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+from fsdp_verify.checks.findings import ERROR, Finding
+
+_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One bug's name: the primary finding's rule and cause."""
+
+    checker: str
+    rule: str
+    cause: str = ""
+
+    def to_json(self) -> list[str]:
+        return [self.checker, self.rule, self.cause]
+
+
+def origin(finding: Finding) -> str:
+    """For a target crash: the exception type and the innermost frame that raised it."""
+    trace = str(finding.details.get("traceback") or "").strip()
+    if not trace:
+        return ""
+    frames = _FRAME.findall(trace)
+    kind = trace.splitlines()[-1].split(":")[0]
+    return f"{kind} at {frames[-1][0].rsplit('/', 1)[-1]}:{frames[-1][1]}" if frames else kind
+
+
+def primary(findings: Sequence[Finding]) -> Finding:
+    """The finding that names the failure: the target's own, else the first error in checker order."""
+    errors = [f for f in findings if f.severity == ERROR] or list(findings)
+    return next((f for f in errors if f.checker == "target"), errors[0])
+
+
+def collateral(findings: Sequence[Finding]) -> list[Finding]:
+    """The error findings reported under the primary one."""
+    first = primary(findings)
+    return [f for f in findings if f is not first and f.severity == ERROR]
+
+
+def signature(findings: Sequence[Finding]) -> Signature:
+    """The bug ``findings`` show (one case's error findings)."""
+    first = primary(findings)
+    cause = origin(first) if first.checker == "target" else str(first.details.get("differs", ""))
+    return Signature(first.checker, first.rule, cause)
