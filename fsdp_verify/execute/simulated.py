@@ -6,6 +6,13 @@ rank order. A launch returns a handle; a rank blocks at the wait until every mem
 subgroup has issued the matching launch. Frees release storage for real, so a read of freed
 storage raises ``ReadAfterFree`` naming the reader; ranks whose collective streams differ
 raise ``Desync`` with the first diverging position per group, never hang.
+
+A collective reads its send buffer (and an ``out=`` launch writes its output) asynchronously,
+between the launch and the wait. A rank that frees such storage in that window raises
+``FreedInFlight``, naming the free and the launch; and every tensor the world reads or writes on
+a rank's behalf is checked to own its storage first, so no target can make the simulator read
+freed memory (a read of a zero-sized storage through a tensor's old shape is no error in torch:
+it reads whatever the allocator left there, or crashes the process).
 """
 
 from __future__ import annotations
@@ -36,6 +43,27 @@ class ReadAfterFree(SimulationError):
     def __init__(self, rank: int, reader: str, freed: str):
         self.rank, self.reader, self.freed = rank, reader, freed
         super().__init__(f"rank {rank}: node {reader!r} reads {freed!r}, whose storage was already freed")
+
+
+class FreedInFlight(ReadAfterFree):
+    """A rank freed storage that one of its launched collectives still reads or writes."""
+
+    def __init__(self, rank: int, free: str, launch: str):
+        SimulationError.__init__(self, f"rank {rank}: {free!r} frees storage that collective {launch!r} still "
+                                       f"reads or writes (it was launched and not yet waited on)")
+        self.rank, self.reader, self.freed, self.free, self.launch = rank, launch, free, free, launch
+
+
+def owns_storage(tensor: torch.Tensor) -> bool:
+    """Whether every element ``tensor`` addresses lies inside its storage (a freed storage has size 0)."""
+    if tensor.numel() == 0:
+        return True
+    extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+    return tensor.untyped_storage().nbytes() >= (tensor.storage_offset() + extent) * tensor.element_size()
+
+
+def _storage_key(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
 
 
 @dataclass(frozen=True)
@@ -122,6 +150,13 @@ class World:
         self.slots: dict[tuple, _Slot] = {}
         self.counters: dict[tuple[int, str, tuple], int] = {}
         self.streams: dict[int, list[CollectiveRecord]] = {}
+        self.frees: dict[tuple[int, int], str] = {}  # (rank, storage) -> the free node that released it
+
+    def _owned(self, rank: int, tensor: torch.Tensor, node: str) -> None:
+        """Raise rather than read or write storage that ``rank`` freed (``node`` is the collective)."""
+        if not owns_storage(tensor):
+            free = self.frees.get((rank, _storage_key(tensor)), "a free")
+            raise ReadAfterFree(rank, node, free)
 
     def launch(self, rank: int, node: fx.Node, target: Any, args: tuple, kwargs: dict, op: str | None = None,
                tensor: torch.Tensor | None = None) -> _Handle:
@@ -152,6 +187,8 @@ class World:
         if len({rec.signature() for rec in records.values()}) != 1:
             raise Desync(key[0], key[2], records)
         first = records[slot.ranks[0]]
+        for r in slot.ranks:
+            self._owned(r, slot.requests[r][1], records[r].node)
         inputs = [slot.requests[r][1] for r in slot.ranks]
         if first.op == "all_gather_into_tensor":
             gathered = torch.cat(inputs, dim=0)
@@ -170,6 +207,7 @@ class World:
 
     def result(self, rank: int, handle: Any) -> torch.Tensor:
         if isinstance(handle, _OutHandle):
+            self._owned(rank, handle.out, self.slots[handle.handle.key].requests[rank][0].node)
             return handle.out.copy_(self.slots[handle.handle.key].results[rank].reshape(handle.out.shape))
         return self.slots[handle.key].results[rank]
 
@@ -278,14 +316,43 @@ class RankInterpreter(fx.Interpreter):
         self.executed = 0
         self.sizes: dict[str, int] = {}  # bytes of each node's tensor result (aliases included)
         self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
+        self.in_flight: dict[int, tuple[str, tuple]] = {}  # storage -> (launch, slot key) until its wait
 
     def _variant(self, node: fx.Node, target: Any, op: str, args: tuple, kwargs: dict) -> Any:
         """``*_out`` writes into ``out``; ``*_coalesced`` is one collective per input."""
         base = _VARIANTS[op]
         if op.endswith("_out"):
             handle = self.world.launch(self.rank, node, target, args, kwargs, base)
+            self._fly(node, args[0], handle)
+            self._fly(node, kwargs["out"], handle)
             return _OutHandle(handle, kwargs["out"])
-        return [self.world.launch(self.rank, node, target, args, kwargs, base, tensor) for tensor in args[0]]
+        handles = [self.world.launch(self.rank, node, target, args, kwargs, base, tensor) for tensor in args[0]]
+        for tensor, handle in zip(args[0], handles):
+            self._fly(node, tensor, handle)
+        return handles
+
+    def _fly(self, node: fx.Node, tensor: Any, handle: Any) -> None:
+        """``tensor``'s storage is read (or written) by the launch ``node`` until its wait."""
+        if isinstance(tensor, torch.Tensor) and isinstance(handle, _Handle):
+            self.in_flight[_storage_key(tensor)] = (node.name, handle.key)
+
+    def _land(self, handle: Any) -> None:
+        """The wait on ``handle`` has returned: its storages are the rank's own again."""
+        key = handle.handle.key if isinstance(handle, _OutHandle) else getattr(handle, "key", None)
+        if self.in_flight and key is not None:
+            for storage in [s for s, (_, k) in self.in_flight.items() if k == key]:
+                del self.in_flight[storage]
+
+    def _free(self, node: fx.Node, args: tuple) -> None:
+        """A free may not release storage a launched collective still uses; the world remembers
+        which free released what, to name it if a peer's collective later reads it."""
+        for tensor in args:
+            if isinstance(tensor, torch.Tensor):
+                storage = _storage_key(tensor)
+                if storage in self.in_flight:
+                    raise FreedInFlight(self.rank, node.name, self.in_flight[storage][0])
+                if tensor.untyped_storage().nbytes():
+                    self.world.frees[(self.rank, storage)] = node.name
 
     def _check_reads(self, node: fx.Node, reads: tuple) -> None:
         """Every tensor the node reads (an input node's value, or the tensors of a list value) must
@@ -316,14 +383,17 @@ class RankInterpreter(fx.Interpreter):
                 self._check_reads(node, reads)
                 value = node.target(*args, **kwargs)
             elif kind == _FREE:  # idempotent: freeing freed storage is no read
+                self._free(node, args)
                 value = node.target(*args, **kwargs)
             elif kind == _WAIT:
                 value = args[0] if args else kwargs.get("tensor")
                 if isinstance(value, (_Handle, _OutHandle)):
+                    self._land(value)
                     value = world.result(rank, value)
             elif kind == _COLLECTIVE:
                 self._check_reads(node, reads)
                 value = world.launch(rank, node, node.target, args, kwargs)
+                self._fly(node, args[0] if args else kwargs.get("input"), value)
             elif kind == _VARIANT:
                 self._check_reads(node, reads)
                 value = self._variant(node, node.target, op, args, kwargs)
@@ -432,5 +502,5 @@ def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[
     return WorldRun(outputs, world.streams, {rank: interp.sizes for rank, interp in interpreters.items()})
 
 
-__all__ = ["CollectiveRecord", "Deadlock", "Desync", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
+__all__ = ["CollectiveRecord", "Deadlock", "Desync", "FreedInFlight", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
            "WorldRun", "run_world"]

@@ -97,6 +97,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.swap_copy_out_offsets),
     Mutant("free_moved_early", "a member free is moved before the member's consumers", ("dependencies", "ordering"),
            damage=rewrite_bugs.free_moved_early),
+    Mutant("send_buffer_freed_early", "rank 0 frees a fused all-gather's send buffer before its wait",
+           ("numerics",), damage=rewrite_bugs.send_buffer_freed_early),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

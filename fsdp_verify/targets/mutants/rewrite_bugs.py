@@ -70,6 +70,18 @@ def free_moved_early(module: fx.GraphModule, rank: int) -> None:
                 return
 
 
+def send_buffer_freed_early(module: fx.GraphModule, rank: int) -> None:
+    """Rank 0 frees a fused all-gather's send buffer right after the launch, before its wait (and
+    before its peers launch): a real collective would send freed memory."""
+    if rank != 0:
+        return
+    for launch in fused_launches(module, AG):
+        if launch.args and isinstance(launch.args[0], fx.Node):
+            with module.graph.inserting_after(launch):
+                module.graph.call_function(_free_tensor_storage, (launch.args[0],))
+            return
+
+
 def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
     """Copy-out reads the fused launch's handle instead of its wait."""
     for launch in fused_launches(module, AG):
