@@ -152,3 +152,76 @@ def test_exposed_sources_are_those_an_effect_reaches_other_than_through_the_sour
     except ValueError:
         return  # a refused case has its originals only
     agree(modules)
+
+
+def _sent(run, module, rank: int) -> dict[str, torch.Tensor]:
+    """What each tagged launch of ``module`` sends on ``rank`` in an identity run (flattened)."""
+    from fsdp_verify.checks.graph_facts import FSDP_KINDS
+    found = {}
+    for node in module.graph.nodes:
+        if node.meta.get("comm_type") in FSDP_KINDS and node.op == "call_function":
+            sent = run.inputs.get((rank, node.name))
+            if sent and isinstance(sent[0], torch.Tensor):
+                found[node.name] = (node.meta["comm_type"], sent[0].reshape(-1))
+    return found
+
+
+def _coded(run, module, rank: int, launch: str) -> bool:
+    """Whether everything ``launch`` sends came from coded sources (a fused launch: all its members')."""
+    from fsdp_verify.checks.graph_facts import by_name
+    coded = {name for (r, name) in run.sources if r == rank}
+    chain, seen, total = [by_name(module)[launch].args[0]], set(), 0
+    while chain:
+        item = chain.pop()
+        if not isinstance(item, torch.fx.Node) or item in seen:
+            continue
+        seen.add(item)
+        if item.name in coded:
+            total += run.sources[(rank, item.name)].numel()
+        else:
+            chain.extend(item.all_input_nodes)
+    return 0 < total == run.inputs[(rank, launch)][0].numel()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(cases("tiny"))
+def test_every_element_a_collective_moves_carries_its_own_code(case):
+    """The identity property the layout, conformance and numerics verdicts rest on: within what one
+    tagged launch sends (a fused one included), on originals and rewrites, no two elements share a
+    code (bit pattern), as long as the dtype's exact span holds them (reduce-scatter codes wrap)."""
+    from fsdp_verify.checks.findings import CheckContext
+    from fsdp_verify.checks.identity import _EXACT_INT
+    from fsdp_verify.engine.run_case import run_target
+    from fsdp_verify.targets import get_target
+    run = run_target(get_target("reference"), case)
+    if run.error is not None or not run.rewritten:
+        return
+    ctx = CheckContext(run, get_target("reference"))
+    for modules, ran in ((ctx.original, ctx.original_run), (ctx.rewritten, ctx.rewritten_run)):
+        if isinstance(ran, Exception):
+            continue
+        for rank, module in modules.items():
+            for launch, (kind, sent) in _sent(ran, module, rank).items():
+                if sent.dtype not in DTYPES or not _coded(ran, module, rank, launch):
+                    continue
+                if kind == "fsdp_reduce_scatter" and sent.numel() > (_EXACT_INT[sent.dtype] - 1) // 8:
+                    continue  # codes wrap past the exact span of a sum over up to 8 ranks
+                bits = sent.view(INT_VIEW[sent.element_size()]).tolist()
+                assert len(set(bits)) == len(bits), (f"rank {rank}: {launch} ({kind}) sends "
+                                                     f"{len(bits) - len(set(bits))} repeated codes")
+
+
+def test_member_major_packing_of_equal_size_members_is_seen_by_layout():
+    """Two members of equal element count (2x3 and 3x2): with one code range per parameter, the
+    gradient's range overlapped the next parameter's and a member-major reduce-scatter moved codes
+    that looked right."""
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    from fsdp_verify.targets.mutants import MUTANTS
+    case = Case(render(Blueprint(blocks=((ParamDraw((2, 3), view="flat"), ParamDraw((3, 2), view="flat")),))))
+    findings, _ = check_all(MUTANTS["rs_packed_member_major"], case)
+    assert ("layout", "element_misplaced") in {f.key for f in findings}
+    clean, _ = check_all(get_target("reference"), case)
+    assert not [f for f in clean if f.severity == "error"]

@@ -121,7 +121,12 @@ class IdentityCodes:
 
     def __init__(self, sources: dict[str, tuple[str, str, int]]) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
-        self.ranges: dict[tuple[str, int], tuple[int, int]] = {}  # (param, rank) -> (first counter, count)
+        # (source node, rank, elements) -> (first counter, count, param). Keyed by what a collective
+        # moves, never by parameter: a parameter's backward reduce-scatter source holds degree times
+        # the elements its forward all-gather source does, so a range shared by the two would
+        # overlap the next parameter's, and two members of one fused launch could carry equal codes
+        # (a member-major packing of equal-size members would then move nothing visible).
+        self.ranges: dict[tuple[str, int, int], tuple[int, int, str]] = {}
         self.next_base = 1
 
     @classmethod
@@ -131,12 +136,14 @@ class IdentityCodes:
                     for node in original.graph.nodes if node.meta.get("comm_type") in FSDP_KINDS
                     and node.args and isinstance(node.args[0], fx.Node)})
 
-    def _base(self, param: str, rank: int, count: int) -> int:
-        """Counter ranges are handed out on first use (the original's run) and reused for the rewrite."""
-        if (param, rank) not in self.ranges:
-            self.ranges[(param, rank)] = (self.next_base, count)
+    def _base(self, source: str, param: str, rank: int, count: int) -> int:
+        """Counter ranges are handed out on first use (the original's run) and reused for the rewrite
+        (its sources are the original's nodes, by name)."""
+        key = (source, rank, count)
+        if key not in self.ranges:
+            self.ranges[key] = (self.next_base, count, param)
             self.next_base += count
-        return self.ranges[(param, rank)][0]
+        return self.ranges[key][0]
 
     def coded(self, node: fx.Node, value: Any) -> bool:
         """Whether ``value``, ``node``'s result, is replaced by codes (floating sources of the
@@ -149,7 +156,8 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        made = _codes(kind, value.dtype, degree, self._base(param, rank, value.numel()), value.numel()).reshape(value.shape)
+        base = self._base(node.name, param, rank, value.numel())
+        made = _codes(kind, value.dtype, degree, base, value.numel()).reshape(value.shape)
         if value.is_contiguous():
             return made.clone()  # a fresh tensor: the run may write to it
         # the source's own strides, so that a rewrite's views of it fail or succeed as they would
@@ -162,7 +170,7 @@ class IdentityCodes:
             return "?"
         counter = gather_counter(int(flat.view(INT_VIEW[tensor.element_size()])[position]), tensor.dtype)
         period = gather_period(tensor.dtype)
-        for (param, rank), (base, count) in self.ranges.items():
+        for (_, rank, _), (base, count, param) in self.ranges.items():
             if counter is not None and (counter - base) % period < count:
                 return f"{param} (rank {rank}, element {(counter - base) % period})"
         return f"value {float(flat[position])}"

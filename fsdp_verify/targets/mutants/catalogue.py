@@ -99,6 +99,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.free_moved_early),
     Mutant("send_buffer_freed_early", "rank 0 frees a fused all-gather's send buffer before its wait",
            ("numerics",), damage=rewrite_bugs.send_buffer_freed_early),
+    Mutant("rs_packed_member_major", "a fused reduce-scatter packs its members member-major, not rank-major",
+           ("layout", "numerics"), damage=rewrite_bugs.rs_packed_member_major),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

@@ -82,6 +82,21 @@ def send_buffer_freed_early(module: fx.GraphModule, rank: int) -> None:
             return
 
 
+def rs_packed_member_major(module: fx.GraphModule, rank: int) -> None:
+    """A fused reduce-scatter packs its members one after another (member-major) instead of each
+    rank's shard of every member together (rank-major): each rank receives another rank's part."""
+    for launch in fused_launches(module, RS):
+        flat = launch.args[0]
+        packed = flat.args[0] if isinstance(flat, fx.Node) and flat.args else None
+        if not isinstance(packed, fx.Node) or packed.target is not aten.cat.default:
+            continue
+        rows = packed.args[0]
+        for row in rows:
+            row.args = (row.args[0], [-1])
+        packed.args = (rows, 0)
+        return
+
+
 def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
     """Copy-out reads the fused launch's handle instead of its wait."""
     for launch in fused_launches(module, AG):
