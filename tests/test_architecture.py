@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fsdp_verify.checks import Checker, registered
+from fsdp_verify.checks import Checker, CheckerError, registered
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,8 +146,24 @@ def test_registry_finds_every_checker_module():
     names = set(registered())
     assert {"planner", "dependencies", "ordering", "layout", "numerics", "consistency", "memory"} <= names
     assert all(isinstance(c, Checker) and c.summary for c in registered().values())
-    orders = [(c.hands_back, c.order) for c in registered().values()]
-    assert orders == sorted(orders) and registered()["planner"].order == min(order for _, order in orders)
+    order = list(registered())
+    assert order[0] == "planner" and order[-1] == "consistency" and registered()["consistency"].hands_back
+    assert all(order.index(before) < order.index(c.name) for c in registered().values() for before in c.after)
+
+
+def test_checker_order_comes_from_named_declarations_and_refuses_cycles_and_unknown_names():
+    from fsdp_verify.checks.registry import run_order
+
+    def make(name, after=(), hands_back=False):
+        return Checker(name, lambda ctx: [], after=after, hands_back=hands_back)
+    got = run_order([make("b", ("a",)), make("a"), make("z", hands_back=True), make("c", ("a",))], [make("p")])
+    assert [c.name for c in got] == ["a", "b", "c", "p", "z"]  # the project's own first, then plugins, then hand-backs
+    with pytest.raises(CheckerError, match="a cycle"):
+        run_order([make("a", ("b",)), make("b", ("a",))], [])
+    with pytest.raises(CheckerError, match="which no checker is called"):
+        run_order([make("a", ("nope",))], [])
+    with pytest.raises(CheckerError, match="mark it hands_back too"):
+        run_order([make("a", ("z",)), make("z", hands_back=True)], [])
 
 
 def test_a_checker_from_an_entry_point_is_registered(monkeypatch):
@@ -158,7 +174,7 @@ def test_a_checker_from_an_entry_point_is_registered(monkeypatch):
 
         @staticmethod
         def load():
-            return Checker("always_fine", lambda ctx: [], order=500, summary="finds nothing")
+            return Checker("always_fine", lambda ctx: [], summary="finds nothing")
 
     monkeypatch.setattr(registry, "entry_points", lambda group: [Point()] if group == registry.ENTRY_POINT_GROUP else [])
     registry.registered.cache_clear()

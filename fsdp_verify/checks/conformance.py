@@ -173,5 +173,5 @@ def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str,
     return []
 
 
-CHECKER = Checker(NAME, check_conformance, order=45,
+CHECKER = Checker(NAME, check_conformance, after=("layout",),
                   summary="each applied bucket is one launch sending what and where its plan says")

@@ -151,5 +151,5 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-CHECKER = Checker(NAME, check_consistency, order=60, hands_back=True,
+CHECKER = Checker(NAME, check_consistency, hands_back=True,
                   summary='fused meta, idempotence, stale plans, untouched collectives, volume')

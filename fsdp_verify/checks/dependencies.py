@@ -87,4 +87,4 @@ def check_dependencies(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-CHECKER = Checker(NAME, check_dependencies, order=20, summary='data edges, effect order, waits before reads, no read after free')
+CHECKER = Checker(NAME, check_dependencies, after=("planner",), summary='data edges, effect order, waits before reads, no read after free')

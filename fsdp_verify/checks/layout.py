@@ -91,4 +91,4 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
                     {k: v for k, v in after.inputs.items() if k[1] in watched}, codes, watched)
 
 
-CHECKER = Checker(NAME, check_layout, order=40, summary='packed offsets, checked with identity tensors')
+CHECKER = Checker(NAME, check_layout, after=("ordering",), summary='packed offsets, checked with identity tensors')

@@ -75,4 +75,4 @@ def check_memory(ctx: CheckContext) -> list[Finding]:
     return []
 
 
-CHECKER = Checker(NAME, check_memory, order=70, summary='peak live bytes within 2x the largest fused buffer')
+CHECKER = Checker(NAME, check_memory, after=("numerics",), summary='peak live bytes within 2x the largest fused buffer')

@@ -189,4 +189,4 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-CHECKER = Checker(NAME, check_numerics, order=50, summary='bitwise-equal outputs on every simulated rank')
+CHECKER = Checker(NAME, check_numerics, after=("conformance",), summary='bitwise-equal outputs on every simulated rank')

@@ -430,4 +430,4 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
             return findings
     return findings + _exchange_problems(case, reports)
 
-CHECKER = Checker(NAME, check_planner, order=10, summary='planner invariants of spec 5.2, re-derived from the graph')
+CHECKER = Checker(NAME, check_planner, summary='planner invariants of spec 5.2, re-derived from the graph')

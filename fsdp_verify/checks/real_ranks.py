@@ -18,7 +18,7 @@ def _judged_by_the_harness(ctx: CheckContext) -> list[Finding]:
     raise RuntimeError(f"{NAME}: {IN_HARNESS}")  # never reached: the skip reason always answers
 
 
-CHECKER = Checker(NAME, _judged_by_the_harness, order=95, default=False, skip_reason=lambda ctx: IN_HARNESS,
+CHECKER = Checker(NAME, _judged_by_the_harness, after=("memory",), default=False, skip_reason=lambda ctx: IN_HARNESS,
                   summary="real rank processes: each plans with its own hash seed, digests exchanged over the real "
                           "process group, real collectives vs the simulated world (--ranks real; judged by the "
                           "campaign, replay and gate after check_all)")

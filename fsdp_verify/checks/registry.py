@@ -21,12 +21,15 @@ class Checker:
     """A pure function of one context that returns findings, and when it applies.
 
     ``skip_reason(ctx)`` says why the checker cannot judge this context (None: it can); the
-    orchestration records that reason so a skipped check is reported, never silent.
+    orchestration records that reason so a skipped check is reported, never silent. ``after``
+    names the checkers it runs after: the more basic rules first, so a failure is named by the
+    rule it breaks first (``engine/signature.py``), and the planner before all (a target that
+    raised is judged by it).
     """
 
     name: str
     run: Callable[[CheckContext], list[Finding]]
-    order: int = 100
+    after: tuple[str, ...] = ()
     summary: str = ""
     skip_reason: Optional[Callable[[CheckContext], Optional[str]]] = None
     default: bool = True  # False: only when asked for by name (needs an execution resource)
@@ -59,17 +62,41 @@ def _entry_point_checkers() -> list[Checker]:
     return found
 
 
+def run_order(package: list[Checker], plugins: list[Checker]) -> list[Checker]:
+    """Every checker after those it names in ``after``; among the ready ones the project's own
+    first, then by name; those that hand the rewrite back to the target after all others."""
+    everyone = package + plugins
+    names = [c.name for c in everyone]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate is not None:
+        raise CheckerError(f"two checkers are called {duplicate!r}")
+    handing_back = {c.name for c in everyone if c.hands_back}
+    for checker in everyone:
+        missing = sorted(set(checker.after) - set(names))
+        if missing:
+            raise CheckerError(f"checker {checker.name!r} runs after {missing}, which no checker is called")
+        if not checker.hands_back and set(checker.after) & handing_back:
+            raise CheckerError(f"checker {checker.name!r} runs after a checker that hands the rewrite back, "
+                               f"which runs last: mark it hands_back too")
+    own = {c.name for c in package}
+    ordered: list[Checker] = []
+    for last in (False, True):
+        waiting = [c for c in everyone if c.hands_back == last]
+        while waiting:
+            done = {c.name for c in ordered}
+            ready = [c for c in waiting if set(c.after) <= done]
+            if not ready:
+                raise CheckerError(f"checkers {sorted(c.name for c in waiting)} name each other in after=: a cycle")
+            chosen = min(ready, key=lambda c: (c.name not in own, c.name))
+            ordered.append(chosen)
+            waiting.remove(chosen)
+    return ordered
+
+
 @lru_cache(maxsize=1)
 def registered() -> dict[str, Checker]:
-    """Every checker by name, in run order (the planner first, execution-backed ones later, and
-    those that hand the rewrite back to the target last)."""
-    checkers: dict[str, Checker] = {}
-    for checker in sorted(_package_checkers() + _entry_point_checkers(),
-                          key=lambda c: (c.hands_back, c.order, c.name)):
-        if checker.name in checkers:
-            raise CheckerError(f"two checkers are called {checker.name!r}")
-        checkers[checker.name] = checker
-    return checkers
+    """Every checker by name, in run order (``run_order``)."""
+    return {c.name: c for c in run_order(_package_checkers(), _entry_point_checkers())}
 
 
 def default_checkers() -> dict[str, Checker]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
            "github:owner/repo[@artifact] (read-only); a remote one is paired with a local folder (another --db "
            "folder, else .hypothesis-db)")
+DEFAULT_CORPUS = "corpus"
 DEFAULT_DEADLINE = 600.0  # seconds a target may take on one case before it is a finding
 
 
@@ -403,28 +404,36 @@ def cmd_coverage(args: argparse.Namespace) -> int:
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
+    """Exit 0: the candidate passes; 1: it violates an invariant; 2: a usage error, said before
+    any case runs (an unreadable corpus file included), so a CI step tells a broken call apart."""
     from fsdp_verify.corpus import example_db
-    from fsdp_verify.engine.gate import gate_report, stored_cases
+    from fsdp_verify.engine.gate import run_gate, stored_cases
     baseline, candidate = _target(args.baseline), _target(args.candidate)
-    entries, errors = _load_all(args.corpus) if args.corpus else ([], [])
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+    notes = []
+    paths = args.corpus
+    if paths is None:  # the default: the corpus folder of the working folder, when there is one
+        paths = [DEFAULT_CORPUS] if Path(DEFAULT_CORPUS).is_dir() else []
+        if not paths:
+            notes.append(f"note: no {DEFAULT_CORPUS}/ folder here: gating on generated (and stored) cases only")
+    entries, errors = _load_all(paths) if paths else ([], [])
+    if errors:
+        raise UsageError("gate: corpus: " + "; ".join(errors))
     databases = _databases(args)
     stored = stored_cases(example_db.open_database(databases)) if databases else []
     real = _real_session(args, args.seed)
     try:
         with _progress(args, "gate", unit="cases", bad="violations",
                        total=args.examples + len(entries) + len(stored)) as progress:
-            text, violations = gate_report(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
-                                           _deadline(args), progress=progress.update, stored=stored, real=real,
-                                           candidate_spec=args.candidate)
+            result = run_gate(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
+                              _deadline(args), progress=progress.update, stored=stored, real=real,
+                              candidate_spec=args.candidate, notes=notes)
     finally:
         if real is not None:
             real.close()
-    print(text)
-    if errors:
-        return 2
-    return 1 if violations else 0
+    print(result.text())
+    if args.markdown:
+        Path(args.markdown).write_text(result.markdown() + "\n")
+    return 0 if result.passed else 1
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -509,7 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--candidate", required=True, help="the changed target")
     gate.add_argument("--examples", type=_positive_int, default=100, help="generated cases (fixed seed)")
     gate.add_argument("--seed", type=int, default=0, help="seed of the generated cases")
-    gate.add_argument("--corpus", nargs="*", default=["corpus"], help="corpus folders/files to include")
+    gate.add_argument("--corpus", nargs="*", default=None,
+                      help=f"corpus folders/files to include (default: {DEFAULT_CORPUS}/ when the working folder "
+                           f"has one; an unreadable file is a usage error, before any case runs)")
+    gate.add_argument("--markdown", type=_writable_file, metavar="FILE",
+                      help="also write the verdict as Markdown (violations, plan differences as a table), e.g. "
+                           "for $GITHUB_STEP_SUMMARY or a pull-request comment")
     gate.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
                       help=DB_HELP + "; its examples of a default campaign (--strategy cases --size default) are "
                                      "replayed too, read only (a PR gate replays what the nightly found)")

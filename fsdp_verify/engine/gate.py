@@ -7,6 +7,7 @@ The candidate must not violate any invariant; the report shows what the change d
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
@@ -17,6 +18,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.engine.signature import primary
 from fsdp_verify.corpus.files import Entry
 from fsdp_verify.targets.base import Target
 
@@ -64,37 +66,176 @@ def _plan_shape(ctx) -> list[dict]:
     return [plan.to_dict() for plan in ctx.run.plans[min(ctx.run.plans)]]
 
 
-def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
-    """Human-readable differences between two targets' plans of one case."""
-    notes = []
+@dataclass(frozen=True)
+class PlanChange:
+    """How one planning round of one case changed between the baseline and the candidate."""
+
+    round: int
+    buckets: Optional[tuple[int, int]]  # buckets, baseline -> candidate; None: the same buckets
+    fused: tuple[int, int]  # multi-member buckets
+    fused_bytes: tuple[tuple[int, ...], tuple[int, ...]]  # bytes per fused bucket (first eight)
+    new_skips: tuple[str, ...]  # skip reasons only the candidate gives
+
+    def notes(self) -> list[str]:
+        lines = []
+        if self.buckets is not None:
+            lines.append(f"round {self.round}: {self.buckets[0]} -> {self.buckets[1]} buckets; multi-member "
+                         f"{self.fused[0]} -> {self.fused[1]}")
+            lines.append(f"  bytes per fused bucket {list(self.fused_bytes[0])} -> {list(self.fused_bytes[1])}")
+        if self.new_skips:
+            lines.append(f"round {self.round}: new skip reasons {list(self.new_skips)}")
+        return lines
+
+
+def plan_changes(base: list[dict], cand: list[dict]) -> list[PlanChange]:
+    """What the candidate does to the baseline's plans of one case, round by round."""
+    changes = []
     for index, (a, b) in enumerate(zip(base, cand)):
         groups_a = [[m["param_name"] for m in bk["members"]] for bk in a["buckets"]]
         groups_b = [[m["param_name"] for m in bk["members"]] for bk in b["buckets"]]
-        if groups_a != groups_b:
-            notes.append(f"round {index + 1}: {len(groups_a)} -> {len(groups_b)} buckets; multi-member "
-                         f"{sum(len(g) > 1 for g in groups_a)} -> {sum(len(g) > 1 for g in groups_b)}")
-            bytes_a = [bk["size_bytes"] for bk in a["buckets"] if bk["fusable"]]
-            bytes_b = [bk["size_bytes"] for bk in b["buckets"] if bk["fusable"]]
-            notes.append(f"  bytes per fused bucket {bytes_a[:8]} -> {bytes_b[:8]}")
         skips_a = Counter(d["reason"] for d in a["decisions"] if d["action"] == "skip")
         skips_b = Counter(d["reason"] for d in b["decisions"] if d["action"] == "skip")
-        new = sorted(set(skips_b) - set(skips_a))
-        if new:
-            notes.append(f"round {index + 1}: new skip reasons {new}")
+        new = tuple(sorted(set(skips_b) - set(skips_a)))
+        if groups_a == groups_b and not new:
+            continue
+        moved = groups_a != groups_b
+        changes.append(PlanChange(
+            index + 1, (len(groups_a), len(groups_b)) if moved else None,
+            (sum(len(g) > 1 for g in groups_a), sum(len(g) > 1 for g in groups_b)),
+            (tuple(bk["size_bytes"] for bk in a["buckets"] if bk["fusable"])[:8],
+             tuple(bk["size_bytes"] for bk in b["buckets"] if bk["fusable"])[:8]), new))
+    return changes
+
+
+def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
+    """Human-readable differences between two targets' plans of one case."""
+    notes = [line for change in plan_changes(base, cand) for line in change.notes()]
     if len(base) != len(cand):
         notes.append(f"{len(base)} planning rounds -> {len(cand)}")
     return notes
 
 
-def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
-                seed_value: int, deadline: float | None = None,
-                progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
-                real=None, candidate_spec: Optional[str] = None) -> tuple[str, int]:
-    """The report text and the number of candidate violations; ``progress`` hears (cases done,
-    violations) after every case. ``stored`` are cases from an example database. With ``real`` (a
-    ``checks.real_ranks.RealRanks``) the candidate also runs on real ranks (as ``candidate_spec``)."""
+@dataclass(frozen=True)
+class CaseNote:
+    """One case the report names: its number, label, and the first finding or the plan changes."""
+
+    number: int
+    label: str
+    checker: str = ""
+    rule: str = ""
+    message: str = ""
+    changes: tuple[PlanChange, ...] = ()
+    rounds: tuple[int, int] = (0, 0)
+
+
+@dataclass
+class GateResult:
+    """What the gate found: the candidate's violations, the cases it could not judge, the
+    baseline's own failures and every case whose plans differ."""
+
+    baseline: str
+    candidate: str
+    cases: int
+    generated: int
+    seed: int
+    from_corpus: int
+    from_database: int
+    violations: list[CaseNote] = field(default_factory=list)
+    invalid: list[CaseNote] = field(default_factory=list)
+    baseline_failures: int = 0
+    differing: list[CaseNote] = field(default_factory=list)
+    real: str = ""
+    notes: list[str] = field(default_factory=list)  # said before the cases ran (a missing corpus folder)
+
+    @property
+    def passed(self) -> bool:
+        return not self.violations
+
+    def text(self) -> str:
+        """The plain report the command prints."""
+        lines = [*self.notes,
+                 f"gate: baseline {self.baseline} vs candidate {self.candidate} on {self.cases} cases "
+                 f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
+                 f"{self.from_database} from the example database)",
+                 f"candidate violations: {len(self.violations)}",
+                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}" for n in self.violations[:20]),
+                 f"cases that cannot be judged (invalid, not passes): {len(self.invalid)}",
+                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}" for n in self.invalid[:20]),
+                 f"baseline violations: {self.baseline_failures}",
+                 f"cases whose plans differ: {len(self.differing)}"]
+        for note in self.differing[:20]:
+            lines.append(f"  case {note.number} ({note.label}):")
+            lines += [f"    {line}" for change in note.changes for line in change.notes()]
+            if note.rounds[0] != note.rounds[1]:
+                lines.append(f"    {note.rounds[0]} planning rounds -> {note.rounds[1]}")
+        lines.append(self.real)
+        lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if self.violations else "pass"))
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """The verdict for a pull request's job summary or comment: a headline, the violations,
+        and the plan differences as a table."""
+        verdict = "**FAIL**: the candidate violates invariants" if self.violations else "**pass**"
+        lines = [f"## fsdp-verify gate: {verdict}", "",
+                 f"Baseline `{self.baseline}`, candidate `{self.candidate}`: {self.cases} cases "
+                 f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
+                 f"{self.from_database} from the example database).", ""]
+        if self.notes:
+            lines += [*(f"> {note}" for note in self.notes), ""]
+        lines += ["| | cases |", "| --- | ---: |",
+                  f"| candidate violations | {len(self.violations)} |",
+                  f"| cannot be judged (invalid, not passes) | {len(self.invalid)} |",
+                  f"| baseline violations | {self.baseline_failures} |",
+                  f"| plans differ | {len(self.differing)} |", ""]
+        if self.violations:
+            lines += ["### Violations", "", "| case | checker | rule | finding |", "| ---: | --- | --- | --- |"]
+            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])} |"
+                      for n in self.violations[:50]]
+            lines.append("")
+        if self.invalid:
+            lines += ["### Cannot be judged", "", "| case | checker | rule | why |", "| ---: | --- | --- | --- |"]
+            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])} |"
+                      for n in self.invalid[:50]]
+            lines.append("")
+        if self.differing:
+            lines += ["### Plan differences", "",
+                      "| case | round | buckets | multi-member | bytes per fused bucket | new skip reasons |",
+                      "| ---: | ---: | --- | --- | --- | --- |"]
+            for note in self.differing[:50]:
+                for change in note.changes:
+                    same = change.buckets is None
+                    buckets = "same" if same else f"{change.buckets[0]} → {change.buckets[1]}"
+                    fused = "" if same else f"{change.fused[0]} → {change.fused[1]}"
+                    sizes = "" if same else \
+                        f"{list(change.fused_bytes[0])} → {list(change.fused_bytes[1])}"
+                    lines.append(f"| {note.number} `{_cell(note.label, 60)}` | {change.round} | {buckets} | {fused} | "
+                                 f"{sizes} | {', '.join(change.new_skips)} |")
+                if note.rounds[0] != note.rounds[1]:
+                    lines.append(f"| {note.number} `{_cell(note.label, 60)}` | | {note.rounds[0]} → {note.rounds[1]} "
+                                 f"planning rounds | | | |")
+            lines.append("")
+        if self.real:
+            lines += [self.real, ""]
+        return "\n".join(lines)
+
+
+def _cell(text: str, limit: int = 240) -> str:
+    """Text safe inside a Markdown table cell, cut at ``limit`` characters."""
+    text = str(text)
+    text = text if len(text) <= limit else text[:limit - 1] + "…"
+    return text.replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
+             seed_value: int, deadline: float | None = None,
+             progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
+             real=None, candidate_spec: Optional[str] = None, notes: Sequence[str] = ()) -> GateResult:
+    """Run every case through both targets; ``progress`` hears (cases done, violations) after every
+    case. ``stored`` are cases from an example database. With ``real`` (a ``RealRanks`` session)
+    the candidate also runs on real ranks (as ``candidate_spec``)."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
-    violations, baseline_failures, differing, invalid = [], 0, [], []
+    result = GateResult(baseline.name, candidate.name, len(cases), examples, seed_value, len(entries), len(stored),
+                        notes=list(notes))
     for number, case in enumerate(cases):
         base_findings, base_ctx = check_all(baseline, case, deadline=deadline)
         cand_findings, cand_ctx = check_all(candidate, case, deadline=deadline)
@@ -102,27 +243,29 @@ def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examp
             cand_findings = cand_findings + real_ranks.judge(real, case, candidate_spec or candidate.name,
                                                              cand_findings, cand_ctx)
         errors = [f for f in cand_findings if f.severity == ERROR]
-        baseline_failures += any(f.severity == ERROR for f in base_findings)
+        result.baseline_failures += any(f.severity == ERROR for f in base_findings)
         if errors:
-            violations.append(f"  case {number} ({case.label}): [{errors[0].checker}] {errors[0].message[:240]}")
+            first = primary(errors)
+            result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
         elif any(f.severity == INVALID for f in cand_findings):
             first = next(f for f in cand_findings if f.severity == INVALID)
-            invalid.append(f"  case {number} ({case.label}): [{first.checker}] {first.message[:240]}")
-        notes = plan_difference(_plan_shape(base_ctx), _plan_shape(cand_ctx))
-        if notes:
-            differing.append((number, case.label, notes))
+            result.invalid.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
+        base_plans, cand_plans = _plan_shape(base_ctx), _plan_shape(cand_ctx)
+        changes = plan_changes(base_plans, cand_plans)
+        if changes or len(base_plans) != len(cand_plans):
+            result.differing.append(CaseNote(number, case.label, changes=tuple(changes),
+                                             rounds=(len(base_plans), len(cand_plans))))
         if progress is not None:
-            progress(number + 1, len(violations))
-    lines = [f"gate: baseline {baseline.name} vs candidate {candidate.name} on {len(cases)} cases "
-             f"({examples} generated with seed {seed_value}, {len(entries)} from the corpus, {len(stored)} from the "
-             f"example database)",
-             f"candidate violations: {len(violations)}", *violations[:20],
-             f"cases that cannot be judged (invalid, not passes): {len(invalid)}", *invalid[:20],
-             f"baseline violations: {baseline_failures}",
-             f"cases whose plans differ: {len(differing)}"]
-    for number, label, notes in differing[:20]:
-        lines.append(f"  case {number} ({label}):")
-        lines += [f"    {note}" for note in notes]
-    lines.append(real_ranks.session_line(real))
-    lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if violations else "pass"))
-    return "\n".join(lines), len(violations)
+            progress(number + 1, len(result.violations))
+    result.real = real_ranks.session_line(real)
+    return result
+
+
+def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
+                seed_value: int, deadline: float | None = None,
+                progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
+                real=None, candidate_spec: Optional[str] = None) -> tuple[str, int]:
+    """The report text and the number of candidate violations (``run_gate``)."""
+    result = run_gate(baseline, candidate, entries, examples, seed_value, deadline, progress, stored, real,
+                      candidate_spec)
+    return result.text(), len(result.violations)

@@ -12,7 +12,9 @@ import os
 import signal
 import time
 import traceback
-from typing import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from torch import fx
@@ -26,6 +28,42 @@ from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.base import Target
 from fsdp_verify.targets.outcome import PlanRecord, TargetRun
 from fsdp_verify.targets.watch import watching
+
+
+class Sent(Enum):
+    """What a case's forked child tells its parent, in this order: watch events while the target
+    runs, that the target is done, then the checkers' report or the harness's own failure."""
+
+    WATCH = "watch"
+    TARGET_DONE = "target-done"
+    CHECKED = "checked"
+    HARNESS_ERROR = "harness-error"
+
+
+@dataclass(frozen=True)
+class ChildReport:
+    """The checkers' verdict on a case, as the child hands it to the parent (plain data)."""
+
+    findings: list[dict]
+    plans: dict[int, list[dict]]
+    metrics: dict
+    skipped: dict
+    error_type: Optional[str]
+    error_message: Optional[str]
+
+
+@dataclass(frozen=True)
+class ChildMessage:
+    """One message of the child: its kind and what that kind carries."""
+
+    kind: Sent
+    event: str = ""  # WATCH: "start" or "end" of a derivation of the planner oracle
+    report: Optional[ChildReport] = None  # CHECKED
+    trace: str = ""  # HARNESS_ERROR
+
+
+def _is(message: Any, kind: Sent) -> bool:
+    return isinstance(message, ChildMessage) and message.kind is kind
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
@@ -150,16 +188,17 @@ def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn,
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # the parent's deadline times the target alone: the watch says when each derivation starts and ends
     run = run_target(target, case, watch=only is None or "planner" in only,
-                     on_watch=lambda event: conn.send(("watch", event)))
-    conn.send(("target-done",))
+                     on_watch=lambda event: conn.send(ChildMessage(Sent.WATCH, event=event)))
+    conn.send(ChildMessage(Sent.TARGET_DONE))
     ctx = CheckContext(run, target)
     try:
         findings = check_run(ctx, only)
-        conn.send(("checked", [f.to_json() for f in findings],
-                   {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
-                   ctx.metrics, ctx.skipped, run.error_type, run.error_message))
+        report = ChildReport([f.to_json() for f in findings],
+                             {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
+                             ctx.metrics, ctx.skipped, run.error_type, run.error_message)
+        conn.send(ChildMessage(Sent.CHECKED, report=report))
     except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
-        conn.send(("harness-error", traceback.format_exc()))
+        conn.send(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()))
 
 
 def die_with_parent(signum: int = signal.SIGKILL, parent: int | None = None) -> None:
@@ -212,12 +251,12 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
                 pause -= spent
             else:
                 left -= spent
-            if message[0] != "watch":
+            if not _is(message, Sent.WATCH):
                 break
-            deriving = max(0, deriving + (1 if message[1] == "start" else -1)) if pause > 0 else 0
+            deriving = max(0, deriving + (1 if message.event == "start" else -1)) if pause > 0 else 0
         target_done = True
-        message = ("watch",)
-        while message[0] == "watch":  # one the target's leftover threads sent late is not the result
+        message = ChildMessage(Sent.WATCH)
+        while _is(message, Sent.WATCH):  # one the target's leftover threads sent late is not the result
             if not parent.poll(checks):
                 return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be "
                                            f"judged", severity=INVALID, details={"kind": "checker_timeout"},
@@ -235,13 +274,13 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
         if process.is_alive():
             process.kill()
         process.join(10)
-    if message[0] != "checked" or len(message) != 7:
-        why = message[1] if message[0] == "harness-error" and len(message) > 1 else f"unexpected message {message[0]!r}"
+    if not _is(message, Sent.CHECKED) or not isinstance(message.report, ChildReport):
+        why = message.trace if _is(message, Sent.HARNESS_ERROR) else f"unexpected message {type(message).__name__}"
         return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,
                         details={"kind": "harness_error", "traceback": why}, rule="harness_error")], ctx
-    _, findings, plans, metrics, skipped, error_type, error_message = message
-    ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in plans.items()}
-    ctx.run.error_type, ctx.run.error_message = error_type, error_message
-    ctx.metrics.update(metrics)
-    ctx.skipped.update(skipped)
-    return [_finding_from(doc) for doc in findings], ctx
+    report = message.report
+    ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in report.plans.items()}
+    ctx.run.error_type, ctx.run.error_message = report.error_type, report.error_message
+    ctx.metrics.update(report.metrics)
+    ctx.skipped.update(report.skipped)
+    return [_finding_from(doc) for doc in report.findings], ctx
