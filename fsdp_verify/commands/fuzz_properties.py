@@ -9,12 +9,48 @@ database. Not collected by the normal suite (``tests/test_fuzz_properties.py`` r
 from __future__ import annotations
 
 from hypothesis import HealthCheck, assume, given, settings
+from hypothesis.internal.reflection import function_digest
 
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.strategies import cases, hazard_graphs
 from fsdp_verify.targets import get_target
+
+
+def _hypofuzz_compatible() -> None:
+    """HypoFuzz 25.11.1 carries the explain phase's comments over to the shrunk example as
+    ``slice_comments``; Hypothesis 6.170 renamed them ``span_comments``, so HypoFuzz crashed on the
+    first failure it shrank. The old name is made to read and write the new one, on Hypothesis's
+    own classes and only where it is missing, so that HypoFuzz shrinks and saves what it finds."""
+    from hypothesis.internal.conjecture.data import ConjectureData, ConjectureResult
+    for cls in (ConjectureResult, ConjectureData):
+        if not hasattr(cls, "slice_comments"):
+            cls.slice_comments = property(lambda self: self.span_comments,
+                                          lambda self, value: setattr(self, "span_comments", value))
+
+
+_hypofuzz_compatible()
+
+# HypoFuzz keeps each shrunk failure under the test's key plus this suffix, where Hypothesis's own
+# replay (the reuse phase) does not look.
+HYPOFUZZ_SHRUNK = b".hypofuzz.failures.shrunk"
+
+
+def adopt_hypofuzz_failures(item) -> int:
+    """Copy the failures HypoFuzz shrank for this pytest item into the key Hypothesis replays first,
+    so that plain pytest fails at once on what a fuzzing run found (the pytest plugin calls this
+    before each property runs); returns how many it copied."""
+    inner = getattr(getattr(item.obj, "hypothesis", None), "inner_test", None)
+    database = settings.default.database
+    if inner is None or database is None:
+        return 0
+    inner._hypothesis_internal_add_digest = item.nodeid.encode()  # as Hypothesis's pytest plugin keys it
+    key = function_digest(inner)
+    found = list(database.fetch(key + HYPOFUZZ_SHRUNK))
+    for value in found:
+        database.save(key, value)
+    return len(found)
 
 
 # Slow, large and often-rejected cases are expected; nested_given must stay checked, or HypoFuzz

@@ -29,6 +29,13 @@ def pytest_configure(config: pytest.Config) -> None:
     profiles.load_default()
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before a fuzz property runs, what HypoFuzz found for it is made what Hypothesis replays first."""
+    module = getattr(item, "module", None)
+    if getattr(module, "__name__", "") == "fsdp_verify.commands.fuzz_properties":
+        module.adopt_hypofuzz_failures(item)
+
+
 def pytest_collect_file(parent: pytest.Collector, file_path: Path):
     if file_path.suffix == ".json" and "corpus" in file_path.parts and not file_path.name.startswith(".tmp-"):
         return CorpusFile.from_parent(parent, path=file_path)

@@ -1,4 +1,5 @@
-"""Hypothesis settings profiles, registered in one place: ``dev``, ``ci``, ``nightly`` and ``smoke``.
+"""Hypothesis settings profiles, registered in one place: ``dev``, ``ci``, ``nightly``, ``smoke``
+and ``replay`` (only the examples the database holds).
 
 ``ci`` bounds examples and drops deadlines so the suite fits 2 cores; ``nightly`` is the long
 campaign; ``smoke`` runs three examples without a database or shrinking, to see that properties
@@ -21,6 +22,9 @@ settings.register_profile("ci", max_examples=25, deadline=None, derandomize=True
                           suppress_health_check=SLOW_OK)
 settings.register_profile("smoke", max_examples=3, deadline=None, derandomize=True, database=None,
                           phases=[Phase.explicit, Phase.generate],
+                          suppress_health_check=SLOW_OK)
+# Only what the database holds: a failure HypoFuzz (or a campaign) found and shrank, replayed as is.
+settings.register_profile("replay", deadline=None, phases=[Phase.explicit, Phase.reuse], print_blob=True,
                           suppress_health_check=SLOW_OK)
 settings.register_profile("nightly", max_examples=5000, deadline=None, print_blob=True,
                           suppress_health_check=SLOW_OK)

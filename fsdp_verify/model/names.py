@@ -2,7 +2,7 @@
 without torch or Hypothesis so that ``fsdp-verify --help`` answers at once. The modules that
 give the names meaning use these tuples (sizes: ``tests/test_cli.py`` checks they agree)."""
 
-PROFILES = ("dev", "ci", "nightly", "smoke")
+PROFILES = ("dev", "ci", "nightly", "smoke", "replay")
 SIZES = ("tiny", "default", "medium", "large", "scale")
 STRATEGIES = ("cases", "hazards", "mutations", "captured")
 RANK_MODES = ("simulated", "real", "real:gloo", "real:nccl")  # --ranks: the simulated world, or real ranks
