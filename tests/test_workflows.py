@@ -44,7 +44,10 @@ def test_the_gate_runs_on_pull_requests_writes_markdown_to_the_summary_and_fails
     assert doc["permissions"]["pull-requests"] == "write"
 
 
-def test_the_nightly_uploads_the_database_the_gate_reads():
+def test_the_nightly_uploads_the_database_the_gate_reads_and_its_html_report():
     doc = _load("nightly-fuzz.yml")
     uploads = [s for job in doc["jobs"].values() for s in job["steps"] if "upload-artifact" in s.get("uses", "")]
     assert any(s["with"]["name"] == "hypothesis-example-db" for s in uploads)
+    fuzz = next(s for s in doc["jobs"]["fuzz"]["steps"] if "fsdp-verify fuzz" in s.get("run", ""))
+    assert "--html fuzz-report.html" in fuzz["run"]
+    assert any("fuzz-report.html" in s["with"]["path"] for s in uploads)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
            "github:owner/repo[@artifact] (read-only); a remote one is paired with a local folder (another --db "
            "folder, else .hypothesis-db)")
+HTML_HELP = "also write a self-contained HTML report here (summary, each finding with its picture and replay command)"
 DEFAULT_CORPUS = "corpus"
 DEFAULT_DEADLINE = 600.0  # seconds a target may take on one case before it is a finding
 
@@ -187,6 +188,23 @@ def _real_session(args: argparse.Namespace, seed: int = 0):
     return open_session(args.ranks, seed, _deadline(args), getattr(args, "real_fraction", 1.0))
 
 
+def _drawings(failures: Sequence[dict], target_name: str) -> dict:
+    """Each saved failure replayed in this process and drawn for the HTML page (the first
+    ``MAX_DRAWN``); a case that cannot be replayed gets a note saying why."""
+    from fsdp_verify.corpus import files as corpus
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.report.html import MAX_DRAWN, Drawing, drawing
+    drawn = {}
+    for failure in list(failures)[:MAX_DRAWN]:
+        try:
+            entry = corpus.load(failure["file"])
+            findings, ctx = check_all(_target(target_name), entry.case, keep_rewrite=True)
+            drawn[failure["file"]] = drawing(ctx, findings)
+        except Exception as exc:  # noqa: BLE001 - the page still lists the finding, with why it has no picture
+            drawn[failure["file"]] = Drawing(note=f"not drawn: {type(exc).__name__}: {exc}")
+    return drawn
+
+
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from fsdp_verify.engine import campaign
     from fsdp_verify.report.summary import junit_xml, summary_text
@@ -215,6 +233,9 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
         Path(args.junit).write_text(junit_xml(result, args.target))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
+    if args.html:
+        from fsdp_verify.report.html import campaign_html
+        Path(args.html).write_text(campaign_html(result, args.target, _drawings(result.failures, args.target)))
     bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
     code = 1 if bugs or result.harness_errors else 130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
@@ -259,10 +280,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     disagreements = 0
     from fsdp_verify.execute.ranks.judge import session_line
     real = _real_session(args)
+    outcomes = []
     try:
         with _progress(args, "replay", unit="cases", bad="different", total=len(entries)) as progress:
             for done, (path, entry) in enumerate(entries, 1):
                 outcome = replay(target, path, entry, _deadline(args), real, args.target)
+                outcomes.append(outcome)
                 disagreements += not outcome.agrees
                 progress.write(outcome.line(target))
                 progress.update(done, disagreements)
@@ -270,11 +293,33 @@ def cmd_replay(args: argparse.Namespace) -> int:
     finally:
         if real is not None:
             real.close()
-    print(f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
-          f"{disagreements} different, {len(errors)} unreadable")
+    summary = (f"{len(entries)} cases replayed against {target.name}: {len(entries) - disagreements} as expected, "
+               f"{disagreements} different, {len(errors)} unreadable")
+    print(summary)
+    if args.html:
+        _replay_html(args.html, target, outcomes, errors, summary)
     if errors:
         return 2
     return 1 if disagreements else 0
+
+
+def _replay_html(path: str, target, outcomes: list, errors: list[str], summary: str) -> None:
+    from fsdp_verify.report.html import Row, Section, table_html
+    first = {o.path: o.got.findings[0] if o.got.findings else ("", "") for o in outcomes}  # (checker, message)
+    rows = [Row(str(o.path), "as expected" if o.agrees else "DIFFERENT", checker=first[o.path][0],
+                message=first[o.path][1]) for o in outcomes]
+    different = [o for o in outcomes if not o.agrees]
+    drawings = _drawings([{"file": str(o.path)} for o in different], target.name)
+    sections = [Section(title=o.path.name, klass="different", checkers=list(o.got.checkers), rule="",
+                        message=(o.got.findings[0][1] if o.got.findings else f"now {o.got.status}"),
+                        file=str(o.path), commands=[f"fsdp-verify replay {o.path} --target {target.name}"],
+                        plan=drawings[str(o.path)].plan, svg=drawings[str(o.path)].svg,
+                        picture_note=drawings[str(o.path)].note) for o in different if str(o.path) in drawings]
+    verdict = "FAIL" if different or errors else "pass"
+    Path(path).write_text(table_html(f"fsdp-verify replay against {target.name}", verdict,
+                                     [("cases", len(outcomes)), ("as expected", len(outcomes) - len(different)),
+                                      ("different", len(different)), ("unreadable", len(errors))],
+                                     rows, sections, notes=[summary, *errors]))
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -433,6 +478,9 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print(result.text())
     if args.markdown:
         Path(args.markdown).write_text(result.markdown() + "\n")
+    if args.html:
+        from fsdp_verify.report.html import gate_html
+        Path(args.html).write_text(gate_html(result))
     return 0 if result.passed else 1
 
 
@@ -496,11 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
     _ranks_options(fuzz)
     fuzz.add_argument("--junit", type=_writable_file, help="write a JUnit XML report here")
     fuzz.add_argument("--json", type=_writable_file, help="write a JSON summary here")
+    fuzz.add_argument("--html", type=_writable_file, metavar="REPORT.html", help=HTML_HELP)
     fuzz.set_defaults(func=cmd_fuzz)
 
     replay = sub.add_parser("replay", parents=[shown], help="re-run corpus cases; exit 0 only if every verdict is as recorded")
     replay.add_argument("paths", nargs="*", help="case files or folders (default corpus/)")
     replay.add_argument("--target", default="reference", help="target to replay against (default reference)")
+    replay.add_argument("--html", type=_writable_file, metavar="REPORT.html", help=HTML_HELP)
     _isolation_options(replay)
     _ranks_options(replay)
     replay.set_defaults(func=cmd_replay)
@@ -524,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--markdown", type=_writable_file, metavar="FILE",
                       help="also write the verdict as Markdown (violations, plan differences as a table), e.g. "
                            "for $GITHUB_STEP_SUMMARY or a pull-request comment")
+    gate.add_argument("--html", type=_writable_file, metavar="REPORT.html", help=HTML_HELP)
     gate.add_argument("--db", action="append", type=_database, metavar="FOLDER|URL",
                       help=DB_HELP + "; its examples of a default campaign (--strategy cases --size default) are "
                                      "replayed too, read only (a PR gate replays what the nightly found)")

@@ -17,6 +17,7 @@ from fsdp_verify.checks.graph_facts import has_effect
 from fsdp_verify.graph.ops import target_name
 from fsdp_verify.graph.values import SpecError
 
+SHOWN = 160  # a graph larger than this is cut to the neighbourhood of what the finding names
 PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd")
 MAX_NODES = 600
 OFFENDER, DIVERGED = "#e41a1c", "#ff7f00"
@@ -81,10 +82,49 @@ def _near(launch: fx.Node) -> list[fx.Node]:
     return group
 
 
+def neighbourhood(module: fx.GraphModule, seeds: set[str], limit: int = SHOWN) -> list[fx.Node]:
+    """The nodes of ``module`` nearest ``seeds`` (by data edges, both ways), at most ``limit``, in
+    graph order: a large graph stays readable around what a finding names."""
+    nodes = list(module.graph.nodes)
+    if len(nodes) <= limit:
+        return nodes
+    by_name = {n.name: n for n in nodes}
+    frontier = ([by_name[name] for name in sorted(seeds) if name in by_name] or nodes[:1])[:limit]
+    kept: set[fx.Node] = set(frontier)
+    while frontier and len(kept) < limit:
+        step = []
+        for node in frontier:
+            for other in (*node.all_input_nodes, *node.users):
+                if other not in kept and len(kept) < limit:
+                    kept.add(other)
+                    step.append(other)
+        frontier = step
+    return [n for n in nodes if n in kept]
+
+
+def _seeds(ctx: CheckContext, findings: list[Finding], diverged: Optional[str]) -> set[str]:
+    """What a cut picture is centred on: the nodes findings name, the first divergence, else the
+    first bucket's members and fused launch."""
+    seeds = {name for f in findings for name in f.nodes} | ({diverged} if diverged else set())
+    if not seeds:
+        buckets = _buckets(ctx)
+        if buckets:
+            seeds = set(buckets[0][1]) | ({buckets[0][2]} if buckets[0][2] else set())
+    return seeds
+
+
+def shown_nodes(ctx: CheckContext, findings: list[Finding], diverged: Optional[str] = None) -> tuple[int, int]:
+    """(nodes drawn, nodes in all) of the first rank's original and rewrite."""
+    first = min(ctx.run.originals)
+    modules = [ctx.run.originals[first]] + ([ctx.run.rewritten[first]] if ctx.run.rewritten else [])
+    seeds = _seeds(ctx, findings, diverged)
+    return (sum(len(neighbourhood(m, seeds)) for m in modules), sum(len(m.graph.nodes) for m in modules))
+
+
 def _cluster(prefix: str, module: fx.GraphModule, groups: list[tuple[str, list[str]]], marks: set[str],
-             diverged: Optional[str]) -> list[str]:
+             diverged: Optional[str], seeds: Optional[set[str]] = None) -> list[str]:
     lines = [f"subgraph {_quote('cluster_' + prefix)} {{", f"label={_quote(prefix)};"]
-    nodes = list(module.graph.nodes)[:MAX_NODES]
+    nodes = neighbourhood(module, seeds or set())[:MAX_NODES]
     shown, placed = set(nodes), set()
     by_name = {n.name: n for n in nodes}
     for index, (title, names) in enumerate(groups):
@@ -102,14 +142,14 @@ def _cluster(prefix: str, module: fx.GraphModule, groups: list[tuple[str, list[s
     lines += [f"{_quote(prefix + ':' + s.name)} -> {_quote(prefix + ':' + n.name)};"
               for n in nodes for s in n.all_input_nodes if s in shown]
     total = len(module.graph.nodes)
-    if total > MAX_NODES:
-        lines.append(f"{_quote(prefix + ':more')} [label={_quote(f'... {total - MAX_NODES} more nodes')}];")
+    if total > len(nodes):
+        lines.append(f"{_quote(prefix + ':more')} [label={_quote(f'... {total - len(nodes)} more nodes not drawn')}];")
     lines.append("}")
     return lines
 
 
-def _text(ctx: CheckContext, findings: list[Finding], diverged: Optional[str]) -> str:
-    """The plan summary and the findings, as the note beside the graphs."""
+def plan_lines(ctx: CheckContext) -> list[str]:
+    """Each planning round of the first rank, in one line."""
     lines = []
     first = min(ctx.run.originals)
     for index, plan in enumerate(ctx.run.plans.get(first, [])):
@@ -118,6 +158,13 @@ def _text(ctx: CheckContext, findings: list[Finding], diverged: Optional[str]) -
                      f"{summary.get('candidate_collectives')} candidates of {summary.get('tagged_collectives')} "
                      f"tagged; skips {summary.get('reason_counts', {}).get('skip', {})}; "
                      f"splits {summary.get('reason_counts', {}).get('split', {})}")
+    return lines
+
+
+def _text(ctx: CheckContext, findings: list[Finding], diverged: Optional[str]) -> str:
+    """The plan summary and the findings, as the note beside the graphs."""
+    lines = plan_lines(ctx)
+    first = min(ctx.run.originals)
     if ctx.run.error:
         lines.append(f"target error: {ctx.run.error_type}: {ctx.run.error_message}")
     lines.append("findings:" if findings else "findings: none")
@@ -141,13 +188,16 @@ def dot_source(ctx: CheckContext, findings: list[Finding], diverged: Optional[st
              f"notes [shape=note fontsize=11 label={_quote(_text(ctx, findings, diverged) + chr(10))}];",
              'subgraph cluster_legend { label="legend"; fontsize=11;',
              *(f'legend_{i} [label={_quote(text)} {style}];' for i, (text, style) in enumerate(LEGEND)), "}"]
-    lines += _cluster("original", ctx.run.originals[first], [(t, names) for t, names, _ in buckets], marks, diverged)
+    seeds = _seeds(ctx, findings, diverged)
+    lines += _cluster("original", ctx.run.originals[first], [(t, names) for t, names, _ in buckets], marks, diverged,
+                      seeds)
     if ctx.run.rewritten:
         rewritten = ctx.run.rewritten[first]
         by_name = {n.name: n for n in rewritten.graph.nodes}
         groups = [(t, [n.name for n in _near(by_name[launch])]) for t, _, launch in buckets
                   if launch in by_name]
-        lines += _cluster("rewritten", rewritten, groups, marks, diverged)
+        lines += _cluster("rewritten", rewritten, groups, marks, diverged,
+                          seeds | {name for _, names in groups for name in names})
     lines.append("}")
     return "\n".join(lines)
 

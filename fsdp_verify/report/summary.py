@@ -29,7 +29,7 @@ def class_line(result: Result) -> str:
     for failure in result.failures:
         counts[failure.get("class", "defect")] = counts.get(failure.get("class", "defect"), 0) + 1
     bugs = counts.get("defect", 0) + counts.get("defect candidate", 0)
-    return f"{bugs} bugs" + "".join(f", {n} {kind}" for kind, n in sorted(counts.items())) if counts else "none"
+    return f"{bugs} bug{'' if bugs == 1 else 's'}" + "".join(f", {n} {kind}" for kind, n in sorted(counts.items())) if counts else "none"
 
 
 def _share(part: int, whole: int) -> str:
