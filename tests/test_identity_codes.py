@@ -225,3 +225,22 @@ def test_member_major_packing_of_equal_size_members_is_seen_by_layout():
     assert ("layout", "element_misplaced") in {f.key for f in findings}
     clean, _ = check_all(get_target("reference"), case)
     assert not [f for f in clean if f.severity == "error"]
+
+
+def test_a_layout_verdict_says_whether_it_is_a_proof_or_only_a_test():
+    """Distinct codes prove the data movement for every input; a bfloat16 reduce-scatter source past
+    its exact span repeats codes, and the case counts as tested, not proved (docs/proofs.md)."""
+    from fsdp_verify.checks.identity import capacity
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.report.tally import proofs_of
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    assert capacity("fsdp_reduce_scatter", torch.bfloat16, 2) == 127
+    small = Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),))))
+    large = Case(render(Blueprint(blocks=((ParamDraw((16, 16), dtype="bfloat16"), ParamDraw((3, 2))),))))
+    for case, proved in ((small, True), (large, False)):
+        findings, ctx = check_all(get_target("reference"), case)
+        assert not [f for f in findings if f.severity == "error"]
+        assert ctx.metrics["layout"]["proved"] is proved
+        assert proofs_of(ctx.metrics)["layout_proved" if proved else "layout_tested"] == 1

@@ -95,6 +95,14 @@ def scatter_codes(counters: torch.Tensor, dtype: torch.dtype, degree: int) -> to
     return ((counters % span + 1).to(torch.float64) / (1 << (span - 1).bit_length())).to(dtype)
 
 
+def capacity(kind: str, dtype: torch.dtype, degree: int) -> int:
+    """How many elements of one source get distinct codes: the all-gather period, or the span whose
+    ``degree``-fold sums stay exact (reduce-scatter)."""
+    if kind == "fsdp_reduce_scatter":
+        return max(1, (_EXACT_INT.get(dtype, 256) - 1) // degree)
+    return gather_period(dtype)
+
+
 _TABLE_LIMIT = 1 << 22  # counters past this are coded directly (a table would cost more memory than it saves)
 _TABLES: dict[tuple, torch.Tensor] = {}  # (kind, dtype, degree) -> the codes of counters 0, 1, ...
 
@@ -128,6 +136,9 @@ class IdentityCodes:
         # (a member-major packing of equal-size members would then move nothing visible).
         self.ranges: dict[tuple[str, int, int], tuple[int, int, str]] = {}
         self.next_base = 1
+        # sources whose codes repeat within themselves: more elements than the dtype's all-gather
+        # period, or than a reduce-scatter's exact span (their layout verdict is a test, not a proof)
+        self.wrapped: set[str] = set()
 
     @classmethod
     def of(cls, original: fx.GraphModule) -> "IdentityCodes":
@@ -156,6 +167,8 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
+        if value.numel() > capacity(kind, value.dtype, degree):
+            self.wrapped.add(node.name)
         base = self._base(node.name, param, rank, value.numel())
         made = _codes(kind, value.dtype, degree, base, value.numel()).reshape(value.shape)
         if value.is_contiguous():

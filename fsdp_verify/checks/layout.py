@@ -87,6 +87,8 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
+    # a proof for every input only where no source's codes repeat (docs/proofs.md)
+    ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped}
     return _compare({k: v for k, v in before.inputs.items() if k[1] in watched},
                     {k: v for k, v in after.inputs.items() if k[1] in watched}, codes, watched)
 

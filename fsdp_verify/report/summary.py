@@ -99,7 +99,9 @@ def summary_text(result: Result, target: str) -> str:
              f"{result.proofs['numerics_shared_runs']} cases on the shared runs, "
              f"{result.proofs['numerics_plain_runs']} on plain runs; planner: "
              f"{result.proofs['planner_rounds_watched']} later-round plans against the graph seen in the run, "
-             f"{result.proofs['planner_rounds_replayed']} against a replay",
+             f"{result.proofs['planner_rounds_replayed']} against a replay; layout: "
+             f"{result.proofs['layout_proved']} cases proved for every input (distinct codes), "
+             f"{result.proofs['layout_tested']} only tested (codes wrapped)",
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),

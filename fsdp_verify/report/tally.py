@@ -65,18 +65,20 @@ class Result:
 # plain runs (where codes could have hidden something), and later-round plans judged against the
 # graph seen in the target's own run or a replay of its earlier rounds.
 PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
-          "planner_rounds_watched", "planner_rounds_replayed")
+          "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_tested")
 
 
 def proofs_of(metrics: dict) -> Counter:
     """One case's contribution to ``Result.proofs``, from its checkers' metrics."""
     ordering, numerics, planner = metrics.get("ordering", {}), metrics.get("numerics", {}), metrics.get("planner", {})
+    layout = metrics.get("layout", {})
     runs = str(numerics.get("runs", ""))
     return Counter({"ordering_segments_lockstep": ordering.get("segments_by_lockstep", 0),
                     "ordering_segments_z3": ordering.get("segments_by_z3", 0),
                     "numerics_shared_runs": int(runs == "shared"), "numerics_plain_runs": int(runs.startswith("plain")),
                     "planner_rounds_watched": planner.get("later_rounds_watched", 0),
-                    "planner_rounds_replayed": planner.get("later_rounds_replayed", 0)})
+                    "planner_rounds_replayed": planner.get("later_rounds_replayed", 0),
+                    "layout_proved": int(layout.get("proved") is True), "layout_tested": int(layout.get("proved") is False)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:
