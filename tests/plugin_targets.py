@@ -23,6 +23,30 @@ class Hanging(Target):
         return {}
 
 
+class Hoarding(Target):
+    """Allocates without bound (a leak in a planner's cache, say)."""
+
+    name = "hoarding"
+
+    def rewrite(self, case, modules):
+        import torch
+        hoard = []
+        while True:
+            hoard.append(torch.empty(16 << 20))  # 64 MiB a time, never touched
+
+
+class Scribbling(Target):
+    """Writes to the disk without bound (a debug dump left on)."""
+
+    name = "scribbling"
+
+    def rewrite(self, case, modules):
+        import tempfile
+        with tempfile.TemporaryFile() as out:
+            while True:
+                out.write(b"x" * (8 << 20))
+
+
 class Unlinted(Target):
     """Returns a graph whose nodes are out of topological order."""
 

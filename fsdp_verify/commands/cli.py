@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -266,6 +267,26 @@ def _isolation_options(parser: argparse.ArgumentParser) -> None:
                              f"checkers run in a forked child, so a hang, crash or exit is a finding")
     parser.add_argument("--in-process", action="store_true",
                         help="run targets in this process (faster to profile; a native crash then ends the run)")
+    parser.add_argument("--max-memory", type=_size, default=None, metavar="BYTES",
+                        help="memory a case's forked child may allocate beyond what it starts with (default 8G; "
+                             "0: no limit): a target past it fails as a finding, never the harness")
+    parser.add_argument("--max-output", type=_size, default=None, metavar="BYTES",
+                        help="largest file a case's forked child may write (default 1G; 0: no limit)")
+
+
+def _size(text: str) -> int:
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)[bB]?\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a size such as 512M, 8G or 0")
+    return int(match.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[match.group(2).lower()]
+
+
+def _apply_limits(args: argparse.Namespace) -> None:
+    """The child limits travel by environment, so every worker and child inherits them."""
+    from fsdp_verify.engine.run_case import MEMORY_ENV, OUTPUT_ENV
+    for name, value in ((MEMORY_ENV, getattr(args, "max_memory", None)), (OUTPUT_ENV, getattr(args, "max_output", None))):
+        if value is not None:
+            os.environ[name] = str(value)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -641,6 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fsdp_verify.corpus import profiles
     profiles.load_default()
     try:
+        _apply_limits(args)
         return args.func(args)
     except UsageError as exc:
         print(f"fsdp-verify: error: {exc}", file=sys.stderr)

@@ -178,11 +178,49 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
         return _check_isolated(target, case, only, deadline, check_limit)
 
 
+# What a case's forked child may use beyond what it inherits: address space (bytes) and the size of
+# any file it writes. Set by --max-memory / --max-output through the environment, so campaign
+# workers (forked or spawned) inherit them. A target past a limit fails in its own child: an
+# allocation raises MemoryError, a write past the file limit raises "File too large" (Python ignores
+# SIGXFSZ; native code that does not is killed by it): a finding either way, and the harness is
+# never the process the kernel's OOM killer picks.
+MEMORY_ENV, OUTPUT_ENV = "FSDP_VERIFY_MAX_MEMORY", "FSDP_VERIFY_MAX_OUTPUT"
+DEFAULT_MAX_MEMORY = 8 << 30
+DEFAULT_MAX_OUTPUT = 1 << 30
+
+
+def _limit(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def limit_child() -> None:
+    """Cap the current (child) process: its address space may grow by the memory limit over what
+    it holds now (torch maps much it never touches), and no file it writes may pass the output limit."""
+    import resource
+    memory, output = _limit(MEMORY_ENV, DEFAULT_MAX_MEMORY), _limit(OUTPUT_ENV, DEFAULT_MAX_OUTPUT)
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        mapped = 0
+    for kind, value in ((resource.RLIMIT_AS, mapped + memory if memory > 0 else -1),
+                        (resource.RLIMIT_FSIZE, output if output > 0 else -1)):
+        if value > 0:
+            try:
+                resource.setrlimit(kind, (value, resource.getrlimit(kind)[1]))
+            except (ValueError, OSError):
+                pass  # a hard limit already lower: it stands
+
+
 def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn, parent: int) -> None:
     # A forked child must not enter the parent's OpenMP team: libgomp is not fork-safe, and the
     # first parallel op (layer_norm, matmul) would wait forever on the parent's threads.
     torch.set_num_threads(1)
     die_with_parent(parent=parent)
+    limit_child()
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
