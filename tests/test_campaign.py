@@ -3,6 +3,7 @@ budget that holds (while shrinking and with a hanging target too)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import replace
 
@@ -117,3 +118,26 @@ def test_the_report_says_what_the_ordering_and_numerics_verdicts_rested_on(tmp_p
     assert proofs["planner_rounds_watched"] > 0 and proofs["planner_rounds_replayed"] == 0  # all seen in the run
     assert "proved by       ordering:" in summary_text(result, "reference")
     assert 'name="ordering_segments_z3"' in junit_xml(result, "reference")
+
+
+def test_a_corpus_folder_that_cannot_be_written_loses_no_failure(tmp_path):
+    """The corpus folder stops being writable mid-run (here a file stands where it should be; as
+    root, permissions would not stop the write; the command line refuses such a folder up front):
+    the failure's case goes to the JSON summary and the printout in full, and the summary counts a
+    harness error, so the exit code is 1."""
+    from fsdp_verify.report.summary import summary_text
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    result = campaign.run(_config(blocker / "found", "mutant:avg_twice", max_failures=1))
+    assert result.failures and result.harness_errors == len(result.failures)
+    failure = result.failures[0]
+    assert failure["file"] is None and any("cannot be written" in note for note in result.notes)
+    saved = tmp_path / "kept.json"
+    saved.write_text(json.dumps(failure["case"]))
+    assert corpus.load(saved).case.graph.nodes  # the case kept in the summary is whole
+    text = summary_text(result, "mutant:avg_twice")
+    assert "(NOT SAVED)" in text and '"schema"' in text
+    assert json.loads(json.dumps(result.to_json()))["failures"][0]["case"] == failure["case"]
+    from fsdp_verify.report.html import campaign_html
+    from fsdp_verify.report.summary import junit_xml
+    assert "NOT SAVED" in junit_xml(result, "mutant:avg_twice") and "(not saved)" in campaign_html(result, "t")

@@ -312,8 +312,14 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         return  # the same bug again: one failure, not two
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label))
-    path, written = corpus.save(entry, config.corpus_dir)
-    if path.stem != entry.key:
+    try:
+        path, written = corpus.save(entry, config.corpus_dir)
+    except (OSError, corpus.CorpusError) as exc:  # a full, read-only or vanished folder loses nothing
+        path, written = None, False
+        result.harness_errors += 1
+        result.notes.append(f"the corpus folder {config.corpus_dir} cannot be written ({type(exc).__name__}: "
+                            f"{exc}): this failure's case is kept in the summary in full (failures[].case)")
+    if path is not None and path.stem != entry.key:
         result.notes.append(f"{Path(config.corpus_dir) / (entry.key + '.json')} is unreadable or holds another "
                             f"case; left as it is, this failure was saved as {path.name}")
     result.signatures.add(signature)
@@ -321,7 +327,9 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         result.by_checker[checker] += 1
     kind, why = classify(target, case, tuple(entry.verdict.checkers),
                          [f for f in findings if f.severity == ERROR])
-    result.failures.append({"file": str(path), "new": written, "checkers": list(entry.verdict.checkers),
+    result.failures.append({"file": None if path is None else str(path), "new": written,
+                            **({"case": entry.to_json()} if path is None else {}),
+                            "checkers": list(entry.verdict.checkers),
                             "message": primary(findings).message, "nodes": len(case.graph.nodes),
                             "rule": primary(findings).rule,
                             "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],

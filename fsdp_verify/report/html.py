@@ -98,10 +98,11 @@ def campaign_sections(result: Result, target: str, drawings: dict[str, Drawing])
     """A section per saved failure, with its drawing when ``drawings`` has one (by file)."""
     sections = []
     for failure in result.failures:
-        file = failure["file"]
-        drawn = drawings.get(file, Drawing(note="not drawn"))
+        file = failure["file"] or ""
+        drawn = drawings.get(file, Drawing(note="not drawn" if file else "not saved: the corpus folder cannot "
+                                                                          "be written; the case is in the JSON summary"))
         sections.append(Section(
-            title=Path(file).name, klass=failure.get("class", "defect"), checkers=list(failure.get("checkers", [])),
+            title=Path(file).name if file else "(not saved)", klass=failure.get("class", "defect"), checkers=list(failure.get("checkers", [])),
             rule=str(failure.get("rule", "")), message=failure.get("message", ""), file=file,
             commands=[replay_command(failure, target), f"fsdp-verify show {file} --target {target} --svg case.svg"],
             signature=[str(part) for part in failure.get("signature", [])],

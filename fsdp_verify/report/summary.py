@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -107,14 +108,18 @@ def summary_text(result: Result, target: str) -> str:
              "reason coverage (first round, rank 0):", *coverage_lines(result),
              *(f"note: {note}" for note in result.notes)]
     for failure in result.failures:
-        lines.append(f"  FAIL {failure['file']} [{', '.join(failure['checkers'])}] ({failure['nodes']} nodes; "
-                     f"{failure.get('class', 'defect')}): {failure['message'][:200]}\n       replay: {replay_command(failure, target)}")
+        lines.append(f"  FAIL {failure['file'] or '(NOT SAVED)'} [{', '.join(failure['checkers'])}] "
+                     f"({failure['nodes']} nodes; {failure.get('class', 'defect')}): {failure['message'][:200]}\n"
+                     f"       replay: {replay_command(failure, target)}")
+        if failure.get("file") is None and "case" in failure:  # the corpus could not be written: nothing is lost
+            lines.append("       the case, in full (save it as a .json file to replay it):\n" +
+                         json.dumps(failure["case"], sort_keys=True))
     return "\n".join(lines)
 
 
 def replay_command(failure: dict, target: str) -> str:
     """The command that reproduces one saved failure."""
-    return f"fsdp-verify replay {failure['file']} --target {target}"
+    return f"fsdp-verify replay {failure['file'] or 'CASE.json'} --target {target}"
 
 
 def junit_xml(result: Result, target: str) -> str:
@@ -146,11 +151,13 @@ def junit_xml(result: Result, target: str) -> str:
         [f"{result.examples} examples", *skipped_lines(result), *ranks_lines(result)])
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
-                             name=Path(failure["file"]).name)
+                             name=Path(failure["file"]).name if failure["file"] else "not-saved")
         command = replay_command(failure, target)
         kind = failure.get("class", "defect")
         verdict = "failure" if kind in ("defect", "defect candidate") else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
                       type=",".join(failure["checkers"])).text = f"{failure['message']}\n\nreplay: {command}"
-        ET.SubElement(case, "system-out").text = f"{failure['file']}\nreplay: {command}"
+        ET.SubElement(case, "system-out").text = (f"{failure['file']}\nreplay: {command}" if failure["file"] else
+                                                  "NOT SAVED (the corpus folder cannot be written); the case:\n"
+                                                  + json.dumps(failure.get("case"), sort_keys=True))
     return ET.tostring(suite, encoding="unicode")
