@@ -149,3 +149,23 @@ class NeverSeesThese(Target):
 
     def contract_mismatches(self, case, checkers=()):
         return ["every graph here is a form this target never receives"]
+
+
+def _dies_once(module, rank) -> None:
+    """avg_twice, and the first worker process to rewrite a case after the campaign saved a failure
+    kills itself (SIGKILL, as the OOM killer would): once per marker file."""
+    import os
+    import signal
+    from pathlib import Path
+
+    from fsdp_verify.targets.mutants import rewrite_bugs
+    rewrite_bugs.avg_twice(module, rank)
+    marker, corpus = os.environ.get("FSDP_TEST_DIE_MARKER"), os.environ.get("FSDP_TEST_DIE_CORPUS")
+    if marker and corpus and not Path(marker).exists() and any(Path(corpus).glob("*.json")):
+        Path(marker).write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def dies_once():
+    from fsdp_verify.targets.mutants.base import Mutant
+    return Mutant("dies_once", "avg_twice, and one worker is killed once", ("numerics",), damage=_dies_once)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from dataclasses import replace
 
 from fsdp_verify.engine import campaign
@@ -141,3 +142,20 @@ def test_a_corpus_folder_that_cannot_be_written_loses_no_failure(tmp_path):
     from fsdp_verify.report.html import campaign_html
     from fsdp_verify.report.summary import junit_xml
     assert "NOT SAVED" in junit_xml(result, "mutant:avg_twice") and "(not saved)" in campaign_html(result, "t")
+
+
+def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_restarted(tmp_path, monkeypatch):
+    """One worker is SIGKILLed (as the OOM killer would) after a failure was saved: the parent says
+    which worker died and when, keeps the failures it had streamed, restarts it, and counts a
+    harness error (exit 1)."""
+    corpus_dir = tmp_path / "found"
+    monkeypatch.setenv("FSDP_TEST_DIE_MARKER", str(tmp_path / "died"))
+    monkeypatch.setenv("FSDP_TEST_DIE_CORPUS", str(corpus_dir))
+    config = _config(corpus_dir, "plugin_targets:dies_once", budget=campaign.Budget(seconds=20), max_failures=3,
+                     deadline=None)
+    result = campaign.run_parallel(config, 2)
+    assert (tmp_path / "died").exists()
+    deaths = [note for note in result.notes if "died" in note]
+    assert len(deaths) == 1 and "SIGKILL" in deaths[0] and "restarted as worker 2" in deaths[0], result.notes
+    assert result.harness_errors == 1 and result.failures
+    assert all(Path(f["file"]).exists() for f in result.failures if f["file"])

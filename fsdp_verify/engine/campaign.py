@@ -28,6 +28,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, die_with_parent
+from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
 from fsdp_verify.engine.signature import signature as root_cause
@@ -148,12 +149,16 @@ def _strategy(config: Config, target: Optional[Any] = None):
 Tick = Callable[[int, int], None]  # progress callback: (examples judged, distinct failures saved)
 
 
-def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_ranks.RealRanks] = None) -> Result:
+def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_ranks.RealRanks] = None,
+        on_failure: Optional[Callable[[dict], None]] = None) -> Result:
     """Fuzz until the budget is spent or ``max_failures`` distinct failures are saved; ``progress``
-    hears the counts after every example. ``session``: real ranks to use (and leave open) instead of
-    the ones ``config.ranks`` opens."""
+    hears the counts after every example, and ``on_failure`` each saved failure's record as soon as
+    it is saved (a worker streams them, so its parent keeps them if the worker is killed).
+    ``session``: real ranks to use (and leave open) instead of the ones ``config.ranks`` opens."""
     target = get_target(config.target)
     result = Result()
+    if on_failure is not None:
+        progress = _streaming(result, progress, on_failure)
     start = time.monotonic()
     database = example_db.open_database(config.db)
     base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
@@ -279,6 +284,19 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                 progress(result.examples, len(result.failures))
 
 
+def _streaming(result: Result, progress: Optional[Tick], on_failure: Callable[[dict], None]) -> Tick:
+    """``progress`` that first hands ``on_failure`` every failure saved since its last call."""
+    sent = [0]
+
+    def tick(examples: int, failures: int) -> None:
+        while sent[0] < len(result.failures):
+            on_failure(result.failures[sent[0]])
+            sent[0] += 1
+        if progress is not None:
+            progress(examples, failures)
+    return tick
+
+
 def _fail(signature: tuple) -> None:
     """The one place the property fails from: Hypothesis tells failures apart by where they are
     raised, and one campaign run shrinks one signature."""
@@ -369,7 +387,13 @@ def _worker(config: Config, results, parent: int) -> None:
         if time.monotonic() - last[0] >= TICK_EVERY:
             last[0] = time.monotonic()
             results.put(("tick", config.worker, (examples, failures)))
-    results.put(("done", config.worker, run(config, tick)))
+
+    def saved(failure: dict) -> None:
+        results.put(("failure", config.worker, failure))
+    results.put(("done", config.worker, run(config, tick, on_failure=saved)))
+
+
+MAX_RESTARTS = 3  # workers restarted in one campaign after they died; past that the run ends short
 
 
 def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Optional[Tick] = None) -> Result:
@@ -381,34 +405,76 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
-    processes = [context.Process(target=_worker,
-                                 args=(Config(**{**config.__dict__, "worker": index}), results, os.getpid()))
-                 for index in range(workers)]
-    for process in processes:
+    began = time.monotonic()
+
+    def start(index: int, budget: Budget) -> Any:
+        process = context.Process(target=_worker, args=(Config(**{**config.__dict__, "worker": index,
+                                                                  "budget": budget}), results, os.getpid()))
         process.start()
+        return process
+
+    running = {index: start(index, config.budget) for index in range(workers)}  # worker index -> process
+    processes = list(running.values())
     merged, done, counts = Result(), set(), {}
+    streamed: dict[int, list[dict]] = {}  # failures a running worker has saved, kept if it dies
+    restarts = 0
 
     def receive(timeout: float) -> None:
         kind, index, part = results.get(timeout=timeout)
         if kind == "tick":
             counts[index] = part
+        elif kind == "failure":
+            streamed.setdefault(index, []).append(part)
         else:
             done.add(index)
+            streamed.pop(index, None)  # the worker's own result holds them
             merged.merge(part)
             counts[index] = (part.examples, len(part.failures))
         report()
+
+    def bury(index: int, process: Any) -> None:
+        """A worker died without its result: keep what it streamed, say so, and restart it."""
+        nonlocal restarts
+        seen, kept = counts.pop(index, (0, 0))[0], streamed.pop(index, [])
+        merged.examples += seen
+        for failure in kept:
+            merged.add_failure(failure)
+        merged.harness_errors += 1
+        elapsed = time.monotonic() - began
+        note = (f"worker {index} died {elapsed:.1f}s into the run ({exit_reason(process.exitcode)}) after "
+                f"{seen} examples: its {len(kept)} saved failures are kept, the examples it ran since its last "
+                f"report (at most {TICK_EVERY:g}s of work) are lost")
+        left = None if config.budget.seconds is None else config.budget.seconds - elapsed
+        todo = None if config.budget.examples is None else config.budget.examples - seen
+        if restarts < MAX_RESTARTS and not Stop.requested and (left is None or left > 1) and (todo is None or todo > 0):
+            restarts += 1
+            new = workers + restarts - 1  # a fresh seed stream
+            running[new] = start(new, Budget(seconds=left, examples=todo))
+            processes.append(running[new])
+            note += f"; restarted as worker {new}"
+        else:
+            note += "; not restarted"
+        merged.notes.append(note)
 
     def report() -> None:
         if progress is not None and counts:
             progress(sum(n for n, _ in counts.values()), sum(f for _, f in counts.values()))
 
     try:
-        while len(done) < workers:
+        while len(done) < len(running):
             try:
                 receive(0.5)
             except queue.Empty:
-                if not any(p.is_alive() for p in processes):
-                    break  # a worker died without a result
+                for index, process in list(running.items()):
+                    if index not in done and not process.is_alive():
+                        try:  # its result may still be in the queue
+                            while True:
+                                receive(0.2)
+                        except queue.Empty:
+                            pass
+                        if index not in done:
+                            bury(index, process)
+                            done.add(index)
                 report()  # keeps a periodic progress line periodic while examples are slow
     except KeyboardInterrupt:
         merged.interrupted = True
@@ -416,7 +482,7 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
             if process.is_alive():
                 os.kill(process.pid, signal.SIGINT)
         deadline = time.monotonic() + grace
-        while len(done) < workers and time.monotonic() < deadline:
+        while len(done) < len(running) and time.monotonic() < deadline:
             try:
                 receive(max(0.05, deadline - time.monotonic()))
             except queue.Empty:
@@ -426,7 +492,7 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
             if process.is_alive():
                 process.kill()
             process.join(5)
-    lost = [p for index, p in enumerate(processes) if index not in done]
+    lost = [p for index, p in running.items() if index not in done]
     if lost and not merged.interrupted:
         merged.harness_errors += len(lost)
         merged.notes.append(f"{len(lost)} worker(s) ended without a result (exit codes "

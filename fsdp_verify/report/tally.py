@@ -34,9 +34,9 @@ class Result:
         self.examples += other.examples
         self.shrink_steps += other.shrink_steps
         self.seconds = max(self.seconds, other.seconds)
-        self.by_checker.update(other.by_checker)
         self.decisions.update(other.decisions)
-        self.failures.extend(other.failures)
+        for failure in other.failures:
+            self.add_failure(failure)
         self.invalid += other.invalid
         self.repeats += other.repeats
         self.skipped.update(other.skipped)
@@ -47,6 +47,16 @@ class Result:
         self.harness_errors += other.harness_errors
         self.notes.extend(other.notes)
         self.ranks = merge_ranks(self.ranks, other.ranks)
+
+    def add_failure(self, failure: dict) -> None:
+        """A failure another worker saved; one bug found by two workers is one failure (by its
+        signature, the root cause), counted once by checker and the second time as a repeat."""
+        key = tuple(failure.get("signature") or ()) or id(failure)
+        if any((tuple(f.get("signature") or ()) or id(f)) == key for f in self.failures):
+            self.repeats += 1
+            return
+        self.failures.append(failure)
+        self.by_checker.update(failure.get("checkers", []))
 
     def to_json(self) -> dict:
         return {"examples": self.examples, "shrink_steps": self.shrink_steps, "seconds": round(self.seconds, 3),
