@@ -65,14 +65,41 @@ def test_bad_values_say_what_is_accepted(text, message):
 
 
 def test_a_remote_is_paired_with_a_local_folder_and_an_artifact_is_read_only(tmp_path):
-    db = example_db.open_database(["github:pytorch/pytorch@nightly-db"])
+    db = example_db.open_database(["github:pytorch/pytorch@nightly-db"]).inner
     assert isinstance(db, MultiplexedDatabase)
     remote, local = db._wrapped  # noqa: SLF001 - the structure is the point
     assert isinstance(remote, ReadOnlyDatabase) and isinstance(remote._wrapped, GitHubArtifactDatabase)
     assert remote._wrapped.artifact_name == "nightly-db"
     assert isinstance(local, DirectoryBasedExampleDatabase) and str(local.path) == example_db.LOCAL_DEFAULT
-    folder = example_db.open_database([str(tmp_path)])
+    folder = example_db.open_database([str(tmp_path)]).inner
     assert isinstance(folder, DirectoryBasedExampleDatabase) and example_db.open_database([]) is None
+
+
+def test_a_corrupted_or_truncated_entry_is_skipped_with_one_warning(tmp_path):
+    from hypothesis.database import choices_to_bytes
+    db = example_db.open_database([str(tmp_path)])
+    good = choices_to_bytes([1, 2.5, b"x", True])
+    db.save(b"key", good)
+    db.save(b"key", good[:6])  # truncated inside a choice
+    db.save(b"key", b"\xff\x00garbage")
+    with pytest.warns(RuntimeWarning, match=r"skipped 2 unreadable entries"):
+        assert list(db.fetch(b"key")) == [good]
+    assert list(db.fetch(b"key")) == [good]  # one warning per key
+
+
+def test_a_campaign_over_a_database_with_corrupted_entries_runs(tmp_path):
+    """Garbage files in the example database's folder under the campaign's own key: the campaign
+    skips them (with a warning) and runs its examples."""
+    import warnings
+    config = _config(tmp_path, "run", (str(tmp_path / "db"),), seed=3, examples=5)
+    key = campaign.database_key(config)
+    raw = example_db.open_database([str(tmp_path / "db")]).inner
+    raw.save(key, b"\x00\x01not choices")
+    raw.save(key, b"")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = campaign.run(config)
+    assert result.examples >= 1 and result.harness_errors == 0
 
 
 def _config(tmp_path, name: str, db: tuple, seed: int, examples: int) -> campaign.Config:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Optional, Sequence
 from urllib.parse import urlparse
@@ -21,6 +22,7 @@ from hypothesis.database import (
     GitHubArtifactDatabase,
     MultiplexedDatabase,
     ReadOnlyDatabase,
+    choices_from_bytes,
 )
 
 LOCAL_DEFAULT = ".hypothesis-db"
@@ -101,16 +103,51 @@ def _open(spec: DbSpec) -> ExampleDatabase:
     return DirectoryBasedExampleDatabase(spec.text)
 
 
+class SkipsUnreadable(ExampleDatabase):
+    """A database whose corrupted or truncated entries are skipped with one warning per key, never
+    handed on (a crash of a night's run over one bad file is a loss the nightly cannot afford)."""
+
+    def __init__(self, inner: ExampleDatabase) -> None:
+        super().__init__()
+        self.inner = inner
+        self.warned: set[bytes] = set()
+
+    def fetch(self, key: bytes):
+        skipped = 0
+        for value in self.inner.fetch(key):
+            if choices_from_bytes(value) is None:
+                skipped += 1
+                continue
+            yield value
+        if skipped and key not in self.warned:
+            self.warned.add(key)
+            warnings.warn(f"example database: skipped {skipped} unreadable entr{'y' if skipped == 1 else 'ies'} "
+                          f"under key {key[:40]!r} (corrupted or truncated)", RuntimeWarning, stacklevel=2)
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(key, value)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(src, dest, value)
+
+    def __repr__(self) -> str:
+        return f"SkipsUnreadable({self.inner!r})"
+
+
 def open_database(texts: Sequence[str]) -> Optional[ExampleDatabase]:
     """The database of the ``--db`` values: None for none, several multiplexed (every save goes to
-    each writable one, a fetch reads them all), a remote one paired with a local folder."""
+    each writable one, a fetch reads them all), a remote one paired with a local folder; entries
+    that do not decode are skipped with a warning."""
     specs = [parse(text) for text in texts]
     if not specs:
         return None
     if all(spec.kind != "folder" for spec in specs):
         specs.append(DbSpec("folder", LOCAL_DEFAULT))
     databases = [_open(spec) for spec in specs]
-    return databases[0] if len(databases) == 1 else MultiplexedDatabase(*databases)
+    return SkipsUnreadable(databases[0] if len(databases) == 1 else MultiplexedDatabase(*databases))
 
 
 def database_key(strategy: str, size: str, modules: bool, spec: tuple = (), draw_spec: bool = False) -> bytes:
