@@ -21,34 +21,79 @@ from fsdp_verify.corpus import example_db
 MUTANT = "mutant:fused_meta_dropped"  # a planted bug the tiny cases find within a few examples
 
 
-@pytest.fixture
-def redis_url():
-    """A throwaway redis-server on a free local port, killed at teardown."""
+def _start_redis(port: int | None = None):
+    """A throwaway redis-server on a free (or the given) local port: (url, process)."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server)")
     redis = pytest.importorskip("redis", reason="the redis package is not installed (pip install '.[redis]')")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    if port is None:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
                                "no", "--daemonize", "no"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            return f"redis://127.0.0.1:{port}/0", server
+        except redis.ConnectionError:
+            if server.poll() is not None:
+                pytest.skip(f"redis-server did not start: {server.stderr.read().decode()[-300:]}")
+            time.sleep(0.05)
+    server.kill()
+    pytest.skip("redis-server did not answer within 5 s")
+
+
+@pytest.fixture
+def redis_url():
+    """A throwaway redis-server on a free local port, killed at teardown."""
+    url, server = _start_redis()
     try:
-        client = redis.Redis(port=port)
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except redis.ConnectionError:
-                if server.poll() is not None:
-                    pytest.skip(f"redis-server did not start: {server.stderr.read().decode()[-300:]}")
-                time.sleep(0.05)
-        else:
-            pytest.skip("redis-server did not answer within 5 s")
-        yield f"redis://127.0.0.1:{port}/0"
+        yield url
     finally:
         server.kill()
         server.wait(10)
+
+
+def test_redis_going_away_mid_run_warns_once_keeps_the_local_folder_and_reconnects(tmp_path):
+    url, server = _start_redis()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    db = example_db.open_database([url, str(tmp_path / "local")])
+    try:
+        db.save(b"k", b"one")
+        server.kill()
+        server.wait(10)
+        with pytest.warns(RuntimeWarning, match="cannot be reached") as caught:
+            db.save(b"k", b"two")  # the remote is gone: the local folder still gets it
+            db.save(b"k", b"three")
+            assert sorted(db.fetch(b"k")) == [b"one", b"three", b"two"]
+        assert sum("cannot be reached" in str(w.message) for w in caught) == 1  # once per outage
+        url, server = _start_redis(port)
+        with pytest.warns(RuntimeWarning, match="answers again"):
+            db.save(b"k", b"four")
+        import redis
+        assert redis.Redis(port=port).keys()  # the restarted server began empty: the later save reached it
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+def test_a_campaign_whose_redis_is_gone_runs_on_the_local_folder(tmp_path):
+    import warnings
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens here
+    pytest.importorskip("redis", reason="the redis package is not installed (pip install '.[redis]')")
+    config = _config(tmp_path, "run", (f"redis://127.0.0.1:{port}/0", str(tmp_path / "local")), seed=5,
+                     examples=40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = campaign.run(config)
+    assert result.failures and result.harness_errors == 0
+    assert any("cannot be reached" in str(w.message) for w in caught)
+    assert any((tmp_path / "local").rglob("*")) and list((tmp_path / "run" / "found").glob("*.json"))
 
 
 @pytest.mark.parametrize("text,message", [

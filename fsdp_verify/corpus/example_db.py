@@ -95,12 +95,56 @@ def check_reachable(texts: Sequence[str]) -> None:
 
 def _open(spec: DbSpec) -> ExampleDatabase:
     if spec.kind == "redis":
+        import redis
         from hypothesis.extra.redis import RedisExampleDatabase
-        return RedisExampleDatabase(_redis_client(spec))
+        return SurvivesOutages(RedisExampleDatabase(_redis_client(spec)), spec.text,
+                               (redis.exceptions.RedisError, OSError))
     if spec.kind == "github":
         # Cached under Hypothesis's storage folder; GITHUB_TOKEN is read from the environment.
         return ReadOnlyDatabase(GitHubArtifactDatabase(spec.owner, spec.repo, artifact_name=spec.artifact))
     return DirectoryBasedExampleDatabase(spec.text)
+
+
+class SurvivesOutages(ExampleDatabase):
+    """A remote database (redis) that may go away mid-run. While it cannot be reached its fetches
+    find nothing and its saves are dropped, with one warning per outage; the local folder that
+    ``open_database`` pairs with every remote keeps every example meanwhile. When it answers again
+    (said once too), later saves reach it."""
+
+    def __init__(self, inner: ExampleDatabase, name: str, errors: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.inner, self.name, self.errors = inner, name, errors
+        self.down = False
+
+    def _call(self, work, default):
+        try:
+            result = work()
+        except self.errors as exc:
+            if not self.down:
+                self.down = True
+                warnings.warn(f"example database {self.name} cannot be reached ({type(exc).__name__}: {exc}); "
+                              f"going on with the local folder", RuntimeWarning, stacklevel=3)
+            return default
+        if self.down:
+            self.down = False
+            warnings.warn(f"example database {self.name} answers again: later saves reach it", RuntimeWarning,
+                          stacklevel=3)
+        return result
+
+    def fetch(self, key: bytes):
+        return iter(self._call(lambda: list(self.inner.fetch(key)), []))
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self._call(lambda: self.inner.save(key, value), None)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self._call(lambda: self.inner.delete(key, value), None)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self._call(lambda: self.inner.move(src, dest, value), None)
+
+    def __repr__(self) -> str:
+        return f"SurvivesOutages({self.inner!r})"
 
 
 class SkipsUnreadable(ExampleDatabase):

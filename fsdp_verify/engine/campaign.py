@@ -381,6 +381,15 @@ TICK_EVERY = 0.5  # seconds between a worker's progress messages
 def _worker(config: Config, results, parent: int) -> None:
     die_with_parent(signal.SIGTERM, parent)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
+    stop = signal.getsignal(signal.SIGTERM)
+
+    def orphaned(signum, frame) -> None:
+        # A dead parent reads nothing: a clean stop would block at exit, flushing the failures it
+        # streams into a pipe nobody empties. The corpus files it wrote stay.
+        if os.getppid() != parent:
+            os._exit(128 + signum)
+        stop(signum, frame)
+    signal.signal(signal.SIGTERM, orphaned)
     last = [0.0]
 
     def tick(examples: int, failures: int) -> None:
