@@ -107,14 +107,6 @@ def plan_changes(base: list[dict], cand: list[dict]) -> list[PlanChange]:
     return changes
 
 
-def plan_difference(base: list[dict], cand: list[dict]) -> list[str]:
-    """Human-readable differences between two targets' plans of one case."""
-    notes = [line for change in plan_changes(base, cand) for line in change.notes()]
-    if len(base) != len(cand):
-        notes.append(f"{len(base)} planning rounds -> {len(cand)}")
-    return notes
-
-
 @dataclass(frozen=True)
 class CaseNote:
     """One case the report names: its number, label, and the first finding or the plan changes."""

@@ -8,7 +8,6 @@ neighbourhood of what the finding names. Without Graphviz the page says so where
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
@@ -174,16 +173,4 @@ def gate_html(result: Any) -> str:
                       "FAIL" if result.violations else "pass", figures, rows, notes=result.notes)
 
 
-def write(path: str, page: str) -> None:
-    Path(path).write_text(page)
-
-
-_TAG = re.compile(r"<[^>]+>")
-
-
-def text_of(page: str) -> str:
-    """The page's visible words (for tests and a quick look in a terminal)."""
-    return _TAG.sub(" ", page)
-
-
-__all__ = ["Bar", "Drawing", "Row", "Section", "campaign_html", "drawing", "gate_html", "table_html", "write"]
+__all__ = ["Bar", "Drawing", "Row", "Section", "campaign_html", "drawing", "gate_html", "table_html"]
