@@ -8,7 +8,6 @@ neighbourhood of what the finding names. Without Graphviz the page says so where
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,12 +57,8 @@ class Bar:
 
 def svg_of(dot: str) -> str:
     """Graphviz's SVG of ``dot``, without the XML prolog, for inlining (raises GraphvizMissing)."""
-    from fsdp_verify.report.picture import GraphvizMissing
-    executable = shutil.which("dot")
-    if executable is None:
-        raise GraphvizMissing("Graphviz's dot is not installed (apt-get install -y graphviz)")
-    out = subprocess.run([executable, "-Tsvg"], input=dot.encode(), capture_output=True, check=True, timeout=120)
-    text = out.stdout.decode()
+    from fsdp_verify.report.picture import svg_text
+    text = svg_text(dot)
     return text[text.index("<svg"):] if "<svg" in text else ""
 
 

@@ -202,9 +202,17 @@ def dot_source(ctx: CheckContext, findings: list[Finding], diverged: Optional[st
     return "\n".join(lines)
 
 
-def render_svg(dot: str, path: str) -> None:
-    """Write the SVG of ``dot`` to ``path`` with Graphviz."""
+def svg_text(dot: str) -> str:
+    """Graphviz's SVG of ``dot``."""
     executable = shutil.which("dot")
     if executable is None:
         raise GraphvizMissing("Graphviz's dot is not installed (apt-get install -y graphviz)")
-    subprocess.run([executable, "-Tsvg", "-o", path], input=dot.encode(), check=True, timeout=120)
+    return subprocess.run([executable, "-Tsvg"], input=dot.encode(), capture_output=True, check=True,
+                          timeout=120).stdout.decode()
+
+
+def render_svg(dot: str, path: str) -> None:
+    """Write the SVG of ``dot`` to ``path`` with Graphviz."""
+    svg = svg_text(dot)
+    with open(path, "w") as out:
+        out.write(svg)
