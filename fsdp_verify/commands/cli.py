@@ -1,4 +1,4 @@
-"""The ``fsdp-verify`` command line: fuzz, replay, show, gate, targets, coverage, selftest.
+"""The ``fsdp-verify`` command line: fuzz, replay, show, repro, gate, targets, coverage, selftest.
 
 Exit codes: 0 success, 1 a failure was found (or a replay disagreed), 2 bad input (unknown
 target, malformed corpus file, bad arguments).
@@ -649,6 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="only this planted bug (repeatable; `fsdp-verify targets` lists them)")
     _ranks_options(selftest, fraction=False)
     selftest.set_defaults(func=cmd_selftest)
+
+    from fsdp_verify.commands import repro
+    repro.add_parser(sub, UsageError)
     return parser
 
 

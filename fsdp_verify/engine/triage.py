@@ -21,20 +21,8 @@ CLASSES = (DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT)
 
 
 def invalid_collectives(case: Case) -> list[str]:
-    """Launches that no real world could run: an unknown group, or a size argument that is not the
-    group's size (checked on every rank, since groups are rank-local)."""
-    found = []
-    for node in case.graph.nodes:
-        if not collectives.is_sized(node.target):
-            continue
-        group = collectives.group_of(node)
-        for rank in case.graph.world():
-            why = collectives.unrunnable(node, case.graph.group_ranks(rank).get(group) if isinstance(group, str)
-                                         else None, rank)
-            if why:
-                found.append(f"{node.name}: {why}")
-                break
-    return found
+    """Launches that no real world could run (``collectives.invalid_launches``)."""
+    return collectives.invalid_launches(case.graph)
 
 
 def classify(target: Target, case: Case, checkers: tuple[str, ...] = (), findings: Sequence[Any] = ()) -> tuple[str, list[str]]:

@@ -22,6 +22,28 @@ def _generator(seed: int, rank: int, name: str) -> torch.Generator:
     return torch.Generator().manual_seed(zlib.crc32(f"{seed}:{rank}:{name}".encode()))
 
 
+# ``input_tensor`` and ``exact_tensor`` use torch and zlib alone: ``fsdp-verify repro`` copies their
+# source (and ``_generator``'s) into the scripts it writes, so a script's inputs are these bits.
+def input_tensor(shape: tuple, dtype: torch.dtype, seed: int, rank: int, name: str, high: int = 0,
+                 mode: str = "exact", device: str | torch.device = "cpu") -> torch.Tensor:
+    """The value of placeholder ``name`` on ``rank``: integers in [0, high or 8), floats k/8."""
+    gen = _generator(seed, rank, name)
+    if not dtype.is_floating_point:
+        return torch.randint(0, high or 8, shape, generator=gen).to(dtype).to(device)
+    if mode == "exact":
+        base = torch.randint(-8, 9, shape, generator=gen).to(torch.float64) / 8
+    else:
+        base = torch.randn(shape, generator=gen, dtype=torch.float64)
+    return base.to(dtype).to(device)
+
+
+def exact_tensor(seed: int, rank: int, name: str, value: torch.Tensor) -> torch.Tensor:
+    """Exact dyadics (k/8, |k| <= 8) in place of node ``name``'s floating ``value``."""
+    gen = _generator(seed, rank, f"exact:{name}")
+    codes = torch.randint(-8, 9, tuple(value.shape), generator=gen).to(torch.float64) / 8
+    return codes.to(value.dtype).to(value.device)
+
+
 def make_inputs(spec: GraphSpec, rank: int, seed: int = 0, mode: str = "exact",
                 device: str | torch.device = "cpu") -> list[Any]:
     """One tensor per placeholder, in graph order: this rank's shards and inputs."""
@@ -29,22 +51,9 @@ def make_inputs(spec: GraphSpec, rank: int, seed: int = 0, mode: str = "exact",
         raise ValueError(f"unknown input mode {mode!r}; expected one of {MODES}")
     facts = placeholder_tensors(spec)
     highs = {item.placeholder: item.high for item in spec.inputs}
-    values = []
-    for node in spec.nodes:
-        if node.op != "placeholder":
-            continue
-        shape, dtype = facts[node.name]
-        gen = _generator(seed, rank, node.name)
-        if not dtype.is_floating_point:
-            high = highs.get(node.name) or 8
-            values.append(torch.randint(0, high, shape, generator=gen).to(dtype).to(device))
-            continue
-        if mode == "exact":
-            base = torch.randint(-8, 9, shape, generator=gen).to(torch.float64) / 8
-        else:
-            base = torch.randn(shape, generator=gen, dtype=torch.float64)
-        values.append(base.to(dtype).to(device))
-    return values
+    return [input_tensor(facts[node.name][0], facts[node.name][1], seed, rank, node.name, highs.get(node.name, 0),
+                         mode, device)
+            for node in spec.nodes if node.op == "placeholder"]
 
 
 def exact_override(names: Iterable[str], seed: int) -> Callable[[int, Any, Any], Any]:
@@ -58,7 +67,5 @@ def exact_override(names: Iterable[str], seed: int) -> Callable[[int, Any, Any],
     def override(rank: int, node: Any, value: Any) -> Any:
         if node.name not in wanted or not isinstance(value, torch.Tensor) or not value.is_floating_point():
             return value
-        gen = _generator(seed, rank, f"exact:{node.name}")
-        codes = torch.randint(-8, 9, tuple(value.shape), generator=gen).to(torch.float64) / 8
-        return codes.to(value.dtype).to(value.device)
+        return exact_tensor(seed, rank, node.name, value)
     return override

@@ -98,3 +98,30 @@ def unrunnable(node: Any, ranks: Optional[tuple], rank: int) -> Optional[str]:
     if position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
         return f"size argument {node.args[position]!r} on a group of {len(ranks)} ranks"
     return None
+
+
+def reduce_sources(spec: Any) -> tuple[str, ...]:
+    """Names of the nodes (of a ``GraphSpec``) feeding reduce-scatters and all-reduces: real runs
+    replace their values by exact dyadics, so every summation order gives the same bits."""
+    names = []
+    for node in spec.nodes:
+        op = op_name(node.target, (NAMESPACE,)) or ""
+        if op in ("reduce_scatter_tensor", "all_reduce") and node.args and hasattr(node.args[0], "name"):
+            names.append(node.args[0].name)
+    return tuple(names)
+
+
+def invalid_launches(spec: Any) -> list[str]:
+    """Launches of a ``GraphSpec`` that no real world could run: an unknown group, or a size
+    argument that is not the group's size (checked on every rank, since groups are rank-local)."""
+    found = []
+    for node in spec.nodes:
+        if not is_sized(node.target):
+            continue
+        group = group_of(node)
+        for rank in spec.world():
+            why = unrunnable(node, spec.group_ranks(rank).get(group) if isinstance(group, str) else None, rank)
+            if why:
+                found.append(f"{node.name}: {why}")
+                break
+    return found

@@ -9,63 +9,20 @@ These passes produce no reference-format plan: the plan-independent checkers jud
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
 from dataclasses import replace
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-import torch.distributed as dist
 from torch import fx
 
 from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
-from fsdp_verify.graph.ops import effect_barrier, is_free_target
 from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.post_grad import fake_world, inductor_route, propagate_fake_values
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
 ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket_fsdp_all_gather
-
-
-@contextlib.contextmanager
-def fake_world(rank: int, world_size: int, groups: dict[str, tuple[tuple[int, ...], ...]]) -> Iterator[None]:
-    """A fake default process group for ``rank`` with every case group registered by name; on a real
-    rank (``--ranks real``: the rank process registered the case's groups) the real one."""
-    from torch._C._distributed_c10d import _register_process_group, _unregister_process_group
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-    if dist.is_initialized():
-        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
-            raise RuntimeError("the torch-inductor target needs an uninitialised default process group, or the "
-                               "real one of this case's rank")
-        yield
-        return
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
-    try:
-        for name in sorted(groups):
-            handles = {part: dist.new_group(list(part)) for part in groups[name]}
-            _register_process_group(name, handles[next(p for p in groups[name] if rank in p)])
-        yield
-    finally:
-        for name in groups:
-            with contextlib.suppress(Exception):
-                _unregister_process_group(name)
-        dist.destroy_process_group()
-
-
-def propagate_fake_values(module: fx.GraphModule, inputs: list[Any]) -> None:
-    """Fill ``meta["val"]`` with FakeTensors (frees and barriers, which touch storage, are skipped)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-
-    class Propagate(FakeTensorProp):
-        def run_node(self, node: fx.Node) -> Any:
-            if node.op == "call_function" and (is_free_target(node.target) or node.target is effect_barrier):
-                node.meta["val"] = None
-                return None
-            return super().run_node(node)
-
-    Propagate(module, mode).propagate(*[mode.from_tensor(t) for t in inputs])
 
 
 # Inductor's own options (torch._inductor.config) that route post-grad graphs to the bucketing passes,
@@ -202,28 +159,7 @@ class TorchInductorTarget(Target):
         return found
 
     def _bucket(self, module: fx.GraphModule) -> None:
-        """Inductor's post-grad routing (post_grad.py): dedup, then RS, then AG bucketing, then the
-        stable topological sort, each pass reading the patched config as it would in a compile."""
-        import torch._inductor.config as inductor_config
-        from torch._inductor.fx_passes import bucketing, fsdp
-        from torch._inductor.pattern_matcher import stable_topological_sort
-        config = self.config
-        cap = config["bucket_cap_mb"]
-        determinator = None if cap is None else (lambda index: cap)
-        patch = {name: value for name, value in config.items() if name != "bucket_cap_mb"}
-        with inductor_config.patch(patch):
-            if config["dedup_reduce_scatters"]:
-                fsdp.dedup_fsdp_reduce_scatter(module)
-            if config["bucket_reduce_scatters_fx"] != "none":
-                rs = fsdp.bucket_fsdp_reduce_scatter if "fsdp" in config["bucket_reduce_scatters_fx"] \
-                    else bucketing.bucket_reduce_scatter
-                rs(module, determinator, config["bucket_reduce_scatters_bucket_mode"])
-            if config["bucket_all_gathers_fx"] != "none":
-                ag = fsdp.bucket_fsdp_all_gather if "fsdp" in config["bucket_all_gathers_fx"] \
-                    else bucketing.bucket_all_gather
-                ag(module, determinator, config["bucket_all_gathers_bucket_mode"])
-            if config["bucket_reduce_scatters_fx"] != "none" or config["bucket_all_gathers_fx"] != "none":
-                stable_topological_sort(module.graph)
+        inductor_route(module, self.config)
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         world = case.graph.world()

@@ -24,6 +24,7 @@ def available() -> dict[str, str]:
     names["mutant:<name>"] = "a planted bug (fsdp-verify selftest lists them)"
     names["torch-inductor[:mode][@fsdp]"] = ("PyTorch's inductor bucketing passes; modes default, custom_ops, "
                                              "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp")
+    names["fx-pass:MODULE:CALLABLE"] = "any torch.fx pass, graph in, graph out, run as a post-grad pass"
     names["hyper-parallel"] = "the original hyper_parallel planner + rewriters, when installed"
     for point in entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(point.name, f"entry point {point.value}")
@@ -64,6 +65,12 @@ def get_target(name: str) -> Target:
         return _inductor(name)
     if name == "hyper-parallel":
         return _hyper_parallel()
+    if name.startswith("fx-pass:"):
+        from fsdp_verify.targets.fx_pass import PREFIX, make
+        try:
+            return make(name[len(PREFIX):])
+        except LookupError as exc:
+            raise TargetNotFound(str(exc)) from None
     if name.startswith(MUTANT_PREFIX):
         from fsdp_verify.targets.mutants import MUTANTS
         if name[len(MUTANT_PREFIX):] in MUTANTS:

@@ -433,12 +433,7 @@ def _environment(values: dict[str, str]):
 
 def reduce_sources(case) -> tuple[str, ...]:
     """Names of the nodes feeding reduce-scatters and all-reduces: made exact in ``exact`` mode."""
-    names = []
-    for node in case.graph.nodes:
-        op = collectives.op_name(node.target, (collectives.NAMESPACE,)) or ""
-        if op in ("reduce_scatter_tensor", "all_reduce") and node.args and hasattr(node.args[0], "name"):
-            names.append(node.args[0].name)
-    return tuple(names)
+    return collectives.reduce_sources(case.graph)
 
 
 def jobs_for(case, rewritten: dict, seed: Optional[int] = None, mode: str = "exact",

@@ -1,0 +1,416 @@
+"""Repro: torch-inductor on fsdp_graphs (case c7b4d2d170e8ca759d92)
+
+Written by `fsdp-verify repro` (0.1.0) from corpus/found/c7b4d2d170e8ca759d92.json.
+Target: torch-inductor. World: 4 rank(s), groups {'fsdp': [[0, 1, 2, 3]], 'fsdp_expert': [[0, 1], [2, 3]]}.
+Imports only torch.
+
+What the harness recorded:
+  - layout: rewritten graph fails in the simulated world: RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape
+  - numerics: rewritten graph fails in the simulated world: RuntimeError: view size is not compatible with input tensor's size and stride (at least one dimension spans across two contiguous subspaces). Use .reshape
+
+Run: python c7b4d2d170e8ca759d92.py [--config OPTION=VALUE ...] [--json FILE]
+
+It builds the graph with torch.fx, rewrites each rank's copy as the harness did, runs original
+and rewritten graphs with real gloo collectives (4 forked rank processes) on the
+harness's exact inputs, and compares every output bit for bit.
+Exit 1 and REPRODUCED: the rewrite raised, its graph failed to run or hung, or an output differs.
+Exit 0 and NOT REPRODUCED: every output is bitwise equal on every rank.
+Exit 3 and CANNOT RUN: the original graph itself does not run on real ranks here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import operator  # noqa: F401 - the graph code may name operator.getitem
+import os
+import sys
+import tempfile
+import traceback
+import zlib
+from datetime import timedelta
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import fx
+from torch.fx.node import has_side_effect  # noqa: F401
+
+WORLD = [0, 1, 2, 3]
+GROUPS = {'fsdp': [[0, 1, 2, 3]], 'fsdp_expert': [[0, 1], [2, 3]]}
+SEED = 0
+# placeholder name -> (shape, dtype, high): this rank's parameter shards and inputs, in graph order
+INPUTS = {
+    'x': ([4], 'float32', 0),
+    'p_blocks_0_w0': ([1], 'float32', 0),
+    'p_blocks_0_w1': ([1, 1, 2], 'float32', 0),
+}
+# nodes whose floating values become exact dyadics, so every summation order gives the same bits
+EXACT = ['contiguous', 'contiguous_1']
+# torch._inductor.config options the case was judged under (bucket_cap_mb: both size determinators)
+CONFIG = {'bucket_all_gathers_bucket_mode': 'default', 'bucket_all_gathers_fx': 'all', 'bucket_cap_mb': None, 'bucket_reduce_scatters_bucket_mode': 'default', 'bucket_reduce_scatters_fx': 'all', 'dedup_reduce_scatters': False}
+
+
+# --- copied from fsdp_verify/execute/inputs.py: the harness's input values, bit for bit ---
+def _generator(seed: int, rank: int, name: str) -> torch.Generator:
+    return torch.Generator().manual_seed(zlib.crc32(f"{seed}:{rank}:{name}".encode()))
+
+
+def input_tensor(shape: tuple, dtype: torch.dtype, seed: int, rank: int, name: str, high: int = 0,
+                 mode: str = "exact", device: str | torch.device = "cpu") -> torch.Tensor:
+    """The value of placeholder ``name`` on ``rank``: integers in [0, high or 8), floats k/8."""
+    gen = _generator(seed, rank, name)
+    if not dtype.is_floating_point:
+        return torch.randint(0, high or 8, shape, generator=gen).to(dtype).to(device)
+    if mode == "exact":
+        base = torch.randint(-8, 9, shape, generator=gen).to(torch.float64) / 8
+    else:
+        base = torch.randn(shape, generator=gen, dtype=torch.float64)
+    return base.to(dtype).to(device)
+
+
+def exact_tensor(seed: int, rank: int, name: str, value: torch.Tensor) -> torch.Tensor:
+    """Exact dyadics (k/8, |k| <= 8) in place of node ``name``'s floating ``value``."""
+    gen = _generator(seed, rank, f"exact:{name}")
+    codes = torch.randint(-8, 9, tuple(value.shape), generator=gen).to(torch.float64) / 8
+    return codes.to(value.dtype).to(value.device)
+
+
+# --- copied from fsdp_verify/targets/post_grad.py: the set-up a post-grad pass gets ---
+import contextlib
+from typing import Any, Callable, Iterator
+
+import torch.distributed as dist
+from torch import fx
+
+# The harness's own effectful calls, by name: fake propagation skips them (they touch storage).
+HARNESS_EFFECTS = ("_free_tensor_storage", "effect_barrier")
+
+
+@contextlib.contextmanager
+def fake_world(rank: int, world_size: int, groups: dict) -> Iterator[None]:
+    """A fake default process group for ``rank`` with every group registered by name (``groups``:
+    name -> subgroups, each a sequence of global ranks); on a real rank whose process registered
+    the groups already, the real one."""
+    from torch._C._distributed_c10d import _register_process_group, _unregister_process_group
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    if dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size()) != (rank, world_size):
+            raise RuntimeError("a post-grad pass needs an uninitialised default process group, or the "
+                               "real one of this rank")
+        yield
+        return
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        for name in sorted(groups):
+            parts = [tuple(part) for part in groups[name]]
+            handles = {part: dist.new_group(list(part)) for part in parts}
+            _register_process_group(name, handles[next(p for p in parts if rank in p)])
+        yield
+    finally:
+        for name in groups:
+            with contextlib.suppress(Exception):
+                _unregister_process_group(name)
+        dist.destroy_process_group()
+
+
+def propagate_fake_values(module: fx.GraphModule, inputs: list[Any]) -> None:
+    """Fill ``meta["val"]`` with FakeTensors, as inductor's post-grad passes expect (the harness's
+    storage frees and barriers are skipped)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+    class Propagate(FakeTensorProp):
+        def run_node(self, node: fx.Node) -> Any:
+            if node.op == "call_function" and getattr(node.target, "__name__", None) in HARNESS_EFFECTS:
+                node.meta["val"] = None
+                return None
+            return super().run_node(node)
+
+    Propagate(module, mode).propagate(*[mode.from_tensor(t) for t in inputs])
+
+
+def bucket_cap(cap_mb: Any) -> Callable[[int], float] | None:
+    """``bucket_cap_mb`` as both ``*_bucket_size_determinator`` callables take it (None: inductor's caps)."""
+    return None if cap_mb is None else (lambda index: cap_mb)
+
+
+def inductor_route(module: fx.GraphModule, config: dict) -> None:
+    """Inductor's post-grad routing (post_grad.py): dedup, then RS, then AG bucketing, then the
+    stable topological sort, each pass reading the patched config as it would in a compile.
+    ``config`` holds ``torch._inductor.config`` options plus ``bucket_cap_mb``."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.fx_passes import bucketing, fsdp
+    from torch._inductor.pattern_matcher import stable_topological_sort
+    determinator = bucket_cap(config.get("bucket_cap_mb"))
+    patch = {name: value for name, value in config.items() if name != "bucket_cap_mb"}
+    with inductor_config.patch(patch):
+        if config["dedup_reduce_scatters"]:
+            fsdp.dedup_fsdp_reduce_scatter(module)
+        if config["bucket_reduce_scatters_fx"] != "none":
+            rs = fsdp.bucket_fsdp_reduce_scatter if "fsdp" in config["bucket_reduce_scatters_fx"] \
+                else bucketing.bucket_reduce_scatter
+            rs(module, determinator, config["bucket_reduce_scatters_bucket_mode"])
+        if config["bucket_all_gathers_fx"] != "none":
+            ag = fsdp.bucket_fsdp_all_gather if "fsdp" in config["bucket_all_gathers_fx"] \
+                else bucketing.bucket_all_gather
+            ag(module, determinator, config["bucket_all_gathers_bucket_mode"])
+        if config["bucket_reduce_scatters_fx"] != "none" or config["bucket_all_gathers_fx"] != "none":
+            stable_topological_sort(module.graph)
+
+
+def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:
+    """A torch.fx pass as passes are written: graph in, graph out (in place when it returns None;
+    a ``PassResult`` hands back its module)."""
+    returned = fn(module)
+    if returned is None:
+        return module
+    returned = getattr(returned, "graph_module", returned)
+    if not isinstance(returned, fx.GraphModule):
+        raise TypeError(f"the pass returned {type(returned).__name__}, not a GraphModule, None or a PassResult")
+    return returned
+
+
+def build_graph(rank: int) -> fx.GraphModule:
+    """The case's graph as rank ``rank`` sees it."""
+    graph = fx.Graph()
+    n_x = graph.placeholder('x')
+    n_p_blocks_0_w0 = graph.placeholder('p_blocks_0_w0')
+    n_p_blocks_0_w0.meta.update({'fsdp_degree': 4, 'fsdp_sharded': True, 'is_param': True, 'param_name': 'blocks.0.w0', 'state_idx': 0})
+    n_p_blocks_0_w1 = graph.placeholder('p_blocks_0_w1')
+    n_p_blocks_0_w1.meta.update({'fsdp_degree': 4, 'fsdp_sharded': True, 'is_param': True, 'param_name': 'blocks.0.w1', 'state_idx': 1})
+    n_ag_blocks_0_w0 = graph.create_node("call_function", torch.ops._c10d_functional.all_gather_into_tensor.default, (n_p_blocks_0_w0, 4, 'fsdp',), {}, name='ag_blocks_0_w0')
+    n_ag_blocks_0_w0.meta.update({'comm_group': 'fsdp', 'comm_type': 'fsdp_all_gather', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float32, 'input_shape': (1,), 'output_shape': (4,)}, 'fsdp_degree': 4, 'param_name': 'blocks.0.w0', 'param_node': 'p_blocks_0_w0', 'state_idx': 0})
+    n_ag_blocks_0_w0.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"
+    n_ag_blocks_0_w0_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_ag_blocks_0_w0,), {}, name='ag_blocks_0_w0_wait')
+    n_ag_blocks_0_w0_wait.meta.update({'wait_for': 'ag_blocks_0_w0'})
+    n_ag_blocks_0_w1 = graph.create_node("call_function", torch.ops._c10d_functional.all_gather_into_tensor.default, (n_p_blocks_0_w1, 4, 'fsdp',), {}, name='ag_blocks_0_w1')
+    n_ag_blocks_0_w1.meta.update({'comm_group': 'fsdp', 'comm_type': 'fsdp_all_gather', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float32, 'input_shape': (1, 1, 2,), 'output_shape': (4, 1, 2,)}, 'fsdp_degree': 4, 'param_name': 'blocks.0.w1', 'param_node': 'p_blocks_0_w1', 'state_idx': 1})
+    n_ag_blocks_0_w1.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"
+    n_ag_blocks_0_w1_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_ag_blocks_0_w1,), {}, name='ag_blocks_0_w1_wait')
+    n_ag_blocks_0_w1_wait.meta.update({'wait_for': 'ag_blocks_0_w1'})
+    n_sum_1 = graph.create_node("call_function", torch.ops.aten.sum.default, (n_x,), {}, name='sum_1')
+    n_mul = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_ag_blocks_0_w0_wait, n_sum_1,), {}, name='mul')
+    n_sum_2 = graph.create_node("call_function", torch.ops.aten.sum.default, (n_mul,), {}, name='sum_2')
+    n_add = graph.create_node("call_function", torch.ops.aten.add.Tensor, (n_sum_1, n_sum_2,), {}, name='add')
+    n_view = graph.create_node("call_function", torch.ops.aten.view.default, (n_ag_blocks_0_w1_wait, [-1],), {}, name='view')
+    n_mul_1 = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_view, n_add,), {}, name='mul_1')
+    n_sum_3 = graph.create_node("call_function", torch.ops.aten.sum.default, (n_mul_1,), {}, name='sum_3')
+    n_add_1 = graph.create_node("call_function", torch.ops.aten.add.Tensor, (n_add, n_sum_3,), {}, name='add_1')
+    n_add_2 = graph.create_node("call_function", torch.ops.aten.add.Tensor, (n_add_1, n_add_1,), {}, name='add_2')
+    n_add_2.meta.update({'autograd_backward': True})
+    n_view_1 = graph.create_node("call_function", torch.ops.aten.view.default, (n_ag_blocks_0_w1_wait, [-1],), {}, name='view_1')
+    n_view_1.meta.update({'autograd_backward': True})
+    n_mul_2 = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_view_1, n_add_2,), {}, name='mul_2')
+    n_mul_2.meta.update({'autograd_backward': True})
+    n_sum_4 = graph.create_node("call_function", torch.ops.aten.sum.default, (n_mul_2,), {}, name='sum_4')
+    n_sum_4.meta.update({'autograd_backward': True})
+    n_mul_3 = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_ag_blocks_0_w1_wait, n_add_2,), {}, name='mul_3')
+    n_mul_3.meta.update({'autograd_backward': True})
+    n_add_3 = graph.create_node("call_function", torch.ops.aten.add.Tensor, (n_add_2, n_sum_4,), {}, name='add_3')
+    n_add_3.meta.update({'autograd_backward': True})
+    n_mul_4 = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_ag_blocks_0_w0_wait, n_add_3,), {}, name='mul_4')
+    n_mul_4.meta.update({'autograd_backward': True})
+    n_sum_5 = graph.create_node("call_function", torch.ops.aten.sum.default, (n_mul_4,), {}, name='sum_5')
+    n_sum_5.meta.update({'autograd_backward': True})
+    n_mul_5 = graph.create_node("call_function", torch.ops.aten.mul.Tensor, (n_ag_blocks_0_w0_wait, n_add_3,), {}, name='mul_5')
+    n_mul_5.meta.update({'autograd_backward': True})
+    n_add_4 = graph.create_node("call_function", torch.ops.aten.add.Tensor, (n_add_3, n_sum_5,), {}, name='add_4')
+    n_add_4.meta.update({'autograd_backward': True})
+    n_contiguous = graph.create_node("call_function", torch.ops.aten.contiguous.default, (n_mul_5,), {}, name='contiguous')
+    n_contiguous.meta.update({'fsdp_bucket_prepare': 'prep:blocks.0.w0', 'fsdp_reduce_scatter_prepare': 'prep:blocks.0.w0'})
+    n_rs_blocks_0_w0 = graph.create_node("call_function", torch.ops._c10d_functional.reduce_scatter_tensor.default, (n_contiguous, 'avg', 4, 'fsdp',), {}, name='rs_blocks_0_w0')
+    n_rs_blocks_0_w0.meta.update({'autograd_backward': True, 'comm_group': 'fsdp', 'comm_type': 'fsdp_reduce_scatter', 'fsdp_bucket_id': 'prep:blocks.0.w0', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float32, 'input_shape': (4,), 'output_shape': (1,)}, 'fsdp_degree': 4, 'param_name': 'blocks.0.w0', 'state_idx': 0})
+    n_rs_blocks_0_w0.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"
+    n_rs_blocks_0_w0_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_rs_blocks_0_w0,), {}, name='rs_blocks_0_w0_wait')
+    n_rs_blocks_0_w0_wait.meta.update({'autograd_backward': True, 'param_name': 'blocks.0.w0', 'state_idx': 0, 'wait_for': 'rs_blocks_0_w0'})
+    n_contiguous_1 = graph.create_node("call_function", torch.ops.aten.contiguous.default, (n_mul_3,), {}, name='contiguous_1')
+    n_contiguous_1.meta.update({'fsdp_bucket_prepare': 'prep:blocks.0.w1', 'fsdp_reduce_scatter_prepare': 'prep:blocks.0.w1'})
+    n_rs_blocks_0_w1 = graph.create_node("call_function", torch.ops._c10d_functional.reduce_scatter_tensor.default, (n_contiguous_1, 'avg', 4, 'fsdp',), {}, name='rs_blocks_0_w1')
+    n_rs_blocks_0_w1.meta.update({'autograd_backward': True, 'comm_group': 'fsdp', 'comm_type': 'fsdp_reduce_scatter', 'fsdp_bucket_id': 'prep:blocks.0.w1', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float32, 'input_shape': (4, 1, 2,), 'output_shape': (1, 1, 2,)}, 'fsdp_degree': 4, 'param_name': 'blocks.0.w1', 'state_idx': 1})
+    n_rs_blocks_0_w1.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"
+    n_rs_blocks_0_w1_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_rs_blocks_0_w1,), {}, name='rs_blocks_0_w1_wait')
+    n_rs_blocks_0_w1_wait.meta.update({'autograd_backward': True, 'param_name': 'blocks.0.w1', 'state_idx': 1, 'wait_for': 'rs_blocks_0_w1'})
+    graph.output([n_add_1, n_rs_blocks_0_w0_wait, n_rs_blocks_0_w1_wait])
+    graph.lint()
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    module.num_state_inputs = 2
+    module.state_fqns = ['blocks.0.w0', 'blocks.0.w1']
+    module.state_is_param = [True, True]
+    return module
+
+
+def make_inputs(rank: int) -> list:
+    return [input_tensor(tuple(shape), getattr(torch, dtype), SEED, rank, name, high)
+            for name, (shape, dtype, high) in INPUTS.items()]
+
+
+def rewrite_world(args: argparse.Namespace) -> dict:
+    """Each rank's graph through inductor's post-grad bucketing, in a fake world of its own."""
+    config = dict(CONFIG)
+    for item in args.config:
+        key, _, value = item.partition("=")
+        config[key] = json.loads(value) if value[:1] in "0123456789-[{tn" or value in ("true", "false") else value
+    modules = {}
+    for rank in WORLD:
+        module = build_graph(rank)
+        with fake_world(rank, len(WORLD), GROUPS):
+            propagate_fake_values(module, make_inputs(rank))
+            inductor_route(module, config)
+        module.graph.lint()
+        module.recompile()
+        modules[rank] = module
+    return modules
+
+
+def run_graph(module: fx.GraphModule, rank: int) -> list:
+    """The module's outputs on this rank's inputs (EXACT nodes replaced by exact values)."""
+    class Run(fx.Interpreter):
+        def run_node(self, node: fx.Node) -> Any:
+            value = super().run_node(node)
+            if node.name in EXACT and isinstance(value, torch.Tensor) and value.is_floating_point():
+                value = exact_tensor(SEED, rank, node.name, value)
+            return value
+
+    outputs = Run(module).run(*make_inputs(rank))
+    return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in torch.utils._pytree.tree_flatten(outputs)[0]]
+
+
+def differences(expected: list, actual: list) -> list[dict]:
+    """What differs between two output lists: count, dtype, shape, or bits (NaN-safe, -0.0 is not 0.0)."""
+    if len(expected) != len(actual):
+        return [{"what": "count", "output": None, "expected": len(expected), "actual": len(actual)}]
+    found = []
+    for index, (want, got) in enumerate(zip(expected, actual)):
+        if not isinstance(want, torch.Tensor) or not isinstance(got, torch.Tensor):
+            if type(want) is not type(got) or want != got:
+                found.append({"what": "value", "output": index, "expected": repr(want), "actual": repr(got)})
+            continue
+        if want.dtype != got.dtype:
+            found.append({"what": "dtype", "output": index, "expected": str(want.dtype), "actual": str(got.dtype)})
+        elif tuple(want.shape) != tuple(got.shape):
+            found.append({"what": "shape", "output": index, "expected": list(want.shape), "actual": list(got.shape)})
+        elif not torch.equal(want.contiguous().view(-1).view(torch.uint8), got.contiguous().view(-1).view(torch.uint8)):
+            flat_w, flat_g = want.reshape(-1), got.reshape(-1)
+            bad = [i for i in range(flat_w.numel())
+                   if not torch.equal(flat_w[i:i + 1].view(torch.uint8), flat_g[i:i + 1].view(torch.uint8))]
+            found.append({"what": "values", "output": index, "elements": len(bad), "first": bad[0],
+                          "expected": flat_w[bad[0]].item(), "actual": flat_g[bad[0]].item()})
+    return found
+
+
+def register_groups(rank: int) -> None:
+    """Every group of the case under its name, as a real job's process groups are found by name."""
+    from torch._C._distributed_c10d import _register_process_group
+    handles = {}
+    for name in sorted(GROUPS):
+        for part in GROUPS[name]:
+            if tuple(part) not in handles:
+                handles[tuple(part)] = dist.new_group(list(part))  # a collective of the world: every rank, same order
+        _register_process_group(name, handles[next(tuple(p) for p in GROUPS[name] if rank in p)])
+
+
+def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any) -> None:
+    """Run this rank's original and rewritten graphs with real collectives; report what differs."""
+    report: dict = {"rank": rank}
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=len(WORLD),
+                                timeout=timedelta(seconds=120))
+        register_groups(rank)
+        expected = run_graph(build_graph(rank), rank)
+        try:
+            actual = run_graph(rewritten, rank)
+        except Exception as exc:  # noqa: BLE001 - the rewritten graph failing to run is the failure
+            report.update(kind="rewritten_raised", error=f"{type(exc).__name__}: {exc}",
+                          traceback=traceback.format_exc()[-3000:])
+        else:
+            found = differences(expected, actual)
+            report.update(kind="outputs_differ" if found else "equal", differences=found)
+    except Exception as exc:  # noqa: BLE001 - the original graph or the world failing: the case cannot be run here
+        report.update(kind="cannot_run", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-3000:])
+    results.put(report)
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+
+
+def run_world(rewritten: dict, timeout: float) -> list[dict]:
+    """Every rank in its own process (forked: it inherits the rewritten modules), or this one."""
+    store = tempfile.NamedTemporaryFile(prefix="repro-store-", delete=False)
+    store.close()
+    os.unlink(store.name)
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    if len(WORLD) == 1:
+        on_rank(WORLD[0], store.name, rewritten[WORLD[0]], results)
+        return [results.get()]
+    procs = [context.Process(target=on_rank, args=(rank, store.name, rewritten[rank], results), daemon=True)
+             for rank in WORLD]
+    for proc in procs:
+        proc.start()
+    reports = []
+    wait = timeout
+    try:
+        for _ in WORLD:
+            reports.append(results.get(timeout=wait))
+            if reports[-1]["kind"] != "equal":  # its peers may now wait in a collective it never joins
+                wait = min(wait, 15.0)
+    except Exception:  # noqa: BLE001 - queue.Empty: some rank did not finish in time
+        seen = {r["rank"] for r in reports}
+        reports += [{"rank": rank, "kind": "hung", "error": f"no result within {wait:.0f} s"}
+                    for rank in WORLD if rank not in seen]
+    for proc in procs:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+    return sorted(reports, key=lambda r: r["rank"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", action="append", default=[], metavar="OPTION=VALUE",
+                        help="override one inductor option (try a corrected configuration)")
+    parser.add_argument("--json", metavar="FILE", help="also write the outcome as JSON")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds the ranks may take")
+    args = parser.parse_args(argv)
+    outcome: dict = {"reproduced": False, "kind": "equal", "ranks": []}
+    try:
+        rewritten = rewrite_world(args)
+    except Exception as exc:  # noqa: BLE001 - the target raising is the failure
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        outcome.update(reproduced=True, kind="target_raised", error=f"{type(exc).__name__}: {exc}",
+                       frame=f"{frame.filename}:{frame.lineno} in {frame.name}")
+        traceback.print_exc()
+        print(f"REPRODUCED: the rewrite raised {type(exc).__name__}: {exc}")
+    else:
+        outcome["ranks"] = run_world(rewritten, args.timeout)
+        for report in outcome["ranks"]:
+            for diff in report.get("differences", []):
+                print(f"rank {report['rank']}: output {diff['output']}: {diff['what']} differ: "
+                      f"expected {diff['expected']}, got {diff['actual']}"
+                      + (f" (element {diff['first']}, {diff['elements']} elements differ)" if "first" in diff else ""))
+            if report["kind"] not in ("equal", "outputs_differ"):
+                print(f"rank {report['rank']}: {report['kind']}: {report.get('error', '')}")
+                if report.get("traceback"):
+                    print(report["traceback"], file=sys.stderr)
+        kinds = {report["kind"] for report in outcome["ranks"]}
+        # what a rank saw first in its own run outranks a peer left waiting for it
+        failing = [kind for kind in ("rewritten_raised", "outputs_differ", "hung") if kind in kinds]
+        if failing:
+            outcome.update(reproduced=True, kind=failing[0])
+            print(f"REPRODUCED: {', '.join(failing)}")
+        elif "cannot_run" in kinds:
+            outcome.update(kind="cannot_run")
+            print("CANNOT RUN: the original graph does not run on real ranks here (see above)")
+        else:
+            print("NOT REPRODUCED: every output is bitwise equal on every rank")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(outcome, handle, indent=1, default=str)
+    return 1 if outcome["reproduced"] else (3 if outcome["kind"] == "cannot_run" else 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""Running a written repro script in a fresh interpreter, and what its outcome says.
+
+The script is the judge of whether torch alone shows a failure (issue rule: a finding against an
+external target is a defect only when such a script fails); this module only runs it and reads
+the JSON outcome it writes (``--json``), never its printed words.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Optional, Sequence
+
+
+class Outcome(Enum):
+    """What a repro script's run showed."""
+
+    REPRODUCED = "reproduced"          # exit 1: the rewrite raised, failed to run, hung, or an output differs
+    NOT_REPRODUCED = "not_reproduced"  # exit 0: bitwise equal on every rank
+    CANNOT_RUN = "cannot_run"          # exit 3: the original graph does not run on real ranks here
+    BROKEN = "broken"                  # any other exit, or no outcome file: the script itself failed
+    TIMED_OUT = "timed_out"            # the script did not finish in time
+
+
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a repro script."""
+
+    outcome: Outcome
+    kind: str = ""            # the script's own word for what it saw (target_raised, outputs_differ, ...)
+    returncode: Optional[int] = None
+    output: str = ""          # the last lines it printed, for people
+    seconds: float = 0.0
+
+    @property
+    def reproduced(self) -> bool:
+        return self.outcome is Outcome.REPRODUCED
+
+
+_CODES = {0: Outcome.NOT_REPRODUCED, 1: Outcome.REPRODUCED, 3: Outcome.CANNOT_RUN}
+
+
+def run_script(script: str | Path, args: Sequence[str] = (), timeout: float = 600.0,
+               env: Optional[dict] = None, cwd: Optional[str | Path] = None) -> ScriptRun:
+    """Run ``script`` with this interpreter in a fresh process and read its JSON outcome."""
+    import time
+    with tempfile.TemporaryDirectory(prefix="fsdp-verify-repro-") as tmp:
+        outcome_file = Path(tmp) / "outcome.json"
+        command = [sys.executable, str(script), *args, "--json", str(outcome_file),
+                   "--timeout", str(max(10.0, timeout - 30.0))]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                  env=env if env is not None else dict(os.environ), cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            tail = (exc.stdout or b"")[-2000:] if isinstance(exc.stdout, bytes) else (exc.stdout or "")[-2000:]
+            return ScriptRun(Outcome.TIMED_OUT, output=str(tail), seconds=time.monotonic() - started)
+        seconds = time.monotonic() - started
+        text = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
+        outcome = _CODES.get(done.returncode, Outcome.BROKEN)
+        try:
+            kind = json.loads(outcome_file.read_text()).get("kind", "")
+        except (OSError, ValueError, AttributeError):
+            return ScriptRun(Outcome.BROKEN, "", done.returncode, text, seconds)
+        return ScriptRun(outcome, str(kind), done.returncode, text, seconds)

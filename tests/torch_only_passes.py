@@ -1,0 +1,56 @@
+"""torch.fx passes that import only torch, for ``fx-pass:`` targets: inductor's all-gather bucketing
+as it is (``correct``) and with one planted bug each (a value change, a crash, a dtype change).
+
+Repro tests run scripts written for these in an interpreter where fsdp_verify cannot be imported.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import fx
+from torch._inductor.fx_passes.bucketing import bucket_all_gather
+from torch._inductor.pattern_matcher import stable_topological_sort
+
+WAIT = torch.ops._c10d_functional.wait_tensor.default
+
+
+def correct(gm: fx.GraphModule) -> None:
+    """Inductor's all-gather bucketing, then its stable topological sort."""
+    bucket_all_gather(gm)
+    stable_topological_sort(gm.graph)
+
+
+def _insert_after(graph: fx.Graph, node: fx.Node, target, *extra, **kwargs) -> fx.Node:
+    with graph.inserting_after(node):
+        new = graph.call_function(target, (node, *extra), kwargs)
+    node.replace_all_uses_with(new, delete_user_cb=lambda user: user is not new)
+    return new
+
+
+def negates_first_wait(gm: fx.GraphModule) -> None:
+    """Planted value bug: the first gathered result reaches its users negated."""
+    correct(gm)
+    first = next(n for n in gm.graph.nodes if n.target is WAIT)
+    _insert_after(gm.graph, first, torch.ops.aten.neg.default)
+
+
+def _member(members: list, index: int) -> fx.Node:
+    return members[index]  # the planted crash: an off-by-one past the last member
+
+
+def crashes_on_two_gathers(gm: fx.GraphModule) -> None:
+    """Planted crash: an IndexError whenever the graph holds two or more all-gathers."""
+    members = [n for n in gm.graph.nodes if n.target is torch.ops._c10d_functional.all_gather_into_tensor.default]
+    if len(members) >= 2:
+        _member(members, len(members))
+    correct(gm)
+
+
+def widens_first_output(gm: fx.GraphModule) -> None:
+    """Planted dtype change: the graph's first tensor output comes back as float64."""
+    correct(gm)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    first = next(a for a in torch.utils._pytree.tree_flatten(output.args[0])[0] if isinstance(a, fx.Node))
+    with gm.graph.inserting_before(output):
+        wide = gm.graph.call_function(torch.ops.aten._to_copy.default, (first,), {"dtype": torch.float64})
+    output.replace_input_with(first, wide)
