@@ -106,6 +106,10 @@ def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
     junit = (tmp_path / "j.xml").read_text()
     assert "<failure" in junit and f"replay: fsdp-verify replay {files[0]} --target mutant:fused_meta_dropped" in junit
     assert f"replay: fsdp-verify replay {files[0]}" in out.stdout
+    repro = f"fsdp-verify repro {files[0]} -o repro_{files[0].stem}.py"
+    assert f"repro: {repro}" in junit and f"repro:  {repro}" in out.stdout  # each finding names its repro
+    written = cli(*repro.split()[1:-1], str(tmp_path / "repro.py"))
+    assert written.returncode == 0 and "mutant:fused_meta_dropped" in (tmp_path / "repro.py").read_text()
     same = cli("replay", str(found), "--target", "mutant:fused_meta_dropped")
     assert same.returncode == 0 and "1 as expected" in same.stdout
     # One rule for replay and pytest: a case recorded against another target must pass every invariant.

@@ -36,6 +36,7 @@ def test_the_campaign_page_is_self_contained_and_shows_each_finding(campaign_pag
     assert "https://" not in page
     assert re.search(r'<section class="finding" id="finding-1">', page)
     assert "fsdp-verify replay " in page and f"--target {BUG}" in page
+    assert re.search(r"fsdp-verify repro \S+\.json -o repro_\w+\.py", page)  # the standalone script's command
     assert "rule <code>" in page and "Reason coverage" in page and "Skipped checks" in page
     if shutil.which("dot"):
         assert "<svg" in page.split('id="finding-1"')[1]

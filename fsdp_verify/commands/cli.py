@@ -333,7 +333,8 @@ def _replay_html(path: str, target, outcomes: list, errors: list[str], summary: 
     drawings = _drawings([{"file": str(o.path)} for o in different], target.name)
     sections = [Section(title=o.path.name, klass="different", checkers=list(o.got.checkers), rule="",
                         message=(o.got.findings[0][1] if o.got.findings else f"now {o.got.status}"),
-                        file=str(o.path), commands=[f"fsdp-verify replay {o.path} --target {target.name}"],
+                        file=str(o.path), commands=[f"fsdp-verify replay {o.path} --target {target.name}",
+                                  f"fsdp-verify repro {o.path} --target {target.name} -o repro_{o.path.stem}.py"],
                         plan=drawings[str(o.path)].plan, svg=drawings[str(o.path)].svg,
                         picture_note=drawings[str(o.path)].note) for o in different if str(o.path) in drawings]
     verdict = "FAIL" if different or errors else "pass"

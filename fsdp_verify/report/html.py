@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from fsdp_verify.report.summary import EXPECTED, class_line, replay_command
+from fsdp_verify.report.summary import EXPECTED, class_line, replay_command, repro_command
 from fsdp_verify.report.tally import PROOFS, Result
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -98,7 +98,8 @@ def campaign_sections(result: Result, target: str, drawings: dict[str, Drawing])
         sections.append(Section(
             title=Path(file).name if file else "(not saved)", klass=failure.get("class", "defect"), checkers=list(failure.get("checkers", [])),
             rule=str(failure.get("rule", "")), message=failure.get("message", ""), file=file,
-            commands=[replay_command(failure, target), f"fsdp-verify show {file} --target {target} --svg case.svg"],
+            commands=[replay_command(failure, target), *([repro_command(failure)] if file else []),
+                      f"fsdp-verify show {file} --target {target} --svg case.svg"],
             signature=[str(part) for part in failure.get("signature", [])],
             collateral=[f"{c['checker']}/{c['rule']}" for c in failure.get("collateral", [])],
             plan=drawn.plan, svg=drawn.svg, picture_note=drawn.note))

@@ -110,7 +110,8 @@ def summary_text(result: Result, target: str) -> str:
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file'] or '(NOT SAVED)'} [{', '.join(failure['checkers'])}] "
                      f"({failure['nodes']} nodes; {failure.get('class', 'defect')}): {failure['message'][:200]}\n"
-                     f"       replay: {replay_command(failure, target)}")
+                     f"       replay: {replay_command(failure, target)}"
+                     + (f"\n       repro:  {repro_command(failure)}" if failure.get("file") else ""))
         if failure.get("file") is None and "case" in failure:  # the corpus could not be written: nothing is lost
             lines.append("       the case, in full (save it as a .json file to replay it):\n" +
                          json.dumps(failure["case"], sort_keys=True))
@@ -120,6 +121,12 @@ def summary_text(result: Result, target: str) -> str:
 def replay_command(failure: dict, target: str) -> str:
     """The command that reproduces one saved failure."""
     return f"fsdp-verify replay {failure['file'] or 'CASE.json'} --target {target}"
+
+
+def repro_command(failure: dict) -> str:
+    """The command that writes a saved failure's standalone script (torch only for external targets)."""
+    stem = Path(failure["file"]).stem if failure.get("file") else "CASE"
+    return f"fsdp-verify repro {failure.get('file') or 'CASE.json'} -o repro_{stem}.py"
 
 
 def junit_xml(result: Result, target: str) -> str:
@@ -152,7 +159,7 @@ def junit_xml(result: Result, target: str) -> str:
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name if failure["file"] else "not-saved")
-        command = replay_command(failure, target)
+        command = replay_command(failure, target) + (f"\nrepro: {repro_command(failure)}" if failure["file"] else "")
         kind = failure.get("class", "defect")
         verdict = "failure" if kind in ("defect", "defect candidate") else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
