@@ -8,6 +8,7 @@ in the forked rank processes too): it must fail on the faulty pass and pass on t
 from __future__ import annotations
 
 import ast
+import json
 import os
 import sys
 from pathlib import Path
@@ -146,3 +147,57 @@ def test_the_committed_repros_are_what_the_command_writes_now(tmp_path, monkeypa
         assert committed.exists(), f"regenerate: fsdp-verify repro corpus/found -o docs/repros ({committed.name})"
         assert committed.read_text() == (tmp_path / f"{case.stem}.py").read_text(), \
             f"{committed.name} is stale: fsdp-verify repro corpus/found -o docs/repros"
+
+
+def test_a_campaign_classes_a_candidate_torch_does_not_show_as_a_harness_limitation(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))  # the scripts import the planted pass's module
+    summary = tmp_path / "fuzz.json"
+    got = main(["fuzz", "--target", "fx-pass:torch_only_passes:transposes_by_permute", "--budget", "30", "--size",
+                "tiny", "--in-process", "--max-failures", "2", "--seed", "1", "--corpus", str(tmp_path / "found"),
+                "--json", str(summary), "--junit", str(tmp_path / "fuzz.xml"), "--repro-dir", str(tmp_path / "repros")])
+    out = capsys.readouterr().out
+    data = json.loads(summary.read_text())
+    triaged = [f for f in data["failures"] if "repro" in f]
+    assert triaged and all(f["class"] == "harness limitation" for f in triaged), data["failures"]
+    assert all(Path(f["repro"]["script"]).exists() for f in triaged)
+    assert not any(f["class"] == "defect candidate" for f in data["failures"])  # nothing left untriaged
+    assert data["repro"]["reproduced"] == 0 and "(precision 0%)" in out
+    assert 'name="repro_precision" value="0.000"' in (tmp_path / "fuzz.xml").read_text()
+    assert got == 0  # a harness limitation is no bug of the target
+
+
+def test_a_candidate_whose_repro_fails_is_an_upstream_defect_and_precision_counts_it(tmp_path, monkeypatch):
+    from fsdp_verify.engine import campaign
+    from fsdp_verify.engine.repro import triage_candidates
+    from fsdp_verify.report.summary import junit_xml, summary_text
+    monkeypatch.setenv("PYTHONPATH", str(TESTS))
+    name = "fx-pass:torch_only_passes:negates_first_wait"
+    result = campaign.run(campaign.Config(target=name, budget=campaign.Budget(examples=10), corpus_dir=str(tmp_path),
+                                          size="tiny", modules=False, max_failures=1, profile="ci", seed=1,
+                                          shrink=False))
+    assert [f["class"] for f in result.failures] == ["defect candidate"]
+    triage_candidates(result, tmp_path / "repros")
+    assert [f["class"] for f in result.failures] == ["upstream defect"]
+    assert result.repro.reproduced == 1 and result.repro.not_reproduced == 0
+    assert "1 of 1 defect candidates fail on torch alone (precision 100%)" in summary_text(result, name)
+    assert 'name="upstream_defects" value="1"' in junit_xml(result, name)
+
+
+def test_a_run_that_skips_the_repros_says_how_many_candidates_wait():
+    from fsdp_verify.report.summary import repro_line
+    from fsdp_verify.report.tally import Result
+    result = Result(failures=[{"class": "defect candidate"}, {"class": "contract mismatch"}])
+    result.repro.skipped = "--no-repro"
+    assert repro_line(result) == "repro triage    skipped (--no-repro): 1 defect candidate untriaged"
+
+
+def test_real_ranks_leave_a_renamed_reduction_source_inexact_in_both_runs():
+    from fsdp_verify.execute.ranks.judge import kept_in_every
+    c = Composer({"fsdp": (0, 1)}, overload="default")
+    c.param("w", (4,), state_idx=0, device="cpu")
+    grad = c.call("aten.mul.Tensor", c.input("g", (8,), "float32"), 2.0, backward=True)
+    graph = c.finish([c.reduce_scatter(grad, "w")[1]])
+    renamed = graph.with_nodes([n if n.name != grad else type(n)("other", n.op, n.target, n.args, n.kwargs, n.meta)
+                                for n in graph.nodes])
+    assert kept_in_every((grad,), [graph]) == (grad,)
+    assert kept_in_every((grad,), [graph, renamed]) == ()

@@ -229,6 +229,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
           f"{budget.describe()}", flush=True)
     with _progress(args, "fuzz", start=False, total=budget.examples, seconds=budget.seconds) as progress:
         result = campaign.run_parallel(config, args.workers, progress=progress.update)
+    _triage_by_repro(args, result)
     print(summary_text(result, args.target))
     if args.junit:
         Path(args.junit).write_text(junit_xml(result, args.target))
@@ -237,13 +238,40 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if args.html:
         from fsdp_verify.report.html import campaign_html
         Path(args.html).write_text(campaign_html(result, args.target, _drawings(result.failures, args.target)))
-    bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
+    from fsdp_verify.model import classes
+    bugs = [f for f in result.failures if classes.of(f).is_bug]
     code = 1 if bugs or result.harness_errors else 130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _triage_by_repro(args: argparse.Namespace, result) -> None:
+    """Each defect candidate's standalone repro decides its class (upstream defect or harness
+    limitation); a stopped campaign, or ``--no-repro``, leaves them as candidates and says so."""
+    import tempfile
+
+    from fsdp_verify.engine.repro import triage_candidates
+    from fsdp_verify.model import classes
+    waiting = [f for f in result.failures if classes.of(f) is classes.FailureClass.CANDIDATE]
+    if not waiting:
+        return
+    if args.no_repro or result.interrupted:
+        result.repro.skipped = "--no-repro" if args.no_repro else "the campaign was stopped"
+        return
+    print(f"triage: running the standalone repro of {len(waiting)} defect candidate"
+          f"{'' if len(waiting) == 1 else 's'}", flush=True)
+    try:
+        if args.repro_dir:
+            triage_candidates(result, Path(args.repro_dir), target_name=args.target)
+        else:
+            with tempfile.TemporaryDirectory(prefix="fsdp-verify-repros-") as folder:
+                triage_candidates(result, Path(folder), target_name=args.target)
+    except KeyboardInterrupt:
+        result.interrupted = True
+        result.repro.skipped = "stopped while the repros ran"
 
 
 def _load_all(paths: Sequence[str]) -> tuple[list[tuple[Path, "corpus.Entry"]], list[str]]:
@@ -562,6 +590,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "(findings on them are counted as contract mismatches, not bugs)")
     fuzz.add_argument("--max-failures", type=_positive_int, default=10,
                       help="stop after this many distinct failures")
+    fuzz.add_argument("--no-repro", action="store_true",
+                      help="do not write and run each defect candidate's standalone repro at the end (the "
+                           "summary says they are left untriaged)")
+    fuzz.add_argument("--repro-dir", help="keep the repro scripts of the defect candidates here (default: a "
+                                          "temporary folder; fsdp-verify repro writes them again)")
     _isolation_options(fuzz)
     _ranks_options(fuzz)
     fuzz.add_argument("--junit", type=_writable_file, help="write a JUnit XML report here")

@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 
 class Outcome(Enum):
@@ -69,3 +69,43 @@ def run_script(script: str | Path, args: Sequence[str] = (), timeout: float = 60
         except (OSError, ValueError, AttributeError):
             return ScriptRun(Outcome.BROKEN, "", done.returncode, text, seconds)
         return ScriptRun(outcome, str(kind), done.returncode, text, seconds)
+
+
+# The reasons a triaged failure carries (people read them; the class is the record).
+_REPRODUCED = "its standalone repro fails on torch alone ({kind}): {script}"
+_NOT_REPRODUCED = ("its standalone repro gives bitwise-equal outputs on real gloo ranks ({script}): the harness's "
+                   "rule is stricter than what torch shows")
+_UNJUDGED = "its standalone repro could not judge it ({outcome}): {script}"
+
+
+def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_name: str | None = None) -> None:
+    """Write and run the repro of every defect candidate of a campaign ``result`` (a
+    ``report.tally.Result``) and reclassify it by the script's outcome alone: reproduced is an
+    upstream defect, bitwise equal a harness limitation, anything else stays a candidate."""
+    from fsdp_verify.corpus import files as corpus
+    from fsdp_verify.model import classes
+    from fsdp_verify.report import repro
+    folder.mkdir(parents=True, exist_ok=True)
+    for failure in result.failures:
+        if classes.of(failure) is not classes.FailureClass.CANDIDATE or not failure.get("file"):
+            continue
+        entry = corpus.load(failure["file"])
+        path = folder / f"repro_{Path(failure['file']).stem}.py"
+        script = repro.write(entry.case, target_name or entry.target, entry.verdict.findings, entry.key,
+                             source=failure["file"], filename=path.name)
+        path.write_text(script.text)
+        ran = run_script(path, timeout=timeout)
+        failure["repro"] = {"script": str(path), "outcome": ran.outcome.value, "kind": ran.kind,
+                            "seconds": round(ran.seconds, 1)}
+        if ran.outcome is Outcome.REPRODUCED:
+            result.repro.reproduced += 1
+            failure["class"] = classes.FailureClass.UPSTREAM.value
+            failure["class_reasons"] = [_REPRODUCED.format(kind=ran.kind, script=path)]
+        elif ran.outcome is Outcome.NOT_REPRODUCED:
+            result.repro.not_reproduced += 1
+            failure["class"] = classes.FailureClass.LIMITATION.value
+            failure["class_reasons"] = [_NOT_REPRODUCED.format(script=path)]
+        else:
+            result.repro.unjudged += 1
+            failure["class_reasons"] = [*failure.get("class_reasons", []),
+                                        _UNJUDGED.format(outcome=ran.outcome.value, script=path)]

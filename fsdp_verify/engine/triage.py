@@ -14,10 +14,13 @@ from typing import Any, Sequence
 
 from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
+from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.targets.base import Target
 
-DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT = "defect", "defect candidate", "contract mismatch", "invalid input"
-CLASSES = (DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT)
+# the values stored in failure records (``FailureClass`` is what code compares)
+DEFECT, CANDIDATE, MISMATCH, INVALID_INPUT = (FailureClass.DEFECT.value, FailureClass.CANDIDATE.value,
+                                              FailureClass.MISMATCH.value, FailureClass.INVALID_INPUT.value)
+CLASSES = tuple(c.value for c in FailureClass)
 
 
 def invalid_collectives(case: Case) -> list[str]:

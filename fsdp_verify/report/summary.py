@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from fsdp_verify.model import classes
 from fsdp_verify.report.tally import PROOFS, Result
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 
@@ -28,9 +29,34 @@ def class_line(result: Result) -> str:
     """Failures per triage class: only defects (and external defect candidates) count as bugs."""
     counts: dict[str, int] = {}
     for failure in result.failures:
-        counts[failure.get("class", "defect")] = counts.get(failure.get("class", "defect"), 0) + 1
-    bugs = counts.get("defect", 0) + counts.get("defect candidate", 0)
+        counts[classes.of(failure).value] = counts.get(classes.of(failure).value, 0) + 1
+    bugs = sum(classes.of(f).is_bug for f in result.failures)
     return f"{bugs} bug{'' if bugs == 1 else 's'}" + "".join(f", {n} {kind}" for kind, n in sorted(counts.items())) if counts else "none"
+
+
+def repro_line(result: Result) -> str:
+    """What the standalone repros of the defect candidates showed: the precision of what the
+    harness reported against an external target, from the scripts' outcomes alone."""
+    tally = result.repro
+    waiting = sum(classes.of(f) is classes.FailureClass.CANDIDATE for f in result.failures)
+    if tally.skipped:
+        return f"repro triage    skipped ({tally.skipped}): {waiting} defect candidate{'' if waiting == 1 else 's'} untriaged"
+    if not tally.ran:
+        return "repro triage    no defect candidates"
+    judged = tally.reproduced + tally.not_reproduced
+    precision = f"precision {tally.reproduced / judged:.0%}" if judged else "precision n/a"
+    return (f"repro triage    {tally.reproduced} of {judged} defect candidates fail on torch alone ({precision}); "
+            f"{tally.not_reproduced} harness limitation{'' if tally.not_reproduced == 1 else 's'}"
+            + (f"; {tally.unjudged} whose script could not judge them (still candidates)" if tally.unjudged else ""))
+
+
+def repro_properties(result: Result) -> list[tuple[str, object]]:
+    """The repro triage as JUnit properties."""
+    tally = result.repro
+    judged = tally.reproduced + tally.not_reproduced
+    return [("repro_reproduced", tally.reproduced), ("repro_not_reproduced", tally.not_reproduced),
+            ("repro_unjudged", tally.unjudged), ("repro_skipped", tally.skipped or "no"),
+            ("repro_precision", f"{tally.reproduced / judged:.3f}" if judged else "n/a")]
 
 
 def _share(part: int, whole: int) -> str:
@@ -91,6 +117,7 @@ def summary_text(result: Result, target: str) -> str:
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
              f"by class        {class_line(result)}",
+             repro_line(result),
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
@@ -134,7 +161,7 @@ def junit_xml(result: Result, target: str) -> str:
     one case per bug signature) that names its checkers and carries its replay command. Only
     defects (and external defect candidates) fail; contract mismatches and invalid input are
     reported as skipped, with their class."""
-    bugs = [f for f in result.failures if f.get("class", "defect") in ("defect", "defect candidate")]
+    bugs = [f for f in result.failures if classes.of(f).is_bug]
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
                        failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs)),
                        time=f"{result.seconds:.3f}")
@@ -142,13 +169,16 @@ def junit_xml(result: Result, target: str) -> str:
                              time=f"{result.seconds:.3f}")
     properties = ET.Element("properties")
     suite.insert(0, properties)
-    classes = [f.get("class", "defect") for f in result.failures]
+    kinds = [classes.of(f) for f in result.failures]
     for name, value in (("invalid_cases", result.invalid), ("output_elements", result.output_elements),
                         ("judged_elements", result.judged_elements),
                         *((key, result.proofs[key]) for key in PROOFS),
-                        ("bugs", sum(c in ("defect", "defect candidate") for c in classes)),
-                        ("contract_mismatches", classes.count("contract mismatch")),
-                        ("invalid_inputs", classes.count("invalid input"))):
+                        ("bugs", sum(c.is_bug for c in kinds)),
+                        ("contract_mismatches", kinds.count(classes.FailureClass.MISMATCH)),
+                        ("invalid_inputs", kinds.count(classes.FailureClass.INVALID_INPUT)),
+                        ("upstream_defects", kinds.count(classes.FailureClass.UPSTREAM)),
+                        ("harness_limitations", kinds.count(classes.FailureClass.LIMITATION)),
+                        *repro_properties(result)):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
@@ -160,8 +190,8 @@ def junit_xml(result: Result, target: str) -> str:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name if failure["file"] else "not-saved")
         command = replay_command(failure, target) + (f"\nrepro: {repro_command(failure)}" if failure["file"] else "")
-        kind = failure.get("class", "defect")
-        verdict = "failure" if kind in ("defect", "defect candidate") else "skipped"  # not a bug of the target
+        kind = classes.of(failure).value
+        verdict = "failure" if classes.of(failure).is_bug else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
                       type=",".join(failure["checkers"])).text = f"{failure['message']}\n\nreplay: {command}"
         ET.SubElement(case, "system-out").text = (f"{failure['file']}\nreplay: {command}" if failure["file"] else

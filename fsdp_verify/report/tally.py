@@ -8,6 +8,24 @@ from typing import Optional
 
 
 @dataclass
+class ReproTally:
+    """What the standalone repros of a campaign's defect candidates showed (engine/repro.py)."""
+
+    reproduced: int = 0      # failed on torch alone: upstream defects
+    not_reproduced: int = 0  # bitwise equal on real ranks: harness limitations
+    unjudged: int = 0        # the script could not run, broke or timed out: still candidates
+    skipped: str = ""        # why the repros did not run at all (a weakened run says so)
+
+    @property
+    def ran(self) -> int:
+        return self.reproduced + self.not_reproduced + self.unjudged
+
+    def to_json(self) -> dict:
+        return {"reproduced": self.reproduced, "not_reproduced": self.not_reproduced, "unjudged": self.unjudged,
+                "skipped": self.skipped}
+
+
+@dataclass
 class Result:
     """What a campaign saw: counts, per-checker failures, decision coverage, saved cases."""
 
@@ -29,6 +47,7 @@ class Result:
     harness_errors: int = 0  # the harness itself failed (a lost worker, an accounting error): never a pass
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
     ranks: dict = field(default_factory=dict)  # simulated or real ranks: backend, device, rank counts (real mode)
+    repro: ReproTally = field(default_factory=ReproTally)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -67,7 +86,7 @@ class Result:
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
-                "failures": self.failures, "ranks": self.ranks}
+                "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json()}
 
 
 # What the ordering, numerics and planner verdicts rested on: schedule segments proved by the

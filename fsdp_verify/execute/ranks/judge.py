@@ -223,6 +223,7 @@ class RealRanks:
         if unrunnable:
             return [], f"not executed: the original graphs hold collectives no real group can run ({unrunnable[0]})"
         specs = {rank: graph_from_json(planned[rank]["rewritten"]) for rank in world}
+        exact = kept_in_every(exact, specs.values())
         unrunnable = unrunnable_collectives(case, specs)
         if unrunnable:
             if known:
@@ -266,6 +267,13 @@ class RealRanks:
                 findings += [Finding(NAME, f.message, f.nodes, {**f.details, "kind": kind}, f.rank, rule=kind)
                              for f in compare_outputs(expected, actual, names, rank, what)]
         return findings, None
+
+
+def kept_in_every(names: tuple, graphs) -> tuple:
+    """The exact-value sources still present (by name) in every rewritten graph: a source the rewrite
+    renamed or replaced would be exact in the original run only, so both runs leave it as it is."""
+    present = [{node.name for node in graph.nodes} for graph in graphs]
+    return tuple(name for name in names if all(name in names_of for names_of in present))
 
 
 def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
