@@ -33,12 +33,14 @@ def test_a_tensor_only_one_run_produced_is_a_difference():
 
 
 def test_configurations_cover_every_choice_of_the_space():
-    configs = configurations(CONFIG_SPACE, 3)
+    widest = max(len(choices) for choices in CONFIG_SPACE.values())
+    configs = configurations(CONFIG_SPACE, widest)
     for name, choices in CONFIG_SPACE.items():
         assert {c[name] for c in configs} == set(choices), name
     assert configs[0]["bucket_all_gathers_fx"] == "all" and configs[0]["bucket_reduce_scatters_fx"] == "all"
-    size = math.prod(len(choices) for choices in CONFIG_SPACE.values())
-    whole = configurations(CONFIG_SPACE, size)
+    small = {name: CONFIG_SPACE[name] for name in ("bucket_all_gathers_fx", "bucket_cap_mb", "dedup_reduce_scatters")}
+    size = math.prod(len(choices) for choices in small.values())
+    whole = configurations(small, size)
     assert len({json.dumps(c, sort_keys=True) for c in whole}) == len(whole) == size  # each configuration once
     some = configurations(CONFIG_SPACE, 40)
     assert len({json.dumps(c, sort_keys=True) for c in some}) == len(some)  # no repeats anywhere

@@ -11,8 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = sorted((ROOT / "docs" / "repros").glob("f*_*.py"))  # the hand-written ones
-# the upstream defects of docs/findings.md (F2, F7, F8), as `fsdp-verify repro` wrote their cases
-DEFECTS = {"F2": "c7b4d2d170e8ca759d92", "F7": "d16f1596769588ce66bd", "F8": "1bffb0577cf669e31606"}
+# the upstream defects of docs/findings.md (F2, F7, F8, F9), as `fsdp-verify repro` wrote their cases
+DEFECTS = {"F2": "c7b4d2d170e8ca759d92", "F7": "d16f1596769588ce66bd", "F8": "1bffb0577cf669e31606",
+           "F9": "c2ee48fa77cc446f6e5e"}
 
 
 def _roots(script: Path) -> set[str]:

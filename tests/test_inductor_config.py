@@ -103,3 +103,58 @@ def test_a_planner_target_is_judged_on_malformed_collectives_too():
     bad = replace(case, graph=case.graph.with_nodes([replace(n, args=(n.args[0], 3, n.args[2])) if n is node else n
                                                      for n in case.graph.nodes]))
     assert classify(get_target("mutant:avg_twice"), bad, ("numerics",))[0] == "defect"
+
+
+PASSES = ("bucketing", "fsdp", "overlap_scheduling", "overlap_preserving_bucketer", "overlap_manual_scheduling")
+_AO = "aten_distributed_optimizations."
+
+
+def _options_read() -> dict[str, set[str]]:
+    """Option -> the fx_passes files of the installed torch that read it (every option of the
+    ``aten_distributed_optimizations`` family and every ``bucket_*`` option counts as read)."""
+    import re
+    from pathlib import Path
+
+    import torch._inductor
+    import torch._inductor.config as inductor_config
+    root = Path(torch._inductor.__file__).parent / "fx_passes"
+    read: dict[str, set[str]] = {}
+    for name in PASSES:
+        text = (root / f"{name}.py").read_text()
+        found = {m.group(1) for m in re.finditer(r"(?<!self\.)(?<!\w)(?:config|inductor_config)\.([a-z_]+(?:\.[a-z_]+)?)", text)}
+        found = {f for f in found if f != "aten_distributed_optimizations"}
+        found |= {_AO + m.group(1) for m in re.finditer(r"\bdist_opts\.([a-z_]+)", text)}
+        keys = re.search(r"config_keys = \(([^)]*)\)", text)
+        found |= {_AO + key for key in re.findall(r'"([a-z_]+)"', keys.group(1))} if keys else set()
+        for option in found:
+            read.setdefault(option, set()).add(f"{name}.py")
+    for option in inductor_config.get_config_copy():
+        if option.startswith((_AO, "bucket_")):
+            read.setdefault(option, set()).add("post_grad.py")
+    return read
+
+
+def test_every_option_the_collective_passes_read_is_drawn_or_excluded_with_a_reason():
+    import torch._inductor.config as inductor_config
+    from fsdp_verify.targets.inductor import EXCLUDED
+    read = _options_read()
+    # the scan sees the reads it must (so a new read in a torch upgrade is seen the same way)
+    assert "overlap_preserving_bucketer.py" in read[_AO + "overlap_scheduling_autofix_cycles"]
+    assert "bucketing.py" in read[_AO + "bucket_mode"]
+    assert "overlap_scheduling.py" in read[_AO + "max_in_flight_gb"]
+    missing = sorted(option for option in read if option not in CONFIG_SPACE and option not in EXCLUDED)
+    assert not missing, f"read by torch's collective passes, neither drawn nor excluded with a reason: {missing}"
+    assert all(reason.strip() for reason in EXCLUDED.values())
+    known = set(inductor_config.get_config_copy())
+    stale = sorted(o for o in [*CONFIG_SPACE, *EXCLUDED] if o != "bucket_cap_mb" and o not in known)
+    assert not stale, f"not an option of this torch's inductor config: {stale}"
+    assert not set(CONFIG_SPACE) & set(EXCLUDED)
+
+
+def test_the_docs_table_lists_every_option_drawn_or_excluded():
+    from pathlib import Path
+
+    from fsdp_verify.targets.inductor import EXCLUDED
+    text = (Path(__file__).resolve().parents[1] / "docs" / "inductor-config.md").read_text()
+    for option in [*CONFIG_SPACE, *EXCLUDED]:
+        assert f"| `{option}` |" in text, option

@@ -67,10 +67,39 @@ def bucket_cap(cap_mb: Any) -> Callable[[int], float] | None:
     return None if cap_mb is None else (lambda index: cap_mb)
 
 
-def inductor_route(module: fx.GraphModule, config: dict) -> None:
-    """Inductor's post-grad routing (post_grad.py): dedup, then RS, then AG bucketing, then the
-    stable topological sort, each pass reading the patched config as it would in a compile.
-    ``config`` holds ``torch._inductor.config`` options plus ``bucket_cap_mb``."""
+# The analytical cost model of the overlap scheduler asks triton for the GPU's DRAM bandwidth; a
+# machine without a GPU gets this figure (an H100's, in GB/s): the scheduler then decides as it
+# would on that GPU, from the same formulas.
+CPU_DRAM_GBPS = 3350
+OVERLAP = "aten_distributed_optimizations."
+
+
+@contextlib.contextmanager
+def cost_model() -> Iterator[None]:
+    """The overlap scheduler's hardware figures: the GPU's own when there is one, else CPU_DRAM_GBPS."""
+    import torch
+    import torch._inductor.utils as inductor_utils
+    import torch.utils._runtime_estimation as runtime_estimation
+    if torch.cuda.is_available():
+        yield
+        return
+    holders = (inductor_utils, runtime_estimation)  # the second imported the function by name
+    saved = [holder.get_gpu_dram_gbps for holder in holders]
+    for holder in holders:
+        holder.get_gpu_dram_gbps = lambda: CPU_DRAM_GBPS
+    try:
+        yield
+    finally:
+        for holder, function in zip(holders, saved):
+            holder.get_gpu_dram_gbps = function
+
+
+def inductor_route(module: fx.GraphModule, config: dict) -> fx.GraphModule:
+    """Inductor's post-grad routing (post_grad.py): dedup, then RS, AR and AG bucketing, the stable
+    topological sort, then the overlap scheduler (which may bucket too), each pass reading the
+    patched config as it would in a compile. ``config`` holds ``torch._inductor.config`` options
+    (dotted for ``aten_distributed_optimizations``) plus ``bucket_cap_mb``; returns the module the
+    passes leave (the overlap scheduler may hand back another)."""
     import torch._inductor.config as inductor_config
     from torch._inductor.fx_passes import bucketing, fsdp
     from torch._inductor.pattern_matcher import stable_topological_sort
@@ -83,12 +112,56 @@ def inductor_route(module: fx.GraphModule, config: dict) -> None:
             rs = fsdp.bucket_fsdp_reduce_scatter if "fsdp" in config["bucket_reduce_scatters_fx"] \
                 else bucketing.bucket_reduce_scatter
             rs(module, determinator, config["bucket_reduce_scatters_bucket_mode"])
+        if config.get("bucket_all_reduces_fx", "none") != "none":
+            bucketing.bucket_all_reduce(module, determinator, config["bucket_all_reduces_fx"])
         if config["bucket_all_gathers_fx"] != "none":
             ag = fsdp.bucket_fsdp_all_gather if "fsdp" in config["bucket_all_gathers_fx"] \
                 else bucketing.bucket_all_gather
             ag(module, determinator, config["bucket_all_gathers_bucket_mode"])
-        if config["bucket_reduce_scatters_fx"] != "none" or config["bucket_all_gathers_fx"] != "none":
+        if any(config.get(name, "none") != "none"
+               for name in ("bucket_reduce_scatters_fx", "bucket_all_reduces_fx", "bucket_all_gathers_fx")):
             stable_topological_sort(module.graph)
+        if config.get(OVERLAP + "enable_overlap_scheduling"):
+            from torch._inductor.fx_passes.overlap_scheduling import schedule_overlap_bucketing_from_inductor_configs
+            deps = config.get(OVERLAP + "insert_overlap_deps")  # inductor inserts them unless told not to
+            with inductor_config.patch({OVERLAP + "insert_overlap_deps": True if deps is None else deps}), cost_model():
+                module = schedule_overlap_bucketing_from_inductor_configs(module)
+            inline_control_deps(module)
+    return module
+
+
+def inline_control_deps(module: fx.GraphModule) -> int:
+    """Replace each ``control_deps(deps, subgraph, *args)`` by the one operation its subgraph wraps,
+    under the same name; returns how many. Sound because the wrapper only orders: its extra
+    inputs are ordering edges for inductor's scheduler, and an FX graph's node order already
+    respects every input edge, so running the inlined graph in node order is a schedule the
+    deps allow. What remains is the program the checkers and a real run can read."""
+    try:
+        from torch._inductor.fx_passes.control_dependencies import control_deps
+    except ImportError:
+        return 0
+    graph, inlined = module.graph, 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not control_deps:
+            continue
+        _, holder, *args = node.args
+        subgraph = getattr(module, holder.target)
+        placeholders = [n for n in subgraph.graph.nodes if n.op == "placeholder"]
+        with graph.inserting_before(node):
+            result = graph.graph_copy(subgraph.graph, dict(zip(placeholders, args)))
+        if isinstance(result, (tuple, list)):  # the op, then pass-through deps
+            result = result[0]
+        name = node.name
+        node.replace_all_uses_with(result)
+        graph.erase_node(node)
+        result.name = name
+        if not holder.users:
+            graph.erase_node(holder)
+            delattr(module, holder.target)
+        inlined += 1
+    if inlined:
+        module.recompile()
+    return inlined
 
 
 def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.func import functional_call
 
+from fsdp_verify.targets.post_grad import cost_model
 from fsdp_verify.graph import collectives
 
 OFF = {"bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
@@ -104,10 +105,11 @@ def compiled_step(model: nn.Module, inputs: tuple, options: dict[str, Any]) -> R
     if cap is not None:
         patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
         patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
+        patch["bucket_all_reduces_fx_bucket_size_determinator"] = lambda index: cap
     launches: dict[str, int] = {}
     patch["fx_graph_cache"] = False  # every compile must run the passes again
     torch._dynamo.reset()
-    with gloo_world() as group, inductor_config.patch(patch), _counting(launches):
+    with gloo_world() as group, inductor_config.patch(patch), cost_model(), _counting(launches):
         run = _step(torch.compile(Gathered(model, group), backend="inductor", fullgraph=True), inputs, model)
     run.launches = launches
     return run

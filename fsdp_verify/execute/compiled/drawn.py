@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import fx, nn
 
+from fsdp_verify.targets.post_grad import cost_model
 from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
 from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, gloo_world
 
@@ -119,11 +120,12 @@ def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None
     if cap is not None:
         patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
         patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
+        patch["bucket_all_reduces_fx_bucket_size_determinator"] = lambda index: cap
     patch["fx_graph_cache"] = False  # every compile must run the passes again
     if options.get("plant"):
         patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
     torch._dynamo.reset()
-    with inductor_config.patch(patch), _counting(launches), _planted(options.get("plant")):
+    with inductor_config.patch(patch), cost_model(), _counting(launches), _planted(options.get("plant")):
         yield
 
 
