@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from fsdp_verify.checks.identity import INT_VIEW, gather_codes, gather_counter, gather_period, scatter_codes
+from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes, gather_codes, gather_counter, gather_period, scatter_codes
 from fsdp_verify.strategies import cases
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -244,3 +244,48 @@ def test_a_layout_verdict_says_whether_it_is_a_proof_or_only_a_test():
         assert not [f for f in findings if f.severity == "error"]
         assert ctx.metrics["layout"]["proved"] is proved
         assert proofs_of(ctx.metrics)["layout_proved" if proved else "layout_tested"] == 1
+
+
+def test_a_folded_pre_gather_cast_raises_no_layout_finding():
+    # mixed precision: fp32 shards cast to bf16 before each gather; inductor's all-gather bucketing
+    # folds the casts into its copy-in and reads the placeholders (the shape a captured bf16 model
+    # showed): codes at the cast's output would never reach the bucket, a false layout alarm
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.engine.triage import MISMATCH, classify
+    from fsdp_verify.graph.compose import Composer
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.targets import get_target
+    c = Composer({"fsdp": (0, 1)}, overload="default")
+    x = c.input("x", (2, 4), "bfloat16")
+    outs = []
+    for i in range(2):
+        c.param(f"w{i}", (2, 4), state_idx=i, device="cpu", dtype="float32")
+        low = c.call("aten._to_copy.default", c.param_spec(f"w{i}").placeholder, dtype=torch.bfloat16)
+        _, w = c.all_gather(f"w{i}", source=low)
+        outs.append(c.call("aten.mm.default", x, c.call("aten.t.default", w)))
+    target = get_target("torch-inductor:custom_ops")
+    case = Case(c.finish(outs, attrs={"captured_phase": "forward"}),  # the captured shape the excuse is for
+                target_options=(("bucket_all_gathers_fx", "all"), ("bucket_reduce_scatters_fx", "none")))
+    findings, _ = check_all(target, case)
+    errors = [f for f in findings if f.severity == "error"]
+    assert not [f for f in errors if f.checker in ("layout", "numerics")], [f.message for f in errors]
+    assert {f.key for f in errors} <= {("dependencies", "node_lost")}  # the folded casts, nothing else
+    if errors:
+        kind, _ = classify(target, case, tuple(sorted({f.checker for f in errors})), errors)
+        assert kind == MISMATCH
+
+
+def test_codes_planted_at_a_parameter_survive_its_narrowing_cast():
+    from torch import fx as torch_fx
+    graph = torch_fx.Graph()
+    p = graph.placeholder("p")
+    cast = graph.call_function(torch.ops.aten._to_copy.default, (p,), {"dtype": torch.bfloat16})
+    gather = graph.call_function(torch.ops._c10d_functional.all_gather_into_tensor.default, (cast, 2, "fsdp"))
+    gather.meta.update(comm_type="fsdp_all_gather", param_name="w")
+    graph.output(gather)
+    codes = IdentityCodes.of(torch_fx.GraphModule(torch.nn.Module(), graph))
+    assert set(codes.sources) == {"p"} and codes.cast == {"p": torch.bfloat16}
+    held = codes.value(0, p, torch.zeros(64, dtype=torch.float32))
+    narrowed = held.to(torch.bfloat16)
+    assert torch.equal(narrowed.to(torch.float32), held)  # exact: the cast keeps every code
+    assert codes.decode(narrowed, 5) == "w (rank 0, element 5)"

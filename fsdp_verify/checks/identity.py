@@ -127,8 +127,11 @@ def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) ->
 class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
-    def __init__(self, sources: dict[str, tuple[str, str, int]]) -> None:
+    def __init__(self, sources: dict[str, tuple[str, str, int]], cast: dict[str, torch.dtype] | None = None) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
+        # a parameter placeholder coded for the cast it feeds: codes of that (narrower) dtype, held
+        # exactly in the placeholder's own (see ``of``)
+        self.cast = dict(cast or {})
         # (source node, rank, elements) -> (first counter, count, param). Keyed by what a collective
         # moves, never by parameter: a parameter's backward reduce-scatter source holds degree times
         # the elements its forward all-gather source does, so a range shared by the two would
@@ -142,10 +145,26 @@ class IdentityCodes:
 
     @classmethod
     def of(cls, original: fx.GraphModule) -> "IdentityCodes":
-        """Codes for the sources of every tagged collective of ``original``."""
-        return cls({node.args[0].name: (str(node.meta.get("param_name")), node.meta["comm_type"], _degree(node))
-                    for node in original.graph.nodes if node.meta.get("comm_type") in FSDP_KINDS
-                    and node.args and isinstance(node.args[0], fx.Node)})
+        """Codes for the sources of every tagged collective of ``original``.
+
+        A gather whose source is a pure cast of a parameter placeholder (mixed precision: fp32 shard,
+        bf16 gather) is coded at the placeholder instead, with codes of the cast's dtype held exactly
+        in the wider one: the cast then yields those very codes. A rewrite may fold the cast into its
+        bucket's copy-in (inductor does) and read the placeholder itself; codes at the cast's output
+        would not reach it, and every consumer would see a false difference. A rewrite that casts to
+        another dtype, or not at all, still delivers other bits or another dtype."""
+        sources, cast = {}, {}
+        for node in original.graph.nodes:
+            if node.meta.get("comm_type") not in FSDP_KINDS or not node.args or not isinstance(node.args[0], fx.Node):
+                continue
+            entry = (str(node.meta.get("param_name")), node.meta["comm_type"], _degree(node))
+            source = node.args[0]
+            narrow = _pure_cast(source) if entry[1] != "fsdp_reduce_scatter" else None
+            if narrow is not None:
+                cast[source.args[0].name] = narrow
+                source = source.args[0]
+            sources[source.name] = entry
+        return cls(sources, cast)
 
     def _base(self, source: str, param: str, rank: int, count: int) -> int:
         """Counter ranges are handed out on first use (the original's run) and reused for the rewrite
@@ -167,14 +186,20 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        if value.numel() > capacity(kind, value.dtype, degree):
+        if value.numel() > capacity(kind, self._dtype(node.name, value.dtype), degree):
             self.wrapped.add(node.name)
         base = self._base(node.name, param, rank, value.numel())
-        made = _codes(kind, value.dtype, degree, base, value.numel()).reshape(value.shape)
+        dtype = self._dtype(node.name, value.dtype)
+        made = _codes(kind, dtype, degree, base, value.numel()).reshape(value.shape).to(value.dtype)
         if value.is_contiguous():
             return made.clone()  # a fresh tensor: the run may write to it
         # the source's own strides, so that a rewrite's views of it fail or succeed as they would
         return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype).copy_(made)
+
+    def _dtype(self, name: str, held: torch.dtype) -> torch.dtype:
+        """The dtype of ``name``'s codes: its cast's, when ``held`` holds those values exactly."""
+        narrow = self.cast.get(name)
+        return narrow if narrow is not None and (held == narrow or held in _WIDER.get(narrow, ())) else held
 
     def decode(self, tensor: torch.Tensor, position: int) -> str:
         """Which parameter, rank and element the all-gather code at ``position`` came from."""
@@ -187,6 +212,31 @@ class IdentityCodes:
             if counter is not None and (counter - base) % period < count:
                 return f"{param} (rank {rank}, element {(counter - base) % period})"
         return f"value {float(flat[position])}"
+
+
+_CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
+_WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
+          torch.float32: (torch.float64,)}
+
+
+def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
+    """The dtype ``node`` casts a floating parameter placeholder to, when it is only that cast (no
+    device, layout or memory-format change) and the placeholder's dtype holds the target's values
+    exactly; else None."""
+    if node.op != "call_function" or str(node.target) not in _CASTS or not node.args:
+        return None
+    source = node.args[0]
+    if not isinstance(source, fx.Node) or source.op != "placeholder":
+        return None
+    if str(node.target) == "aten._to_copy.default":
+        if set(node.kwargs) - {"dtype"} or len(node.args) != 1:
+            return None
+        narrow = node.kwargs.get("dtype")
+    else:
+        narrow = node.args[1] if len(node.args) == 2 else None
+    wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype")
+    return narrow if isinstance(narrow, torch.dtype) and narrow in _FORMATS and \
+        (wide is None or wide in _WIDER.get(narrow, ())) else None
 
 
 def _degree(node: fx.Node) -> int:
