@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 from torch import fx
+from torch.fx.node import map_arg
 
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.graph.clone import clone_module
@@ -44,16 +45,25 @@ def _replan_findings(ctx: CheckContext, rank: int, fused: list[fx.Node], module:
                     nodes=(n.name,), rule="replan_rebuckets") for n in fused if reasons.get(n.name) != "unsupported_or_already_bucketed"]
 
 
+def _args_text(args: tuple, other: dict[str, fx.Node]) -> str:
+    """``args`` as text, with each node the other graph lacks written as ``<replaced>``."""
+    return str(tuple(map_arg(args, lambda n: n.name if n.name in other else "<replaced>")))
+
+
 def _untouched_findings(original: fx.GraphModule, rewritten: fx.GraphModule) -> list[Finding]:
     """A collective that survives by name must be exactly what it was (skipped or singleton)."""
     after = by_name(rewritten)
+    before = by_name(original)
     findings = []
     for node in original.graph.nodes:
         kept = after.get(node.name)
         if kept is None or c10d_name(node) is None:
             continue
-        was = (str(node.target), str(node.args), {k: node.meta.get(k) for k in _KEPT_META})
-        now = (str(kept.target), str(kept.args), {k: kept.meta.get(k) for k in _KEPT_META})
+        # an input the rewrite replaced (another collective's result, now a bucket's member) is named
+        # differently on each side: it reads the same data (layout follows the codes through), so
+        # only inputs both graphs hold are compared by name
+        was = (str(node.target), _args_text(node.args, after), {k: node.meta.get(k) for k in _KEPT_META})
+        now = (str(kept.target), _args_text(kept.args, before), {k: kept.meta.get(k) for k in _KEPT_META})
         if was != now:
             findings.append(Finding(NAME, f"collective {node.name!r} was kept but changed: {was} -> {now}",
                                     nodes=(node.name,), rule="kept_but_changed"))

@@ -159,6 +159,11 @@ class IdentityCodes:
                 continue
             entry = (str(node.meta.get("param_name")), node.meta["comm_type"], _degree(node))
             source = node.args[0]
+            if is_wait(storage_root(source)):
+                # a gather of another gather's result (2-D sharding: dp_shard, then dp_replicate)
+                # moves codes already: coding it again would plant codes the rewrite never reads
+                # once it buckets the inner gather (its result is then another node), a false alarm
+                continue
             narrow = _pure_cast(source) if entry[1] != "fsdp_reduce_scatter" else None
             if narrow is not None:
                 cast[source.args[0].name] = narrow

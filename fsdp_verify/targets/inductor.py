@@ -138,6 +138,23 @@ def _captured_mismatches(case: Case, findings: Sequence[Any], options: dict[str,
     return []
 
 
+_REORDERED = {("ordering", "group_order"), ("ordering", "fused_window")}
+
+
+def _overlap_mismatches(findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
+    """The overlap scheduler reorders collectives within a group by design (to overlap them with
+    compute), and buckets across whatever lies between: the FSDP planner's issue-order and span
+    rules are not its contract. Excused only when every finding is one of those two rules (the
+    ordering checker's cross-rank streams and deadlock verdicts are never excused, so a reorder
+    that differs between ranks still fails)."""
+    if not options.get(_AO + "enable_overlap_scheduling") or not findings:
+        return []
+    if all(f.key in _REORDERED for f in findings):
+        return ["inductor's overlap scheduler reorders and buckets collectives across compute by design; every rank "
+                "issues the same order (the cross-rank streams and deadlock checks found nothing)"]
+    return []
+
+
 class TorchInductorTarget(Target):
     """PyTorch's bucketing passes as inductor's post-grad pipeline routes to them from its config.
 
@@ -200,7 +217,9 @@ class TorchInductorTarget(Target):
         if any(collectives.op_name(n.target, (collectives.NAMESPACE,)) and "group_name" in n.kwargs
                for n in case.graph.nodes):
             found.append("group_name passed by keyword (make_fx passes it positionally)")
-        found += _captured_mismatches(case, findings, {**DEFAULTS, **dict(case.target_options), **self.pins})
+        options = {**DEFAULTS, **dict(case.target_options), **self.pins}
+        found += _captured_mismatches(case, findings, options)
+        found += _overlap_mismatches(findings, options)
         waited = Counter(n.inputs()[0] for n in case.graph.nodes if "wait_tensor" in n.target and n.inputs())
         if any(count > 1 for count in waited.values()):
             found.append("a launch with several waits (make_fx emits one wait per launch)")
