@@ -245,3 +245,29 @@ def test_a_kept_rewrite_is_what_the_target_returned_even_when_it_then_writes(kee
     get_target("reference").rewrite(case, fresh)
     assert any(f.checker == "consistency" and "rejected but the graph was changed" in f.message for f in findings)
     assert (signature_of(ctx.rewritten[0]) == signature_of(fresh[0])) is keep
+
+
+def test_an_element_of_a_coalesced_launch_is_read_through_its_wait():
+    # inductor's coalesced mode: reduce_scatter_tensor_coalesced returns one tensor per member,
+    # indexed by getitem and each element waited; only an element read without a wait is a finding
+    import operator
+
+    import torch
+    from torch import fx
+
+    from fsdp_verify.checks.dependencies import _unwaited_reads
+    c10d = torch.ops._c10d_functional
+
+    def graph(waited: bool) -> fx.GraphModule:
+        g = fx.Graph()
+        a, b = g.placeholder("a"), g.placeholder("b")
+        launch = g.call_function(c10d.reduce_scatter_tensor_coalesced.default, ([a, b], "sum", 2, "fsdp"))
+        first = g.call_function(operator.getitem, (launch, 0))
+        read = g.call_function(c10d.wait_tensor.default, (first,)) if waited else first
+        g.output(g.call_function(torch.ops.aten.add.Tensor, (read, 1)))
+        return fx.GraphModule(torch.nn.Module(), g)
+
+    empty = fx.GraphModule(torch.nn.Module(), fx.Graph())
+    assert _unwaited_reads(graph(True), empty) == []
+    found = _unwaited_reads(graph(False), empty)
+    assert [f.rule for f in found] == ["read_without_wait"] and found[0].nodes[1].startswith("add")

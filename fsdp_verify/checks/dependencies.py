@@ -8,11 +8,14 @@ Order (effects, intervals, fused-launch windows, streams, deadlock) is the ``ord
 
 from __future__ import annotations
 
+import operator
+
 from torch import fx
 
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.registry import Checker
-from fsdp_verify.checks.graph_facts import (aliases_input, alias_class, by_name, is_free, is_launch, is_wait)
+from fsdp_verify.checks.graph_facts import (aliases_input, alias_class, by_name, is_free, is_launch, is_wait,
+                                            launch_name)
 
 NAME = "dependencies"
 
@@ -49,9 +52,16 @@ def _unwaited_reads(module: fx.GraphModule, orig: fx.GraphModule) -> list[Findin
         if not is_launch(node):
             continue
         for user in node.users:
-            if not is_wait(user) and (node.name, user.name) not in before:
-                findings.append(Finding(NAME, f"{user.name!r} reads collective {node.name!r} without waiting "
-                                                 f"for it", nodes=(node.name, user.name), rule="read_without_wait"))
+            if is_wait(user) or (node.name, user.name) in before:
+                continue
+            if user.target is operator.getitem and (launch_name(node) or "").endswith("_coalesced"):
+                # a coalesced launch returns one tensor per member: indexing it is still the launch,
+                # and each element's readers are what must wait (inductor's coalesced mode emits this)
+                readers = [u for u in user.users if not is_wait(u) and (node.name, u.name) not in before]
+            else:
+                readers = [user]
+            findings += [Finding(NAME, f"{reader.name!r} reads collective {node.name!r} without waiting for it",
+                                 nodes=(node.name, reader.name), rule="read_without_wait") for reader in readers]
     return findings
 
 
