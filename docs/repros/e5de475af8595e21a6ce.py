@@ -251,13 +251,15 @@ def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:
     return returned
 
 
-# The harness's effectful calls this graph names (a reshard free, an opaque barrier).
+# --- copied from fsdp_verify/graph/ops.py: the harness's effectful calls this graph names ---
 def _free_tensor_storage(tensor: Any) -> None:
+    """Release a tensor's storage (FSDP reshard free); idempotent and safe on non-tensors."""
     if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().size() != 0:
         tensor.untyped_storage().resize_(0)
 
 
 def effect_barrier(*args: Any) -> None:
+    """An opaque side-effecting call (logging, an RNG step, a host sync) the planner must not cross."""
     del args
 
 

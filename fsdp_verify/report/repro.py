@@ -28,7 +28,7 @@ import torch
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fsdp_verify.execute import inputs as input_values
-from fsdp_verify.graph import collectives
+from fsdp_verify.graph import collectives, ops
 from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
@@ -234,6 +234,8 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
                        for n in spec.nodes),
         "graph_lines": graph_lines(spec), "attr_lines": _attr_lines(spec),
         "input_source": _input_source(), "post_grad_source": _module_source(post_grad),
+        "effects_source": "\n\n\n".join(inspect.getsource(fn).strip() for fn in
+                                         (ops._free_tensor_storage, ops.effect_barrier)),
     }
     text = _ENV.get_template("repro.py.j2").render(**context)
     compile(text, filename, "exec")  # a script that does not parse is this command's bug, found here
