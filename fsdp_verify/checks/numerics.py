@@ -100,6 +100,18 @@ def _source_findings(before: dict[tuple[int, str], torch.Tensor],
     return findings
 
 
+def _folded_casts(ctx: CheckContext) -> list[str]:
+    """The casts of parameters coded for them (``IdentityCodes.cast``) that some rewrite lacks."""
+    coded = ctx.identity_codes.cast
+    if not coded:
+        return []
+    casts = {user.name for module in ctx.original.values() for node in module.graph.nodes
+             if node.op == "placeholder" and node.name in coded for user in node.users}
+    kept = set.intersection(*({n.name for n in module.graph.nodes} for module in ctx.rewritten.values())) \
+        if ctx.rewritten else set()
+    return sorted(casts - kept)
+
+
 def _plain_reasons(ctx: CheckContext, shared: Any) -> list[str]:
     """Why the shared runs' outputs cannot be compared (then plain runs of both worlds are): a
     source coded in one world only (a rewrite folded or renamed it), a coded source that did not own
@@ -113,6 +125,9 @@ def _plain_reasons(ctx: CheckContext, shared: Any) -> list[str]:
     aliased = sorted({name for _, name in before.aliased | after.aliased})
     if aliased:
         reasons.append("sources sharing storage: " + ", ".join(aliased[:4]))
+    folded = _folded_casts(ctx)
+    if folded:  # codes are exact in both dtypes: only real values show how a folded cast rounds
+        reasons.append("pre-gather casts folded by the rewrite: " + ", ".join(folded[:4]))
     if not reasons and _nonfinite(shared.outputs, ctx.original):
         reasons.append("coded outputs not finite")
     return reasons
