@@ -246,6 +246,19 @@ def inline_control_deps(module: fx.GraphModule) -> int:
     return inlined
 
 
+def post_grad_pass(module: fx.GraphModule, rank: int, world_size: int, groups: dict, inputs: list[Any],
+                   apply: Callable[[fx.GraphModule], fx.GraphModule]) -> fx.GraphModule:
+    """One rank's graph through ``apply`` as a post-grad pass receives it: in a fake world of that
+    rank with the groups registered by name, fake values propagated from ``inputs``; the module
+    ``apply`` leaves is linted and recompiled."""
+    with fake_world(rank, world_size, groups):
+        propagate_fake_values(module, inputs)
+        module = apply(module)
+    module.graph.lint()
+    module.recompile()
+    return module
+
+
 def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:
     """A torch.fx pass as passes are written: graph in, graph out (in place when it returns None;
     a ``PassResult`` hands back its module)."""
@@ -489,21 +502,18 @@ def make_inputs(rank: int) -> list:
 
 
 def rewrite_world(args: argparse.Namespace) -> dict:
-    """Each rank's graph through inductor's post-grad bucketing, in a fake world of its own."""
+    """Each rank's graph through inductor's post-grad passes, in a fake world of its
+    own, as the harness ran it."""
     config = dict(CONFIG)
     for item in args.config:
         key, _, value = item.partition("=")
         config[key] = json.loads(value) if value[:1] in "0123456789-[{tn" or value in ("true", "false") else value
-    modules = {}
-    for rank in WORLD:
-        module = build_graph(rank)
-        with fake_world(rank, len(WORLD), GROUPS):
-            propagate_fake_values(module, make_inputs(rank))
-            module = inductor_route(module, config)
-        module.graph.lint()
-        module.recompile()
-        modules[rank] = module
-    return modules
+
+    def apply(module: fx.GraphModule) -> fx.GraphModule:
+        return inductor_route(module, config)
+
+    return {rank: post_grad_pass(build_graph(rank), rank, len(WORLD), GROUPS, make_inputs(rank), apply)
+            for rank in WORLD}
 
 
 def run_graph(module: fx.GraphModule, rank: int, exact: set) -> list:

@@ -127,11 +127,13 @@ def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) ->
 class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
-    def __init__(self, sources: dict[str, tuple[str, str, int]], cast: dict[str, torch.dtype] | None = None) -> None:
+    def __init__(self, sources: dict[str, tuple[str, str, int]], cast: dict[str, torch.dtype] | None = None,
+                 cast_nodes: frozenset[str] = frozenset()) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
         # a parameter placeholder coded for the cast it feeds: codes of that (narrower) dtype, held
-        # exactly in the placeholder's own (see ``of``)
+        # exactly in the placeholder's own (see ``of``); ``cast_nodes`` are those casts
         self.cast = dict(cast or {})
+        self.cast_nodes = frozenset(cast_nodes)
         # (source node, rank, elements) -> (first counter, count, param). Keyed by what a collective
         # moves, never by parameter: a parameter's backward reduce-scatter source holds degree times
         # the elements its forward all-gather source does, so a range shared by the two would
@@ -153,7 +155,7 @@ class IdentityCodes:
         bucket's copy-in (inductor does) and read the placeholder itself; codes at the cast's output
         would not reach it, and every consumer would see a false difference. A rewrite that casts to
         another dtype, or not at all, still delivers other bits or another dtype."""
-        sources, cast = {}, {}
+        sources, cast, cast_nodes = {}, {}, set()
         for node in original.graph.nodes:
             if node.meta.get("comm_type") not in FSDP_KINDS or not node.args or not isinstance(node.args[0], fx.Node):
                 continue
@@ -167,9 +169,10 @@ class IdentityCodes:
             narrow = _pure_cast(source) if entry[1] != "fsdp_reduce_scatter" else None
             if narrow is not None:
                 cast[source.args[0].name] = narrow
+                cast_nodes.add(source.name)
                 source = source.args[0]
             sources[source.name] = entry
-        return cls(sources, cast)
+        return cls(sources, cast, frozenset(cast_nodes))
 
     def _base(self, source: str, param: str, rank: int, count: int) -> int:
         """Counter ranges are handed out on first use (the original's run) and reused for the rewrite

@@ -101,15 +101,13 @@ def _source_findings(before: dict[tuple[int, str], torch.Tensor],
 
 
 def _folded_casts(ctx: CheckContext) -> list[str]:
-    """The casts of parameters coded for them (``IdentityCodes.cast``) that some rewrite lacks."""
-    coded = ctx.identity_codes.cast
-    if not coded:
+    """The pre-gather casts whose parameters carry their codes (``IdentityCodes.cast_nodes``) that
+    some rewrite lacks."""
+    casts = ctx.identity_codes.cast_nodes
+    if not casts:
         return []
-    casts = {user.name for module in ctx.original.values() for node in module.graph.nodes
-             if node.op == "placeholder" and node.name in coded for user in node.users}
-    kept = set.intersection(*({n.name for n in module.graph.nodes} for module in ctx.rewritten.values())) \
-        if ctx.rewritten else set()
-    return sorted(casts - kept)
+    kept = [{node.name for node in module.graph.nodes} for module in ctx.rewritten.values()]
+    return sorted(name for name in casts if any(name not in names for names in kept))
 
 
 def _plain_reasons(ctx: CheckContext, shared: Any) -> list[str]:

@@ -354,6 +354,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _replay_html(path: str, target, outcomes: list, errors: list[str], summary: str) -> None:
     from fsdp_verify.report.html import Row, Section, table_html
+    from fsdp_verify.report.summary import repro_command
     first = {o.path: o.got.findings[0] if o.got.findings else ("", "") for o in outcomes}  # (checker, message)
     rows = [Row(str(o.path), "as expected" if o.agrees else "DIFFERENT", checker=first[o.path][0],
                 message=first[o.path][1]) for o in outcomes]
@@ -362,7 +363,7 @@ def _replay_html(path: str, target, outcomes: list, errors: list[str], summary: 
     sections = [Section(title=o.path.name, klass="different", checkers=list(o.got.checkers), rule="",
                         message=(o.got.findings[0][1] if o.got.findings else f"now {o.got.status}"),
                         file=str(o.path), commands=[f"fsdp-verify replay {o.path} --target {target.name}",
-                                  f"fsdp-verify repro {o.path} --target {target.name} -o repro_{o.path.stem}.py"],
+                                  repro_command(str(o.path), target.name)],
                         plan=drawings[str(o.path)].plan, svg=drawings[str(o.path)].svg,
                         picture_note=drawings[str(o.path)].note) for o in different if str(o.path) in drawings]
     verdict = "FAIL" if different or errors else "pass"

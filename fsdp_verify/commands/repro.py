@@ -27,7 +27,8 @@ def add_parser(sub: argparse._SubParsersAction, usage_error: type[Exception]) ->
 def run(args: argparse.Namespace, usage_error: type[Exception]) -> int:
     """Write (and with ``--run``, run) the scripts; exit 1 when a run reproduced a failure."""
     from fsdp_verify.corpus import files as corpus
-    from fsdp_verify.report import repro
+    from fsdp_verify.engine.repro import run_script, script_for
+    from fsdp_verify.report.repro import ReproError
     from fsdp_verify.targets.registry import TargetNotFound
     paths = [Path(p) for p in args.cases]
     missing = [str(p) for p in paths if not p.exists()]
@@ -51,9 +52,8 @@ def run(args: argparse.Namespace, usage_error: type[Exception]) -> int:
         target = args.target or entry.target
         destination = (out / f"{path.stem}.py") if many else out
         try:
-            script = repro.write(entry.case, target, entry.verdict.findings, entry.key, source=str(path),
-                                 filename=destination.name if destination else "repro.py")
-        except (TargetNotFound, repro.ReproError) as exc:
+            script = script_for(entry, target, source=str(path), filename=destination.name if destination else "repro.py")
+        except (TargetNotFound, ReproError) as exc:
             raise usage_error(f"{path}: {exc}") from None
         if destination is None:
             sys.stdout.write(script.text)
@@ -64,7 +64,6 @@ def run(args: argparse.Namespace, usage_error: type[Exception]) -> int:
         written.append(destination)
     if not args.run:
         return 0
-    from fsdp_verify.engine.repro import run_script
     reproduced = 0
     for destination in written:
         ran = run_script(destination, timeout=args.timeout)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -49,7 +50,6 @@ _CODES = {0: Outcome.NOT_REPRODUCED, 1: Outcome.REPRODUCED, 3: Outcome.CANNOT_RU
 def run_script(script: str | Path, args: Sequence[str] = (), timeout: float = 600.0,
                env: Optional[dict] = None, cwd: Optional[str | Path] = None) -> ScriptRun:
     """Run ``script`` with this interpreter in a fresh process and read its JSON outcome."""
-    import time
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-repro-") as tmp:
         outcome_file = Path(tmp) / "outcome.json"
         command = [sys.executable, str(script), *args, "--json", str(outcome_file),
@@ -71,6 +71,15 @@ def run_script(script: str | Path, args: Sequence[str] = (), timeout: float = 60
         return ScriptRun(outcome, str(kind), done.returncode, text, seconds)
 
 
+def script_for(entry: Any, target_name: str | None = None, source: str = "a corpus case",
+               filename: str = "repro.py") -> Any:
+    """The repro script (``report.repro.Script``) of a loaded corpus entry, against ``target_name``
+    or the target the entry was recorded against."""
+    from fsdp_verify.report import repro
+    return repro.write(entry.case, target_name or entry.target, entry.verdict.findings, entry.key,
+                       source=source, filename=filename)
+
+
 # The reasons a triaged failure carries (people read them; the class is the record).
 _REPRODUCED = "its standalone repro fails on torch alone ({kind}): {script}"
 _NOT_REPRODUCED = ("its standalone repro gives bitwise-equal outputs on real gloo ranks ({script}): the harness's "
@@ -84,15 +93,13 @@ def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_
     upstream defect, bitwise equal a harness limitation, anything else stays a candidate."""
     from fsdp_verify.corpus import files as corpus
     from fsdp_verify.model import classes
-    from fsdp_verify.report import repro
     folder.mkdir(parents=True, exist_ok=True)
     for failure in result.failures:
         if classes.of(failure) is not classes.FailureClass.CANDIDATE or not failure.get("file"):
             continue
         entry = corpus.load(failure["file"])
         path = folder / f"repro_{Path(failure['file']).stem}.py"
-        script = repro.write(entry.case, target_name or entry.target, entry.verdict.findings, entry.key,
-                             source=failure["file"], filename=path.name)
+        script = script_for(entry, target_name, source=failure["file"], filename=path.name)
         path.write_text(script.text)
         ran = run_script(path, timeout=timeout)
         failure["repro"] = {"script": str(path), "outcome": ran.outcome.value, "kind": ran.kind,

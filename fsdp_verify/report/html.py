@@ -98,7 +98,7 @@ def campaign_sections(result: Result, target: str, drawings: dict[str, Drawing])
         sections.append(Section(
             title=Path(file).name if file else "(not saved)", klass=failure.get("class", "defect"), checkers=list(failure.get("checkers", [])),
             rule=str(failure.get("rule", "")), message=failure.get("message", ""), file=file,
-            commands=[replay_command(failure, target), *([repro_command(failure)] if file else []),
+            commands=[replay_command(failure, target), *([repro_command(file)] if file else []),
                       f"fsdp-verify show {file} --target {target} --svg case.svg"],
             signature=[str(part) for part in failure.get("signature", [])],
             collateral=[f"{c['checker']}/{c['rule']}" for c in failure.get("collateral", [])],

@@ -34,7 +34,8 @@ from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, 
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
 from fsdp_verify.targets.base import Target
-from fsdp_verify.targets.fx_pass import PREFIX as FX_PASS_PREFIX
+from fsdp_verify.targets.fx_pass import FxPassTarget
+from fsdp_verify.targets.inductor import TorchInductorTarget
 from fsdp_verify.targets.registry import get_target
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -90,11 +91,11 @@ def caveats(case: Case, target: Target) -> list[Note]:
         [Note(Caveat.INVALID_INPUT, why) for why in collectives.invalid_launches(case.graph)]
 
 
-def kind_of(target_name: str) -> Kind:
-    """The kind of script a target name needs."""
-    if target_name == "torch-inductor" or target_name.startswith(("torch-inductor:", "torch-inductor@")):
+def kind_of(target: Target) -> Kind:
+    """The kind of script a target needs."""
+    if isinstance(target, TorchInductorTarget):
         return Kind.INDUCTOR
-    if target_name.startswith(FX_PASS_PREFIX):
+    if isinstance(target, FxPassTarget):
         return Kind.FX_PASS
     return Kind.HARNESS
 
@@ -212,22 +213,22 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
     pairs of the saved verdict, quoted in the script's docstring."""
     from fsdp_verify import __version__
     name = target_name
-    kind = kind_of(name)
     spec = case.graph
     world = list(spec.world())
     target = get_target(name)
     if case.target_options and type(target).configure is not Target.configure:
         target = target.configure(dict(case.target_options))
+    kind = kind_of(target)
     notes = caveats(case, target)
     context = {
         "title": f"Repro: {name} on {case.label or 'a case'}" + (f" (case {case_id})" if case_id else ""),
         "version": __version__, "source": source, "target_name": name, "kind": kind.value,
-        "imports_harness": kind is Kind.HARNESS, "pass_spec": name[len(FX_PASS_PREFIX):] if kind is Kind.FX_PASS else "",
+        "imports_harness": kind is Kind.HARNESS, "pass_spec": target.spec if kind is Kind.FX_PASS else "",
         "recorded": _recorded(list(recorded)),
         "notes": [f"{note.caveat.value}: {note.reason}; a failure here is no defect of the target" for note in notes], "filename": filename,
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
         "seed": case.seed, "inputs": _inputs(spec), "exact": list(collectives.reduce_sources(spec)),
-        "config": repr(dict(sorted(getattr(target, "config", {}).items()))),
+        "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
         "case_json": repr(json.dumps(case.to_json(), sort_keys=True)),
         "needs_bucketing_ops": any(n.target.startswith("bucketing.") for n in spec.nodes),
         "effects": any(n.target in ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
@@ -242,10 +243,4 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
     return Script(text, kind, name, tuple(notes))
 
 
-def command(path: str | Path, output: str | Path | None = None) -> str:
-    """The command line that writes the repro of a saved case (for summaries and reports)."""
-    out = f" -o {output}" if output else ""
-    return f"fsdp-verify repro {path}{out}"
-
-
-__all__ = ["Caveat", "Kind", "Note", "ReproError", "Script", "caveats", "command", "kind_of", "literal", "write"]
+__all__ = ["Caveat", "Kind", "Note", "ReproError", "Script", "caveats", "kind_of", "literal", "write"]

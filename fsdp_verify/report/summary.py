@@ -138,7 +138,7 @@ def summary_text(result: Result, target: str) -> str:
         lines.append(f"  FAIL {failure['file'] or '(NOT SAVED)'} [{', '.join(failure['checkers'])}] "
                      f"({failure['nodes']} nodes; {failure.get('class', 'defect')}): {failure['message'][:200]}\n"
                      f"       replay: {replay_command(failure, target)}"
-                     + (f"\n       repro:  {repro_command(failure)}" if failure.get("file") else ""))
+                     + (f"\n       repro:  {repro_command(failure['file'])}" if failure.get("file") else ""))
         if failure.get("file") is None and "case" in failure:  # the corpus could not be written: nothing is lost
             lines.append("       the case, in full (save it as a .json file to replay it):\n" +
                          json.dumps(failure["case"], sort_keys=True))
@@ -150,10 +150,11 @@ def replay_command(failure: dict, target: str) -> str:
     return f"fsdp-verify replay {failure['file'] or 'CASE.json'} --target {target}"
 
 
-def repro_command(failure: dict) -> str:
-    """The command that writes a saved failure's standalone script (torch only for external targets)."""
-    stem = Path(failure["file"]).stem if failure.get("file") else "CASE"
-    return f"fsdp-verify repro {failure.get('file') or 'CASE.json'} -o repro_{stem}.py"
+def repro_command(file: str | None, target: str = "") -> str:
+    """The command that writes a saved case's standalone script (torch only for PyTorch's passes);
+    ``target`` when it is not the one the case was recorded against."""
+    stem = Path(file).stem if file else "CASE"
+    return f"fsdp-verify repro {file or 'CASE.json'}" + (f" --target {target}" if target else "") + f" -o repro_{stem}.py"
 
 
 def junit_xml(result: Result, target: str) -> str:
@@ -189,7 +190,7 @@ def junit_xml(result: Result, target: str) -> str:
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name if failure["file"] else "not-saved")
-        command = replay_command(failure, target) + (f"\nrepro: {repro_command(failure)}" if failure["file"] else "")
+        command = replay_command(failure, target) + (f"\nrepro: {repro_command(failure['file'])}" if failure["file"] else "")
         kind = classes.of(failure).value
         verdict = "failure" if classes.of(failure).is_bug else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",

@@ -19,7 +19,7 @@ from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets.base import Target
 from fsdp_verify.targets.inductor import TorchInductorTarget
-from fsdp_verify.targets.post_grad import fake_world, propagate_fake_values, run_pass
+from fsdp_verify.targets.post_grad import post_grad_pass, run_pass
 
 PREFIX = "fx-pass:"
 
@@ -44,13 +44,11 @@ class FxPassTarget(Target):
         return TorchInductorTarget().contract_mismatches(case, checkers, ())
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
-        world = case.graph.world()
+        world, groups = case.graph.world(), dict(case.graph.groups)
         for rank in list(modules):
-            with fake_world(rank, len(world), dict(case.graph.groups)):
-                propagate_fake_values(modules[rank], make_inputs(case.graph, rank, case.seed))
-                modules[rank] = run_pass(self.fn, modules[rank])
-            modules[rank].graph.lint()
-            modules[rank].recompile()
+            modules[rank] = post_grad_pass(modules[rank], rank, len(world), groups,
+                                           make_inputs(case.graph, rank, case.seed),
+                                           lambda module: run_pass(self.fn, module))
         return {}
 
 

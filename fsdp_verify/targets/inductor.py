@@ -19,7 +19,7 @@ from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.targets.base import Target
-from fsdp_verify.targets.post_grad import fake_world, inductor_route, propagate_fake_values
+from fsdp_verify.targets.post_grad import inductor_route, post_grad_pass
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
 ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket_fsdp_all_gather
@@ -225,17 +225,12 @@ class TorchInductorTarget(Target):
             found.append("a launch with several waits (make_fx emits one wait per launch)")
         return found
 
-    def _bucket(self, module: fx.GraphModule) -> fx.GraphModule:
-        return inductor_route(module, self.config)
-
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
-        world = case.graph.world()
+        world, groups = case.graph.world(), dict(case.graph.groups)
         for rank in list(modules):
-            with fake_world(rank, len(world), dict(case.graph.groups)):
-                propagate_fake_values(modules[rank], make_inputs(case.graph, rank, case.seed))
-                modules[rank] = self._bucket(modules[rank])
-            modules[rank].graph.lint()
-            modules[rank].recompile()
+            modules[rank] = post_grad_pass(modules[rank], rank, len(world), groups,
+                                           make_inputs(case.graph, rank, case.seed),
+                                           lambda module: inductor_route(module, self.config))
         return {}
 
 

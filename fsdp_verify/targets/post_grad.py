@@ -164,6 +164,19 @@ def inline_control_deps(module: fx.GraphModule) -> int:
     return inlined
 
 
+def post_grad_pass(module: fx.GraphModule, rank: int, world_size: int, groups: dict, inputs: list[Any],
+                   apply: Callable[[fx.GraphModule], fx.GraphModule]) -> fx.GraphModule:
+    """One rank's graph through ``apply`` as a post-grad pass receives it: in a fake world of that
+    rank with the groups registered by name, fake values propagated from ``inputs``; the module
+    ``apply`` leaves is linted and recompiled."""
+    with fake_world(rank, world_size, groups):
+        propagate_fake_values(module, inputs)
+        module = apply(module)
+    module.graph.lint()
+    module.recompile()
+    return module
+
+
 def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:
     """A torch.fx pass as passes are written: graph in, graph out (in place when it returns None;
     a ``PassResult`` hands back its module)."""

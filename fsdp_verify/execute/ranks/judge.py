@@ -278,8 +278,8 @@ def kept_in_every(names: tuple, graphs) -> tuple:
 
 def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
     """Launches no real group can run (an unknown group, a size argument that is not the group's
-    size), per rank; the same rule as ``triage.invalid_collectives``, which sits above this layer.
-    The simulated world resolves groups by name alone, so only real ranks would trip on these."""
+    size), per rank: the rule of ``collectives.invalid_launches``, on each rank's own graph rather than
+    the case's. The simulated world resolves groups by name alone, so only real ranks trip on these."""
     found = []
     for rank, graph in sorted(graphs.items()):
         groups = case.graph.group_ranks(rank)
