@@ -2,3 +2,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _fresh_isolation_children():
+    """A persistent child runs its target as it was when it forked: no test sees another's child."""
+    yield
+    from fsdp_verify.engine.run_case import close_children
+    close_children()

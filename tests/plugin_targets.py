@@ -169,3 +169,45 @@ def _dies_once(module, rank) -> None:
 def dies_once():
     from fsdp_verify.targets.mutants.base import Mutant
     return Mutant("dies_once", "avg_twice, and one worker is killed once", ("numerics",), damage=_dies_once)
+
+
+POLLUTED = "FSDP_TEST_POLLUTED"
+
+
+class Polluting(ReferenceTarget):
+    """Correct plans, but the first run leaves the process changed (an environment variable, as a
+    pass that sets a debug flag and never unsets it would); a run that finds the change raises. In
+    a child that served the first run, the second case would fail for what the first one did."""
+
+    name = "polluting"
+
+    def rewrite(self, case, modules):
+        import os
+        if os.environ.get(POLLUTED):
+            raise RuntimeError("this run inherited the state an earlier case left behind")
+        os.environ[POLLUTED] = "1"
+        return super().rewrite(case, modules)
+
+
+class Threading(ReferenceTarget):
+    """Correct plans, but each run leaves a thread running (a background compile pool, say)."""
+
+    name = "threading"
+
+    def rewrite(self, case, modules):
+        import threading
+        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+        return super().rewrite(case, modules)
+
+
+class RaisesOnce(ReferenceTarget):
+    """Raises on its first run in a process, then plans correctly."""
+
+    name = "raises-once"
+    raised = False
+
+    def rewrite(self, case, modules):
+        if not RaisesOnce.raised:
+            RaisesOnce.raised = True
+            raise RuntimeError("first run fails")
+        return super().rewrite(case, modules)

@@ -45,9 +45,14 @@ def test_a_bad_size_is_a_usage_error():
 def test_a_campaign_on_a_hoarding_target_saves_the_case_and_goes_on(tmp_path, monkeypatch):
     from fsdp_verify.commands.cli import main
     monkeypatch.setenv(MEMORY_ENV, "0")  # restored after the test; main sets it from --max-memory
-    code = main(["fuzz", "--target", "plugin_targets:Hoarding", "--budget", "5", "--max-memory", "256M", "--size", "tiny",
+    code = main(["fuzz", "--target", "plugin_targets:Hoarding", "--budget", "8s", "--max-memory", "256M", "--size", "tiny",
                  "--max-failures", "1", "--corpus", str(tmp_path / "found"), "--json", str(tmp_path / "s.json")])
-    assert code == 1 and len(list((tmp_path / "found").glob("*.json"))) == 1
+    # A time budget bounds the shrink (each step forks: the raise retires its child). Out of address
+    # space, the allocator may raise or the process may die: either is a target finding, and one
+    # met while shrinking is saved too.
+    saved = list((tmp_path / "found").glob("*.json"))
+    assert code == 1 and saved
     import json
     summary = json.loads((tmp_path / "s.json").read_text())
-    assert summary["harness_errors"] == 0 and summary["failures"][0]["checkers"] == ["target"]
+    assert summary["harness_errors"] == 0 and len(summary["failures"]) == len(saved)
+    assert all(f["checkers"] == ["target"] for f in summary["failures"])

@@ -27,7 +27,8 @@ from fsdp_verify.corpus import profiles
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
-from fsdp_verify.engine.run_case import check_all, die_with_parent
+from fsdp_verify.engine.run_case import check_all, children_started, close_children
+from fsdp_verify.execute.isolation import die_with_parent
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
@@ -182,6 +183,8 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
             if failing.get("case") is not None and not failing.get("recorded"):
                 _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
         finally:
+            result.isolated, result.forks = config.deadline is not None, children_started()
+            close_children()
             result.ranks = real_ranks.session_report(real)
             if real is not None and session is None:
                 real.close()

@@ -5,13 +5,12 @@ every registered checker. Campaign, gate, replay, selftest and the pytest plugin
 
 from __future__ import annotations
 
-import ctypes
 import faulthandler
-import multiprocessing
 import os
 import signal
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional
@@ -23,6 +22,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
 from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rounds
+from fsdp_verify.execute.isolation import Child, ChildDied, Served
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.base import Target
@@ -161,9 +161,12 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
     With a ``deadline`` the target *and the checkers* run in a forked child (so every check that
     needs the target's live plans and rewriters still runs): a target that hangs past the deadline,
     or dies, is a ``target`` finding; the parent gets the findings, plans, metrics and skips back.
+    The child persists across cases of one target (``execute/isolation.py`` says when it is
+    replaced), so isolation costs a fork per failure, not per case.
     Target and checkers run under the case's [I] settings (``case.spec``), and the target under the
     configuration drawn for the case (``case.target_options``, when the target has options).
     """
+    base = target
     if case.target_options and type(target).configure is not Target.configure:
         try:
             target = target.configure(dict(case.target_options))
@@ -175,15 +178,16 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
             ctx = CheckContext(run_target(target, case, watch=only is None or "planner" in only), target,
                                keep_rewrite=keep_rewrite)
             return check_run(ctx, only), ctx
-        return _check_isolated(target, case, only, deadline, check_limit)
+        return _check_isolated(target, case, only, deadline, check_limit, base)
 
 
-# What a case's forked child may use beyond what it inherits: address space (bytes) and the size of
-# any file it writes. Set by --max-memory / --max-output through the environment, so campaign
-# workers (forked or spawned) inherit them. A target past a limit fails in its own child: an
-# allocation raises MemoryError, a write past the file limit raises "File too large" (Python ignores
-# SIGXFSZ; native code that does not is killed by it): a finding either way, and the harness is
-# never the process the kernel's OOM killer picks.
+# What a case's forked child may use beyond what it holds when the case starts: address space
+# (bytes) and the size of any file it writes. Set by --max-memory / --max-output through the
+# environment, so campaign workers (forked or spawned) inherit them; read for each case, so the
+# child applies the limits in force when the case is sent. A target past a limit fails in its own
+# child: an allocation raises MemoryError, a write past the file limit raises "File too large"
+# (Python ignores SIGXFSZ; native code that does not is killed by it): a finding either way, and
+# the harness is never the process the kernel's OOM killer picks.
 MEMORY_ENV, OUTPUT_ENV = "FSDP_VERIFY_MAX_MEMORY", "FSDP_VERIFY_MAX_OUTPUT"
 DEFAULT_MAX_MEMORY = 8 << 30
 DEFAULT_MAX_OUTPUT = 1 << 30
@@ -196,59 +200,82 @@ def _limit(name: str, default: int) -> int:
         return default
 
 
-def limit_child() -> None:
-    """Cap the current (child) process: its address space may grow by the memory limit over what
-    it holds now (torch maps much it never touches), and no file it writes may pass the output limit."""
-    import resource
-    memory, output = _limit(MEMORY_ENV, DEFAULT_MAX_MEMORY), _limit(OUTPUT_ENV, DEFAULT_MAX_OUTPUT)
-    try:
-        with open("/proc/self/statm") as statm:
-            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        mapped = 0
-    for kind, value in ((resource.RLIMIT_AS, mapped + memory if memory > 0 else -1),
-                        (resource.RLIMIT_FSIZE, output if output > 0 else -1)):
-        if value > 0:
-            try:
-                resource.setrlimit(kind, (value, resource.getrlimit(kind)[1]))
-            except (ValueError, OSError):
-                pass  # a hard limit already lower: it stands
+@dataclass(frozen=True)
+class CaseRequest:
+    """One case for the persistent child: the child configures its own copy of the target (the one
+    it was forked with) from ``case.target_options``, exactly as the parent did."""
+
+    case: Case
+    only: Optional[tuple[str, ...]]
 
 
-def _check_child(target: Target, case: Case, only: tuple[str, ...] | None, conn, parent: int) -> None:
+def _child_setup() -> None:
     # A forked child must not enter the parent's OpenMP team: libgomp is not fork-safe, and the
     # first parallel op (layer_norm, matmul) would wait forever on the parent's threads.
     torch.set_num_threads(1)
-    die_with_parent(parent=parent)
-    limit_child()
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    # the parent's deadline times the target alone: the watch says when each derivation starts and ends
-    run = run_target(target, case, watch=only is None or "planner" in only,
-                     on_watch=lambda event: conn.send(ChildMessage(Sent.WATCH, event=event)))
-    conn.send(ChildMessage(Sent.TARGET_DONE))
-    ctx = CheckContext(run, target)
-    try:
-        findings = check_run(ctx, only)
-        report = ChildReport([f.to_json() for f in findings],
-                             {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
-                             ctx.metrics, ctx.skipped, run.error_type, run.error_message)
-        conn.send(ChildMessage(Sent.CHECKED, report=report))
-    except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
-        conn.send(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()))
 
 
-def die_with_parent(signum: int = signal.SIGKILL, parent: int | None = None) -> None:
-    """Linux: this process gets ``signum`` when its parent dies, so no child outlives the harness.
-    ``parent`` (the pid that started this process) closes the race of a parent that died before
-    the request was made: the signal is then sent at once."""
-    try:
-        ctypes.CDLL(None).prctl(1, signum)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if parent is not None and os.getppid() != parent:
-        os.kill(os.getpid(), signum)
+def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None]) -> Served:
+    """Run and judge one case in the child. The child stays for the next case only when the target
+    returned normally, or refused arguments the spec says it must refuse, and no checker crashed:
+    any other raise may have left state behind that no fingerprint sees, so its child is replaced
+    (failures are rare; the price is one fork each). A right refusal keeps the child because the
+    target's real callers go on after it in the same process too, and the fingerprint still
+    guards the process-wide state."""
+    case, only = request.case, request.only
+    if case.target_options and type(target).configure is not Target.configure:
+        target = target.configure(dict(case.target_options))  # the parent checked that it can
+    with spec_params.use(case.spec):
+        # the parent's deadline times the target alone: the watch says when each derivation starts and ends
+        run = run_target(target, case, watch=only is None or "planner" in only,
+                         on_watch=lambda event: send(ChildMessage(Sent.WATCH, event=event)))
+        send(ChildMessage(Sent.TARGET_DONE))
+        ctx = CheckContext(run, target)
+        try:
+            findings = check_run(ctx, only)
+            report = ChildReport([f.to_json() for f in findings],
+                                 {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
+                                 ctx.metrics, ctx.skipped, run.error_type, run.error_message)
+        except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
+            return Served(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()), fit=False)
+    raised = run.error is not None and any(f.key == ("target", "raised") for f in findings)
+    fit = not raised and not any(f.rule == "checker_crash" for f in findings)
+    return Served(ChildMessage(Sent.CHECKED, report=report), fit=fit)
+
+
+MAX_CHILDREN = 2  # persistent children kept at once (the gate alternates two targets)
+_children: "OrderedDict[int, tuple[Target, Child]]" = OrderedDict()
+
+
+def _child_for(target: Target) -> Child:
+    """The persistent child that serves ``target``. Keyed by the object itself (held here, so its
+    id cannot be reused by another target while the child lives): the child runs the target as it
+    was when the child forked."""
+    key = id(target)
+    if key in _children:
+        _children.move_to_end(key)
+        return _children[key][1]
+    while len(_children) >= MAX_CHILDREN:
+        _, (_, old) = _children.popitem(last=False)
+        old.kill()
+    child = Child(lambda request, send: _serve_case(target, request, send), _child_setup)
+    _children[key] = (target, child)
+    return child
+
+
+def close_children() -> None:
+    """Stop every persistent child (end of a campaign, or a test that changed what a child holds)."""
+    while _children:
+        _, (_, child) = _children.popitem()
+        child.kill()
+
+
+def children_started() -> int:
+    """Children forked so far by the children alive now (how often isolation paid for a fork)."""
+    return sum(child.started for _, child in _children.values())
 
 
 def _finding_from(doc: dict) -> Finding:
@@ -256,15 +283,14 @@ def _finding_from(doc: dict) -> Finding:
 
 
 def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, deadline: float,
-                    check_limit: float | None = None) -> tuple[list[Finding], CheckContext]:
-    """``check_limit`` caps the checkers' time too (a campaign passes what is left of its budget)."""
-    context = multiprocessing.get_context("fork")
-    parent, child = context.Pipe(duplex=False)
-    process = context.Process(target=_check_child, args=(target, case, only, child, os.getpid()), daemon=True)
-    process.start()
-    child.close()
+                    check_limit: float | None = None, base: Target | None = None) -> tuple[list[Finding], CheckContext]:
+    """``check_limit`` caps the checkers' time too (a campaign passes what is left of its budget).
+    ``base``: the unconfigured target the persistent child holds (``target`` is it configured)."""
+    child = _child_for(base if base is not None else target)
+    child.submit(CaseRequest(case, only), memory=_limit(MEMORY_ENV, DEFAULT_MAX_MEMORY),
+                 output=_limit(OUTPUT_ENV, DEFAULT_MAX_OUTPUT))
     ctx = CheckContext(TargetRun(case, {}), target)
-    target_done = False
+    target_done, answered = False, False
     checks = deadline * CHECK_DEADLINE_FACTOR if check_limit is None else min(deadline * CHECK_DEADLINE_FACTOR,
                                                                               max(check_limit, 0.1))
     try:
@@ -275,7 +301,8 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
         left, pause, deriving = deadline, min(checks, deadline * WATCH_PAUSE_FACTOR), 0
         while True:
             began = time.monotonic()
-            if not parent.poll(max(pause if deriving else left, 0.0)):
+            reply = child.receive(pause if deriving else left)
+            if reply is None:
                 if deriving:
                     return [Finding("harness", f"the planner oracle's work within the target's run took over "
                                                f"{deadline * WATCH_PAUSE_FACTOR:g}s; the case cannot be judged",
@@ -283,7 +310,7 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
                                     rule="watch_timeout")], ctx
                 return [Finding("target", f"target {target.name!r} did not finish within {deadline:g}s",
                                 details={"kind": "timeout"}, rule="timeout")], ctx
-            message = parent.recv()
+            message, answered = reply.message, reply.last
             spent = time.monotonic() - began
             if deriving:
                 pause -= spent
@@ -293,25 +320,23 @@ def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, de
                 break
             deriving = max(0, deriving + (1 if message.event == "start" else -1)) if pause > 0 else 0
         target_done = True
-        message = ChildMessage(Sent.WATCH)
-        while _is(message, Sent.WATCH):  # one the target's leftover threads sent late is not the result
-            if not parent.poll(checks):
+        while not answered:  # a watch event the target's leftover threads sent late is not the result
+            reply = child.receive(checks)
+            if reply is None:
                 return [Finding("harness", f"the checkers did not finish within {checks:g}s; the case cannot be "
                                            f"judged", severity=INVALID, details={"kind": "checker_timeout"},
                                 rule="checker_timeout")], ctx
-            message = parent.recv()
-    except (EOFError, ConnectionError):
-        process.join(5)
+            message, answered = reply.message, reply.last
+    except ChildDied as died:
         if target_done:  # the target had finished: the checkers' process died, not the target
-            return [Finding("harness", f"the checkers' process died ({exit_reason(process.exitcode)}); the case "
+            return [Finding("harness", f"the checkers' process died ({exit_reason(died.exitcode)}); the case "
                                        f"cannot be judged", severity=INVALID,
-                            details={"kind": "checker_died", "exitcode": process.exitcode}, rule="checker_died")], ctx
-        return [Finding("target", f"target {target.name!r} died ({exit_reason(process.exitcode)})",
-                        details={"kind": "died", "exitcode": process.exitcode}, rule="died")], ctx
+                            details={"kind": "checker_died", "exitcode": died.exitcode}, rule="checker_died")], ctx
+        return [Finding("target", f"target {target.name!r} died ({exit_reason(died.exitcode)})",
+                        details={"kind": "died", "exitcode": died.exitcode}, rule="died")], ctx
     finally:
-        if process.is_alive():
-            process.kill()
-        process.join(10)
+        if not answered:
+            child.kill()  # a hang, a stop or a death: this child serves no other case
     if not _is(message, Sent.CHECKED) or not isinstance(message.report, ChildReport):
         why = message.trace if _is(message, Sent.HARNESS_ERROR) else f"unexpected message {type(message).__name__}"
         return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,

@@ -88,6 +88,16 @@ def ranks_lines(result: Result) -> list[str]:
     return lines
 
 
+def isolation_line(result: Result) -> str:
+    """How cases were isolated; in-process is said, since a crash or hang there ends the run."""
+    if not result.isolated:
+        return ("isolation       NONE (--in-process): a target that crashes, exits or hangs ends the run "
+                "instead of being a finding")
+    return (f"isolation       persistent child per worker: {result.forks} processes forked for "
+            f"{result.examples + result.shrink_steps} cases (a fresh one after each crash, hang, raise or "
+            f"changed process state)")
+
+
 def ranks_properties(result: Result) -> list[tuple[str, object]]:
     """The JUnit properties that state how ranks ran (never a silent fallback)."""
     ranks = result.ranks or {"mode": "simulated"}
@@ -120,6 +130,7 @@ def summary_text(result: Result, target: str) -> str:
              repro_line(result),
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
+             isolation_line(result),
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
              f"compared bit for bit",
              f"proved by       ordering: {result.proofs['ordering_segments_lockstep']} schedule segments by the "
@@ -179,6 +190,7 @@ def junit_xml(result: Result, target: str) -> str:
                         ("invalid_inputs", kinds.count(classes.FailureClass.INVALID_INPUT)),
                         ("upstream_defects", kinds.count(classes.FailureClass.UPSTREAM)),
                         ("harness_limitations", kinds.count(classes.FailureClass.LIMITATION)),
+                        ("isolated", result.isolated), ("isolation_forks", result.forks),
                         *repro_properties(result)):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
@@ -186,7 +198,7 @@ def junit_xml(result: Result, target: str) -> str:
     for name, value in ranks_properties(result):
         ET.SubElement(properties, "property", name=name, value=str(value))
     ET.SubElement(campaign, "system-out").text = "\n".join(
-        [f"{result.examples} examples", *skipped_lines(result), *ranks_lines(result)])
+        [f"{result.examples} examples", isolation_line(result), *skipped_lines(result), *ranks_lines(result)])
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name if failure["file"] else "not-saved")

@@ -48,6 +48,8 @@ class Result:
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
     ranks: dict = field(default_factory=dict)  # simulated or real ranks: backend, device, rank counts (real mode)
     repro: ReproTally = field(default_factory=ReproTally)
+    isolated: bool = True  # each case's target and checkers ran in a killable child (not --in-process)
+    forks: int = 0  # child processes the isolation forked (one, plus one per case that retired its child)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -66,6 +68,8 @@ class Result:
         self.harness_errors += other.harness_errors
         self.notes.extend(other.notes)
         self.ranks = merge_ranks(self.ranks, other.ranks)
+        self.isolated = self.isolated and other.isolated
+        self.forks += other.forks
 
     def add_failure(self, failure: dict) -> None:
         """A failure another worker saved; one bug found by two workers is one failure (by its
@@ -86,7 +90,8 @@ class Result:
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
-                "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json()}
+                "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),
+                "isolation": {"isolated": self.isolated, "forks": self.forks}}
 
 
 # What the ordering, numerics and planner verdicts rested on: schedule segments proved by the

@@ -1,0 +1,59 @@
+"""The campaign as a user runs it: ``fsdp-verify fuzz`` on the reference, default isolation against
+``--in-process``, in one sitting. Prints wall and CPU seconds (the command and all its children),
+examples per CPU-second, and what isolation costs over in-process.
+
+    python benchmarks/bench_campaign.py [--examples 200] [--seed 3] [--rounds 2] [--workers 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(examples: int, seed: int, workers: int, in_process: bool) -> dict:
+    """One campaign in a fresh process; its CPU time is read from the children's rusage."""
+    with tempfile.TemporaryDirectory() as folder:
+        summary = Path(folder) / "summary.json"
+        command = [sys.executable, "-m", "fsdp_verify", "fuzz", "--target", "reference", "--budget", str(examples),
+                   "--seed", str(seed), "--workers", str(workers), "--corpus", str(Path(folder) / "found"),
+                   "--no-repro", "--json", str(summary), *(["--in-process"] if in_process else [])]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        began = time.monotonic()
+        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wall = time.monotonic() - began
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        doc = json.loads(summary.read_text())
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"examples": doc["examples"], "wall": wall, "cpu": cpu, "forks": doc.get("isolation", {}).get("forks")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--examples", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=2, help="alternating runs of each mode (the machine is noisy)")
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    figures: dict[str, list[dict]] = {"isolated": [], "in-process": []}
+    for _ in range(args.rounds):
+        for mode in figures:
+            figures[mode].append(run(args.examples, args.seed, args.workers, mode == "in-process"))
+    for mode, runs in figures.items():
+        for one in runs:
+            print(f"{mode:<10} {one['examples']} examples: {one['wall']:.1f}s wall, {one['cpu']:.1f} CPU-s -> "
+                  f"{one['examples'] / one['cpu']:.2f} examples per CPU-second"
+                  + (f", {one['forks']} forks" if mode == "isolated" else ""))
+    best = {mode: min(one["cpu"] for one in runs) for mode, runs in figures.items()}
+    print(f"isolation costs {100 * (best['isolated'] / best['in-process'] - 1):+.1f}% CPU over in-process "
+          f"(best of {args.rounds} each)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""The persistent isolation child: one fork serves many cases, and a case that may have broken the
+child (a raise, a hang, a death, changed process state) never shares it with a later case."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+import pytest
+
+from fsdp_verify.engine.run_case import check_all, children_started
+from fsdp_verify.execute.isolation import Child, ChildDied, Served
+from fsdp_verify.targets import get_target
+from plugin_targets import POLLUTED
+from support import two_block_case
+
+DEADLINE = 60
+
+
+def _errors(findings):
+    return [f.key for f in findings if f.severity == "error"]
+
+
+def test_one_child_serves_every_case_of_a_correct_target():
+    target = get_target("reference")
+    for seed in range(4):
+        findings, _ = check_all(target, replace(two_block_case(), seed=seed), deadline=DEADLINE)
+        assert not _errors(findings)
+    assert children_started() == 1
+
+
+def test_a_case_that_changes_the_process_retires_its_child():
+    """Planted: a target that leaves an environment variable set. Served by the same child, the
+    second case would raise; the fingerprint retires the child, so it runs in a fresh one."""
+    assert POLLUTED not in os.environ
+    target = get_target("plugin_targets:Polluting")
+    for _ in range(3):
+        findings, _ = check_all(target, two_block_case(), deadline=DEADLINE)
+        assert not _errors(findings), findings
+    assert children_started() == 3
+
+
+def test_a_case_that_leaves_a_thread_running_retires_its_child():
+    target = get_target("plugin_targets:Threading")
+    for _ in range(2):
+        assert not _errors(check_all(target, two_block_case(), deadline=DEADLINE)[0])
+    assert children_started() == 2
+
+
+def test_a_target_that_raised_does_not_serve_the_next_case():
+    target = get_target("plugin_targets:RaisesOnce")
+    first, _ = check_all(target, two_block_case(), deadline=DEADLINE)
+    assert ("target", "raised") in _errors(first)
+    second, _ = check_all(target, two_block_case(), deadline=DEADLINE)
+    assert ("target", "raised") in _errors(second)  # a fresh fork of the parent, where it never ran
+    assert children_started() == 2
+
+
+@pytest.mark.parametrize("broken, rule", [("plugin_targets:Hanging", "timeout"),
+                                          ("plugin_targets:Segfaulting", "died")])
+def test_after_a_hang_or_a_death_the_next_case_is_judged(broken, rule):
+    findings, _ = check_all(get_target(broken), two_block_case(), deadline=1.0)
+    assert _errors(findings) == [("target", rule)]
+    target = get_target("reference")
+    assert not _errors(check_all(target, two_block_case(), deadline=DEADLINE)[0])
+
+
+def _echo(payload, send) -> Served:
+    for step in range(payload):
+        send(("step", step))
+    return Served(("done", payload), fit=payload != 99)
+
+
+def test_replies_name_their_request_and_an_unfit_child_is_replaced():
+    child = Child(_echo)
+    try:
+        child.submit(2)
+        replies = []
+        while not replies or not replies[-1].last:
+            replies.append(child.receive(10))
+        assert [r.message for r in replies] == [("step", 0), ("step", 1), ("done", 2)]
+        child.submit(99)  # the child says it is unfit after this one
+        while not child.receive(10).last:
+            pass
+        child.submit(0)
+        assert child.receive(10).message == ("done", 0)
+        assert child.started == 2
+    finally:
+        child.kill()
+
+
+def test_a_straggler_of_an_abandoned_request_is_not_the_next_answer():
+    """The parent gave up on request 1 after its first reply (a deadline); its later replies reach
+    the pipe before request 2's, and must not be taken for them."""
+    child = Child(_echo)
+    try:
+        child.submit(3)
+        assert child.receive(10).message == ("step", 0)
+        child.submit(0)
+        reply = child.receive(10)
+        while reply.message != ("done", 0):
+            assert reply.number == 2 or reply.message[0] == "step", reply
+            reply = child.receive(10)
+        assert reply.number == 2 and reply.last
+    finally:
+        child.kill()
+
+
+def _die(payload, send) -> Served:
+    os._exit(3)
+
+
+def test_a_child_that_dies_says_how():
+    child = Child(_die)
+    child.submit(None)
+    with pytest.raises(ChildDied) as died:
+        child.receive(10)
+    assert died.value.exitcode == 3
