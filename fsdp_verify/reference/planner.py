@@ -14,7 +14,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import fx, nn
@@ -137,6 +137,12 @@ class BucketPolicy:
                 raise ValueError(POLICY_ERROR.format(name))
 
 
+def packed_numel(candidate: Any) -> int:
+    """A member's slice of the packed buffer, from the spec's fields alone (kind and shapes), so
+    rewriters also take plans whose candidates carry exactly the spec's fields (a user's planner)."""
+    return math.prod(candidate.output_shape if candidate.kind == RS_KIND else candidate.input_shape)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One bucketable collective with its static layout and plan-time scheduling bounds."""
@@ -174,7 +180,7 @@ class Candidate:
     @property
     def local_numel(self) -> int:
         """Elements this rank contributes (AG) or receives (RS): its slice of the packed buffer."""
-        return math.prod(self.output_shape if self.kind == RS_KIND else self.input_shape)
+        return packed_numel(self)
 
     def describe(self) -> dict:
         """Rank-independent layout facts: no nodes, no device index."""
@@ -206,8 +212,8 @@ class Bucket:
         """Members with packed offsets, bytes and the plan-time window."""
         offset, members = 0, []
         for member in self.members:
-            members.append({**member.describe(), "local_offset": offset, "local_numel": member.local_numel})
-            offset += member.local_numel
+            members.append({**member.describe(), "local_offset": offset, "local_numel": packed_numel(member)})
+            offset += packed_numel(member)
         return {"bucket_id": self.bucket_id,
                 "rewrite_supported": self.supports_ag_rewrite or self.supports_rs_rewrite,
                 "members": members, "size_bytes": sum(m.size_bytes for m in self.members),

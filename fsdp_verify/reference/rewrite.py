@@ -14,7 +14,7 @@ from torch import fx
 
 from fsdp_verify.graph.builder import add_call
 from fsdp_verify.reference import predicates as helpers
-from fsdp_verify.reference.planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature
+from fsdp_verify.reference.planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature, packed_numel
 
 aten = torch.ops.aten
 
@@ -56,7 +56,7 @@ class _Member:
         self.launch = by_name[candidate.launch.name]
         self.wait = by_name[candidate.wait.name]
         self.source = by_name[candidate.source.name]
-        self.local_numel = candidate.local_numel
+        self.local_numel = packed_numel(candidate)
         self.output_shape = candidate.output_shape
 
 
