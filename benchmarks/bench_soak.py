@@ -1,0 +1,120 @@
+"""Soak: a long campaign with two workers, watched from outside. Per window it prints examples/s
+(from the campaign's own progress lines), each process's resident memory and open descriptors
+(the main process, its workers and their isolation children, read from /proc), and the size of
+the corpus and example database folders. A table for benchmarks/README.md comes at the end.
+
+    python benchmarks/bench_soak.py [--minutes 60] [--window 5] [--workers 2] [--target reference]
+
+Goals (issue: reliability): RSS growth under 10% between the second and the last window, no
+descriptor growth, examples/s within noise of the first windows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PROGRESS = re.compile(r"progress fuzz: (\d+)")
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            tree.setdefault(parent, []).append(int(entry.name))
+    return tree
+
+
+def _family(root: int) -> list[int]:
+    tree, found, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, []))
+    return found
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _fds(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def _size_mb(folder: Path) -> float:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6 if folder.exists() else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60)
+    parser.add_argument("--window", type=float, default=5, help="minutes per window")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--target", default="reference")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        corpus, db = Path(folder) / "found", Path(folder) / "db"
+        command = [sys.executable, "-m", "fsdp_verify", "fuzz", "--target", args.target, "--workers",
+                   str(args.workers), "--budget", f"{int(args.minutes * 60)}s", "--corpus", str(corpus),
+                   "--db", str(db), "--no-repro"]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        examples = [0]
+
+        def read() -> None:
+            for line in process.stdout:
+                match = PROGRESS.search(line)
+                if match:
+                    examples[0] = int(match.group(1))
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        rows, began, last = [], time.monotonic(), (0.0, 0)
+        window, total = args.window * 60, args.minutes * 60
+        for end in [window * k for k in range(1, int(total // window) + 1)]:
+            try:
+                process.wait(timeout=max(0.0, end - (time.monotonic() - began)))
+                break  # the campaign ended early
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic() - began
+            family = [pid for pid in _family(process.pid)]
+            rss = sorted((round(_rss_mb(pid)) for pid in family), reverse=True)
+            fds = sorted((_fds(pid) for pid in family), reverse=True)
+            rate = (examples[0] - last[1]) / (now - last[0]) if now > last[0] else 0.0
+            last = (now, examples[0])
+            row = (f"{now / 60:6.1f} min | {rate:6.2f} ex/s | processes {len(family)} | RSS MB {rss} | "
+                   f"fds {fds} | corpus {_size_mb(corpus):.2f} MB | db {_size_mb(db):.2f} MB")
+            rows.append((now, rate, rss, fds))
+            print(row, flush=True)
+        reader.join(5)
+        print(f"campaign exit code {process.wait()}, {examples[0]} examples")
+    if len(rows) >= 3:
+        second, final = rows[1], rows[-1]
+        growth = [100 * (b / a - 1) for a, b in zip(second[2][:len(final[2])], final[2]) if a]
+        print(f"RSS growth, second to last window, per process (largest first): "
+              f"{', '.join(f'{g:+.1f}%' for g in growth)}; fds {second[3]} -> {final[3]}; "
+              f"examples/s {rows[0][1]:.2f} (first) {final[1]:.2f} (last)")
+
+
+if __name__ == "__main__":
+    main()
