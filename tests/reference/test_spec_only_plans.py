@@ -4,7 +4,6 @@ the plan), nothing the reference planner adds beside them."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, fields
 from typing import Any, Optional
 
@@ -20,7 +19,7 @@ from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 
 @dataclass(frozen=True)
 class SpecCandidate:
-    """§2.6, field for field; ``size_bytes`` and ``key`` as the spec defines them."""
+    """§2.6, field for field (the derived ``size_bytes`` and ``key`` are the planner's business)."""
 
     launch: fx.Node
     wait: fx.Node
@@ -40,14 +39,6 @@ class SpecCandidate:
     ready: int
     first_use: int
     reduce_op: Optional[str]
-
-    @property
-    def size_bytes(self) -> int:
-        return max(math.prod(self.input_shape), math.prod(self.output_shape)) * self.dtype.itemsize
-
-    @property
-    def key(self) -> tuple:
-        return (self.kind, self.backward, self.scope, self.group, self.ranks, self.dtype, self.device, self.reduce_op)
 
 
 @dataclass(frozen=True)
