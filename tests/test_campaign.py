@@ -3,10 +3,15 @@ budget that holds (while shrinking and with a hanging target too)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 from dataclasses import replace
+
+import pytest
 
 from fsdp_verify.engine import campaign
 from fsdp_verify.corpus import files as corpus
@@ -129,7 +134,7 @@ def test_a_corpus_folder_that_cannot_be_written_loses_no_failure(tmp_path):
     from fsdp_verify.report.summary import summary_text
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
-    result = campaign.run(_config(blocker / "found", "mutant:avg_twice", max_failures=1))
+    result = campaign.run(_config(blocker / "found", "mutant:avg_twice", max_failures=1, shrink=False))
     assert result.failures and result.harness_errors == len(result.failures)
     failure = result.failures[0]
     assert failure["file"] is None and any("cannot be written" in note for note in result.notes)
@@ -142,6 +147,43 @@ def test_a_corpus_folder_that_cannot_be_written_loses_no_failure(tmp_path):
     from fsdp_verify.report.html import campaign_html
     from fsdp_verify.report.summary import junit_xml
     assert "NOT SAVED" in junit_xml(result, "mutant:avg_twice") and "(not saved)" in campaign_html(result, "t")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB tmpfs mounted for the test (root only), unmounted after it."""
+    import subprocess
+    point = tmp_path / "mnt"
+    point.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tiny tmpfs needs root and mount(8) (.ci/run runs as root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"this machine refuses a tmpfs mount: {done.stderr.strip() or done.returncode}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_or_read_only_corpus_disk_loses_no_failure_and_leaves_no_half_file(tiny_tmpfs, fault):
+    import subprocess
+    found = tiny_tmpfs / "found"
+    found.mkdir()
+    if fault == "full":
+        with contextlib.suppress(OSError), open(tiny_tmpfs / "filler", "wb") as filler:  # every block it has
+            while True:
+                filler.write(b"x" * 4096)
+                filler.flush()
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], check=True, capture_output=True)
+    result = campaign.run(_config(found, "mutant:avg_twice", max_failures=1, shrink=False))
+    assert result.failures and result.harness_errors == len(result.failures)
+    failure = result.failures[0]
+    assert failure["file"] is None and "schema" in failure["case"]  # the case, whole, in the summary
+    assert any(("No space left" if fault == "full" else "Read-only") in note for note in result.notes), result.notes
+    assert list(found.iterdir()) == []  # no half-written .tmp- file holds the space
 
 
 def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_restarted(tmp_path, monkeypatch):

@@ -93,7 +93,17 @@ def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     assert "<testsuite" in junit.read_text()
 
 
-def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
+def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The same command in this process (the fuzz step above is the subprocess): saves the seconds
+    each interpreter spends importing torch."""
+    from fsdp_verify.commands.cli import main
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+
+def test_found_failure_is_saved_replayed_and_drawn(tmp_path, capsys):
     found = tmp_path / "found"
     out = cli("fuzz", "--target", "mutant:fused_meta_dropped", "--budget", "60", "--size", "tiny", "--no-modules",
               "--corpus", str(found), "--max-failures", "1", "--junit", str(tmp_path / "j.xml"))
@@ -108,20 +118,20 @@ def test_found_failure_is_saved_replayed_and_drawn(tmp_path):
     assert f"replay: fsdp-verify replay {files[0]}" in out.stdout
     repro = f"fsdp-verify repro {files[0]} -o repro_{files[0].stem}.py"
     assert f"repro: {repro}" in junit and f"repro:  {repro}" in out.stdout  # each finding names its repro
-    written = cli(*repro.split()[1:-1], str(tmp_path / "repro.py"))
+    written = in_process(capsys, *repro.split()[1:-1], str(tmp_path / "repro.py"))
     assert written.returncode == 0 and "mutant:fused_meta_dropped" in (tmp_path / "repro.py").read_text()
-    same = cli("replay", str(found), "--target", "mutant:fused_meta_dropped")
+    same = in_process(capsys, "replay", str(found), "--target", "mutant:fused_meta_dropped")
     assert same.returncode == 0 and "1 as expected" in same.stdout
     # One rule for replay and pytest: a case recorded against another target must pass every invariant.
-    fixed = cli("replay", str(found), "--target", "reference")
+    fixed = in_process(capsys, "replay", str(found), "--target", "reference")
     assert fixed.returncode == 0 and "recorded against mutant:fused_meta_dropped" in fixed.stdout
     dot = tmp_path / "case.dot"
-    shown = cli("show", str(files[0]), "--target", "mutant:fused_meta_dropped", "--dot", str(dot))
+    shown = in_process(capsys, "show", str(files[0]), "--target", "mutant:fused_meta_dropped", "--dot", str(dot))
     assert shown.returncode == 0 and "findings:" in shown.stdout and "[consistency]" in shown.stdout
     assert "digraph" in dot.read_text() and "cluster_rewritten" in dot.read_text()
     if shutil.which("dot"):
         svg = tmp_path / "case.svg"
-        assert cli("show", str(files[0]), "--svg", str(svg)).returncode == 0
+        assert in_process(capsys, "show", str(files[0]), "--svg", str(svg)).returncode == 0
         assert "<svg" in svg.read_text()
 
 

@@ -31,9 +31,19 @@ def _fuzz(tmp_path: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait_for_examples(process: subprocess.Popen, seconds: float) -> None:
-    time.sleep(seconds)
-    assert process.poll() is None, process.stdout.read()
+def _wait_until_fuzzing(process: subprocess.Popen, workers: int, timeout: float = 120) -> None:
+    """Until every worker runs cases: each has forked its isolation child (one worker: the main
+    process is the worker), then a moment more, so the stop lands mid-case."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert process.poll() is None, process.stdout.read()
+        runners = [process.pid] if workers == 1 else _children(process.pid)
+        if sum(bool(_children(pid)) for pid in runners) >= workers:
+            time.sleep(1.0)
+            assert process.poll() is None, process.stdout.read()
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the campaign's {workers} workers did not start cases within {timeout:.0f}s")
 
 
 def _children(pid: int) -> list[int]:
@@ -53,7 +63,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig,workers", [(signal.SIGINT, "1"), (signal.SIGTERM, "2")])
 def test_a_signal_stops_fuzz_with_every_report_written_and_nothing_left(tmp_path, sig, workers):
     process = _fuzz(tmp_path, "--workers", workers)
-    _wait_for_examples(process, 20 if workers == "1" else 35)
+    _wait_until_fuzzing(process, int(workers))
     family = _children(process.pid)
     process.send_signal(sig)
     start = time.monotonic()
@@ -70,7 +80,7 @@ def test_a_signal_stops_fuzz_with_every_report_written_and_nothing_left(tmp_path
 
 def test_workers_die_with_a_killed_parent(tmp_path):
     process = _fuzz(tmp_path, "--workers", "2")
-    _wait_for_examples(process, 30)
+    _wait_until_fuzzing(process, 2)
     workers = _children(process.pid)
     assert workers
     process.kill()

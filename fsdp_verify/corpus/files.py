@@ -9,6 +9,7 @@ target to replay against comes from the caller, the recorded one is information 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -121,10 +122,15 @@ def save(entry: Entry, directory: str | os.PathLike, refresh: bool = False) -> t
         raise CorpusError(str(path), "", "999 files already hold this case's names; nothing was replaced")
     text = json.dumps(entry.to_json(), indent=1, sort_keys=True, allow_nan=False)
     handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
-    with os.fdopen(handle, "w") as out:
-        out.write(text + "\n")
-    os.chmod(temp, 0o644)  # mkstemp makes 0600; corpus files are shared
-    os.replace(temp, path)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text + "\n")
+        os.chmod(temp, 0o644)  # mkstemp makes 0600; corpus files are shared
+        os.replace(temp, path)
+    except BaseException:  # a full disk: no half-written file left to take the space the next save needs
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
     return path, True
 
 

@@ -84,7 +84,13 @@ def ranks_lines(result: Result) -> list[str]:
              f"pool restarts {ranks.get('restarts', 0)}"]
     lines += [f"  not on real ranks: {why}: {count} cases" for why, count in sorted(ranks.get("not_run", {}).items())]
     lines += [f"  no pool of {world} ranks: {why}" for world, why in sorted(ranks.get("pools_not_started", {}).items())]
+    deaths = ranks.get("rank_deaths", {})
+    if any(deaths.values()):
+        lines.append(f"  rank deaths during a case: {deaths.get('reproduced', 0)} the same on every rerun (findings), "
+                     f"{deaths.get('not_reproduced', 0)} not (an outside kill or a flaky target: the rerun judged "
+                     f"the case)")
     lines += [f"  pool: {event}" for event in ranks.get("events", [])[-5:]]
+    lines += [f"  death not reproduced: {event}" for event in ranks.get("deaths_not_reproduced", [])[-5:]]
     return lines
 
 
@@ -107,7 +113,9 @@ def ranks_properties(result: Result) -> list[tuple[str, object]]:
                   ("real_rank_counts", ",".join(map(str, ranks.get("rank_counts", [])))),
                   ("real_backend_requested", ranks.get("requested_backend")), ("real_fraction", ranks.get("fraction")),
                   ("real_cases", ranks.get("cases", 0)), ("real_executed", ranks.get("executed", 0)),
-                  ("real_pool_restarts", ranks.get("restarts", 0))]
+                  ("real_pool_restarts", ranks.get("restarts", 0)),
+                  ("real_rank_deaths_reproduced", ranks.get("rank_deaths", {}).get("reproduced", 0)),
+                  ("real_rank_deaths_not_reproduced", ranks.get("rank_deaths", {}).get("not_reproduced", 0))]
         props += [(f"real_placement:{world}_ranks", text) for world, text in sorted(ranks.get("placements", {}).items())]
         props += [(f"real_not_run:{why}", count) for why, count in sorted(ranks.get("not_run", {}).items())]
         props += [(f"real_pool_not_started:{world}_ranks", why)

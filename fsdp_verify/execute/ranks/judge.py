@@ -9,7 +9,9 @@ collectives on exact inputs. This checker reports what in-process simulation can
   of digest-exchange rounds, or whether the target raised), with each rank's hash seed, digest and
   flight record;
 - **a real failure**: a rank dies, raises or hangs past the deadline (``RankFailure``: the rank, its
-  last collective; the pool restarts and the next case runs);
+  last collective; the pool restarts and the next case runs). A death is confirmed by running the
+  whole case again: one that recurs is the finding, one that does not (an outside kill such as the
+  OOM killer) leaves the rerun's verdict and is counted in the report;
 - **real vs simulated**: a real output that differs from the simulated world's on the same graphs;
 - **rewritten vs original (real)**, and ranks whose own rewrites do not run together, unless the
   simulated checks already reported that case (``known``), so a real-mode replay keeps their verdicts.
@@ -40,6 +42,7 @@ import os
 import time
 import zlib
 from collections import Counter
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -96,6 +99,9 @@ class RealRanks:
         self.placements: dict[int, str] = {}
         self.placed: dict = {}
         self.broken: dict[int, str] = {}  # world size -> why its pool could not start (not retried)
+        self.deaths: Counter = Counter()  # ranks that died during a case: the same on every rerun or not
+        self.unreproduced: list[str] = []  # deaths during a case that its rerun did not show again
+        self.events: list[str] = []  # failed pool starts and restarts, and what was done about them
 
     def __enter__(self) -> "RealRanks":
         return self
@@ -140,7 +146,10 @@ class RealRanks:
                 "rank_counts": sorted(self.placed),
                 "cases": self.cases, "executed": self.executed, "seconds": round(self.seconds, 3),
                 "restarts": sum(p.restarts for p in self.pools.values()),
-                "events": [e for p in self.pools.values() for e in p.events][-20:],
+                "events": [*self.events, *(e for p in self.pools.values() for e in p.events)][-20:],
+                "rank_deaths": {"reproduced": self.deaths["reproduced"],
+                                "not_reproduced": self.deaths["not_reproduced"]},
+                "deaths_not_reproduced": self.unreproduced[-20:],
                 "not_run": dict(self.not_run), "findings": dict(self.findings),
                 "pools_not_started": {str(w): why for w, why in sorted(self.broken.items())}}
 
@@ -152,7 +161,9 @@ class RealRanks:
         ``force``: run it whatever ``fraction`` chooses (a shrink step)."""
         start = time.monotonic()
         try:
-            findings, why = self._check(case, target, known, invalid, force)
+            findings, why = self._check_restarting(case, target, known, invalid, force)
+            if _died(findings):
+                findings, why = self._rerun(case, target, known, invalid, findings)
         finally:
             self.seconds += time.monotonic() - start
         if why:
@@ -161,21 +172,73 @@ class RealRanks:
             self.findings[finding.details.get("kind", "?")] += 1
         return findings, why
 
+    def _check_restarting(self, case: Case, target: str, known: frozenset, invalid: bool,
+                          force: bool) -> tuple[list[Finding], Optional[str]]:
+        """``_check``, begun again when the pool could not restart before a phase was sent (a rank
+        died between cases and its restart failed): the fresh pool gets ``START_ATTEMPTS`` tries."""
+        for _ in range(START_ATTEMPTS - 1):
+            try:
+                return self._check(case, target, known, invalid, force)
+            except _Restart as restart:
+                world = len(case.graph.world())
+                self._drop(world)
+                self.cases -= 1  # the same case, begun again
+                self.events.append(f"pool of {world} ranks could not restart during a case (seed {case.seed}) "
+                                   f"({str(restart.failure)[:200]}): the case begins again on a fresh pool")
+        try:
+            return self._check(case, target, known, invalid, force)
+        except _Restart as restart:
+            return [], self._broken(len(case.graph.world()), restart.failure)
+
+    def _rerun(self, case: Case, target: str, known: frozenset, invalid: bool,
+               first: list[Finding]) -> tuple[list[Finding], Optional[str]]:
+        """A rank died during the case: run the whole case again on the restarted pool (plan and
+        execute again, since a rank's plan state died with it), up to ``RERUNS`` times. A death that
+        every rerun shows again is the target's finding; one that a rerun does not is an outside kill
+        (the OOM killer, an operator) or a flaky target: that rerun's verdict stands and the death is
+        counted and said, never dropped. Two reruns, so that two outside kills in a row (a busy
+        node's OOM killer) are not yet a finding."""
+        death = next(f for f in first if f.details.get("kind") == DIED)
+        for _ in range(RERUNS):
+            self.cases -= 1  # the same case, planned again: counted once
+            findings, why = self._check_restarting(case, target, known, invalid, force=True)
+            again = next((f for f in findings if f.details.get("kind") == DIED), None)
+            if again is None:
+                self.deaths["not_reproduced"] += 1
+                self.unreproduced.append(f"a case (seed {case.seed}): {death.message[:300]}; a rerun judged the "
+                                         f"case, the death did not recur (an outside kill or a flaky target)")
+                return findings, why
+        self.deaths["reproduced"] += 1
+        return [replace(f, message=f"{f.message} (the same on {RERUNS} reruns of the case)",
+                        details={**f.details, "rerun": "reproduced"}) if f is again else f
+                for f in findings], why
+
     def _pool_or_why(self, world: int) -> tuple[Optional[RankPool], Optional[str]]:
-        """The pool of ``world`` ranks, or why there is none (remembered: a pool that cannot start
-        is not retried on every case)."""
+        """The pool of ``world`` ranks, or why there is none. A start that fails is tried again
+        (a rank killed from outside while it joins is a passing fault); ``START_ATTEMPTS`` failures
+        in a row are remembered, so a pool that cannot start is not retried on every case."""
         if world in self.broken:
             return None, self.broken[world]
-        try:
-            return self.pool(world), None
-        except (RankFailure, OSError, ValueError) as exc:  # the harness's resource, not the target
-            return None, self._broken(world, exc)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self.pool(world), None
+            except ValueError as exc:  # the backend cannot be had here: no retry helps
+                return None, self._broken(world, exc)
+            except (RankFailure, OSError) as exc:  # the harness's resource, not the target
+                self._drop(world)
+                self.events.append(f"pool of {world} ranks: start attempt {attempt} of {START_ATTEMPTS} failed "
+                                   f"({type(exc).__name__}: {str(exc)[:200]})")
+                last = exc
+        return None, self._broken(world, last)
 
-    def _broken(self, world: int, exc: Exception) -> str:
-        """Remember why the pool of ``world`` ranks cannot start, and drop it."""
+    def _drop(self, world: int) -> None:
         pool = self.pools.pop(world, None)
         if pool is not None:
             pool.close()
+
+    def _broken(self, world: int, exc: Exception) -> str:
+        """Remember why the pool of ``world`` ranks cannot start, and drop it."""
+        self._drop(world)
         self.broken[world] = (f"no pool of {world} real ranks could start ({type(exc).__name__}: "
                               f"{str(exc)[:160]})")
         return self.broken[world]
@@ -199,7 +262,7 @@ class RealRanks:
         try:
             planned = pool.run({rank: job for rank in world})
         except PoolStartFailure as exc:
-            return [], self._broken(len(world), exc)
+            raise _Restart(exc) from exc
         except RankFailure as exc:
             return [_rank_failure("while planning", exc)], None
         findings = planning(case, planned, pool.flight_record())
@@ -244,11 +307,15 @@ class RealRanks:
         try:
             ran = pool.run({rank: rank_side.RealJob("execute", seed=case.seed, exact_sources=exact) for rank in world})
         except PoolStartFailure as exc:
-            return [], self._broken(len(world), exc)
+            raise _Restart(exc) from exc
         except RankFailure as exc:
+            if pool.fresh:
+                return [_between_phases(pool)], None
             if known:  # the simulated checks already judged this rewrite wrong
                 return [], f"not executed cleanly: real ranks failed ({exc.kind}; the simulated checks reported the case)"
             return [_rank_failure("running the graphs", exc)], None
+        if pool.fresh:
+            return [_between_phases(pool)], None
         self.executed += 1
         nonfinite = _nonfinite(original, "simulated") or _nonfinite({r: ran[r]["original"] for r in world}, "real")
         if nonfinite:  # NaN payloads carry no comparable meaning (and may differ between devices)
@@ -372,6 +439,31 @@ def _undigested(planned: dict) -> str:
 
 def _hashseeds(planned: dict) -> dict:
     return {rank: result.get("hashseed") for rank, result in sorted(planned.items())}
+
+
+DIED = "rank_died"
+RERUNS = 2  # a rank's death during a case is the target's finding only when it recurs on this many reruns
+START_ATTEMPTS = 3  # failed starts in a row before a world size's pool counts as unable to start
+
+
+class _Restart(Exception):
+    """The pool's restart failed before a phase of a case was sent: the case begins again."""
+
+    def __init__(self, failure: PoolStartFailure):
+        super().__init__(str(failure))
+        self.failure = failure
+
+
+def _died(findings: list[Finding]) -> bool:
+    return any(f.details.get("kind") == DIED for f in findings)
+
+
+def _between_phases(pool: RankPool) -> Finding:
+    """A rank died after planning and the pool restarted before the graphs ran: the fresh ranks
+    lack the case's plans, so what they did is no verdict. A death, so the case reruns whole."""
+    event = next((e for e in reversed(pool.events) if "between cases" in e or "pipe broke" in e), "a restart")
+    return Finding(NAME, f"real ranks failed between planning and running the graphs (died): {event}",
+                   details={"kind": DIED, "ranks": [], "when": "between phases"}, rule=DIED)
 
 
 def _rank_failure(when: str, exc: RankFailure) -> Finding:

@@ -271,6 +271,7 @@ class RankPool:
         self.handler, self.env = handler, env
         self.processes: list = []
         self.restarts = 0
+        self.fresh = False  # the last run's jobs went to ranks (re)started for it
         self.events: list[str] = []  # restarts and why (a rank that died between cases, a failed case)
 
     def __enter__(self) -> "RankPool":
@@ -399,6 +400,7 @@ class RankPool:
         PoolStartFailure when the ranks cannot be (re)started before the case is sent."""
         if sorted(jobs) != list(range(self.world_size)):
             raise ValueError(f"a job per rank 0..{self.world_size - 1} is required, got ranks {sorted(jobs)}")
+        restarts = self.restarts
         self.heal()
         try:
             for rank, job in jobs.items():
@@ -413,6 +415,9 @@ class RankPool:
                          f"{': ' + dead if dead else ''})")
             for rank, job in jobs.items():
                 self.conns[rank].send(job)
+        # Ranks started for this call hold nothing a handler kept from earlier calls (``ctx.state``):
+        # a caller whose phases share state checks this.
+        self.fresh = self.restarts != restarts
         return self._collect(dict(jobs), self.deadline)
 
 
