@@ -1,6 +1,8 @@
 """The campaign as a user runs it: ``fsdp-verify fuzz`` on the reference, default isolation against
 ``--in-process``, in one sitting. Prints wall and CPU seconds (the command and all its children),
-examples per CPU-second, and what isolation costs over in-process.
+examples per CPU-second, what isolation costs over in-process, and the campaign's CPU by stage
+(from the summary's ``cpu_by_stage``, each stage measured in the process that ran it; what the
+stages leave of the measured CPU is the interpreter's start and imports).
 
     python benchmarks/bench_campaign.py [--examples 200] [--seed 3] [--rounds 2] [--workers 1]
 """
@@ -31,7 +33,28 @@ def run(examples: int, seed: int, workers: int, in_process: bool) -> dict:
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         doc = json.loads(summary.read_text())
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"examples": doc["examples"], "wall": wall, "cpu": cpu, "forks": doc.get("isolation", {}).get("forks")}
+    return {"examples": doc["examples"], "wall": wall, "cpu": cpu, "forks": doc.get("isolation", {}).get("forks"),
+            "stages": doc.get("cpu_by_stage", {})}
+
+
+def stage_table(figures: dict[str, list[dict]]) -> None:
+    """One row per stage, the mean CPU seconds of each mode's runs and its share of the command's CPU."""
+    modes = list(figures)
+    names = sorted({stage for runs in figures.values() for one in runs for stage in one["stages"]},
+                   key=lambda stage: -sum(one["stages"].get(stage, 0) for one in figures[modes[0]]))
+    mean = lambda runs, key: sum(key(one) for one in runs) / len(runs)  # noqa: E731
+    print("\n| stage | " + " | ".join(f"{mode}, CPU s | share" for mode in modes) + " |")
+    print("|---|" + "---:|---:|" * len(modes))
+    rows = [(name, lambda one, name=name: one["stages"].get(name, 0.0)) for name in names]
+    rows.append(("start-up and imports (the command's CPU the stages leave)",
+                 lambda one: one["cpu"] - sum(one["stages"].values())))
+    rows.append(("**the command (measured)**", lambda one: one["cpu"]))
+    for name, key in rows:
+        cells = []
+        for mode in modes:
+            runs = figures[mode]
+            cells.append(f"{mean(runs, key):.2f} | {100 * mean(runs, key) / mean(runs, lambda one: one['cpu']):.0f}%")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main() -> None:
@@ -53,6 +76,7 @@ def main() -> None:
     best = {mode: min(one["cpu"] for one in runs) for mode, runs in figures.items()}
     print(f"isolation costs {100 * (best['isolated'] / best['in-process'] - 1):+.1f}% CPU over in-process "
           f"(best of {args.rounds} each)")
+    stage_table(figures)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from make_sample import COMMAND, run_sample  # noqa: E402
 
-TIMING = re.compile(r"^(seconds|examples/s) ")
+TIMING = re.compile(r"^(seconds|examples/s|cpu by stage) ")
 
 
 def _stable(text: str) -> list[str]:

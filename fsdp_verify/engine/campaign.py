@@ -19,7 +19,8 @@ import hypothesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from fsdp_verify.engine import collector
+from fsdp_verify.engine import collector, stages
+from fsdp_verify.engine.stages import Stage
 from fsdp_verify.corpus import files as corpus
 from fsdp_verify.corpus import example_db
 from fsdp_verify.model import names
@@ -172,12 +173,13 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
                 or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
 
     failing: dict = {}
+    clock = stages.StageClock(result.cpu_by_stage)
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
     with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
         if progress is not None:
             progress(0, 0)  # the work starts now
         try:
-            _loop(config, target, result, start, database, base, spent, failing, progress, real)
+            _loop(config, target, result, start, database, base, spent, failing, progress, real, clock)
         except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
             result.interrupted = True
             if failing.get("case") is not None and not failing.get("recorded"):
@@ -185,6 +187,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
         finally:
             result.isolated, result.forks = config.deadline is not None, children_started()
             close_children()
+            clock.finish()
             result.ranks = real_ranks.session_report(real)
             if real is not None and session is None:
                 real.close()
@@ -193,7 +196,8 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
 
 
 def _loop(config: Config, target, result: Result, start: float, database, base, spent, failing: dict,
-          progress, real=None) -> None:
+          progress, real=None, clock: Optional[stages.StageClock] = None) -> None:
+    clock = clock or stages.StageClock({})
     chunk_index = 0
     pending: dict = {}  # signature -> (case, findings) of other bugs met while shrinking one
     while not spent():
@@ -208,7 +212,7 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
         @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=False)
         @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
-        @hypothesis.given(_strategy(config, target))
+        @hypothesis.given(_timed(_strategy(config, target), clock))
         def fuzz_property(case: Case) -> None:
             left = _time_left(config, start)
             if (left is not None and left <= 0) or (not failing and config.budget.examples is not None
@@ -217,17 +221,22 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             deadline = config.deadline if left is None or config.deadline is None else min(config.deadline,
                                                                                           max(left, 0.5))
             # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
+            began = time.process_time()
             findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline,
                                       check_limit=left)
+            clock.case(time.process_time() - began, ctx.metrics.get(stages.CPU, {}), config.deadline is not None)
             if real is not None:  # in this process: the rank pools outlive the case's forked child
-                findings = findings + real_ranks.judge(real, case, config.target, findings, ctx, failing.get("checkers"))
+                with clock.local(Stage.REAL_RANKS):
+                    findings = findings + real_ranks.judge(real, case, config.target, findings, ctx,
+                                                           failing.get("checkers"))
             if left is not None and _time_left(config, start) <= 0:
                 raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
             if failing:
                 result.shrink_steps += 1
             else:
                 try:
-                    _count(result, ctx)
+                    with clock.local(Stage.REPORTING):
+                        _count(result, ctx)
                 except Exception as exc:  # noqa: BLE001 - a harness bug is reported, never shrunk
                     result.harness_errors += 1
                     result.notes.append(f"harness error while accounting an example: {type(exc).__name__}: {exc}")
@@ -251,13 +260,15 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
                     result.first_failure = (result.examples, time.monotonic() - start)
                 if classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0] in (MISMATCH,
                                                                                                    INVALID_INPUT):
-                    _record(config, target, result, case, errors)  # not the target's bug: kept as found, not shrunk
+                    with clock.local(Stage.REPORTING):
+                        _record(config, target, result, case, errors)  # not the target's bug: kept as found
                     return
                 failing.update(case=case, findings=errors, signature=signature,
                                checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
                 _fail(signature)
             if progress is not None:
-                progress(result.examples, len(result.failures))
+                with clock.local(Stage.REPORTING):
+                    progress(result.examples, len(result.failures))
 
         fuzz_property._hypothesis_internal_database_key = database_key(config)
         chunk_index += 1
@@ -285,6 +296,15 @@ def _loop(config: Config, target, result: Result, start: float, database, base, 
             pending.clear()
             if progress is not None:
                 progress(result.examples, len(result.failures))
+
+
+def _timed(strategy: st.SearchStrategy, clock: stages.StageClock) -> st.SearchStrategy:
+    """``strategy``, its draws (and the shrinker's redraws) charged to generation."""
+    @st.composite
+    def drawn(draw):
+        with clock.local(Stage.GENERATION):
+            return draw(strategy)
+    return drawn()
 
 
 def _streaming(result: Result, progress: Optional[Tick], on_failure: Callable[[dict], None]) -> Tick:

@@ -22,6 +22,8 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
 from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rounds
+from fsdp_verify.engine import stages
+from fsdp_verify.engine.stages import Stage
 from fsdp_verify.execute.isolation import Child, ChildDied, Served
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
@@ -101,15 +103,31 @@ def run_target(target: Target, case: Case, watch: bool = True,
     malformed result becomes ``error``. ``watch``: the planner oracle derives the spec's plan of
     each later round's graph while the target's run holds it (``planner_oracle.RoundWatch``);
     ``on_watch`` hears each derivation (the harness's work, within the run) "start" and "end"."""
-    run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
-    modules = build_world(case)
-    run.watched = watch_rounds(case, modules, on_watch) if watch and target.has_planner else None
+    cpu: dict[str, float] = {}
+    with stages.timed(cpu, Stage.BUILD):
+        run = TargetRun(case, build_world(case, shared=True))  # read only: equal ranks share
+        modules = build_world(case)
+    run.cpu = cpu
+    watched = [0.0, 0.0]  # CPU seconds of the round watch's derivations, the start of the current one
+
+    def heard(event: str) -> None:
+        if event == "start":
+            watched[1] = time.process_time()
+        else:
+            watched[0] += time.process_time() - watched[1]
+        if on_watch is not None:
+            on_watch(event)
+
+    run.watched = watch_rounds(case, modules, heard) if watch and target.has_planner else None
     try:
-        with watching(target, run.watched):
+        with stages.timed(cpu, Stage.TARGET), watching(target, run.watched):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
         return _fail(run, exc)
+    finally:
+        cpu[str(Stage.TARGET)] = cpu.get(str(Stage.TARGET), 0.0) - watched[0]
+        cpu[str(Stage.ROUND_WATCH)] = watched[0]
     run.rewritten = modules
     return run
 
@@ -130,8 +148,11 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
 def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Finding]:
     """Every applicable checker on one target run; a crashing checker is itself a finding and a
     checker that cannot judge the case is recorded in ``ctx.skipped``."""
+    cpu = ctx.metrics.setdefault(stages.CPU, {})
+    stages.add(cpu, ctx.run.cpu)
     if ctx.run.error is not None:
-        return _target_failure(ctx)
+        with stages.timed(cpu, stages.checker("planner")):
+            return _target_failure(ctx)
     findings: list[Finding] = []
     chosen = registered() if only is not None else default_checkers()
     for name, checker in chosen.items():
@@ -142,7 +163,8 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
             ctx.skipped[name] = reason
             continue
         try:
-            findings.extend(checker.run(ctx))
+            with stages.timed(cpu, stages.checker(name)):
+                findings.extend(checker.run(ctx))
         except Exception as exc:  # noqa: BLE001 - a checker crash must not hide other verdicts
             findings.append(Finding(name, f"checker {name} crashed: {type(exc).__name__}: {exc}",
                                     details={"kind": "checker_crash"}, rule="checker_crash"))
@@ -226,6 +248,7 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
     target's real callers go on after it in the same process too, and the fingerprint still
     guards the process-wide state."""
     case, only = request.case, request.only
+    began = time.process_time()
     if case.target_options and type(target).configure is not Target.configure:
         target = target.configure(dict(case.target_options))  # the parent checked that it can
     with spec_params.use(case.spec):
@@ -236,6 +259,8 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
         ctx = CheckContext(run, target)
         try:
             findings = check_run(ctx, only)
+            cpu = ctx.metrics[stages.CPU]  # the child's own glue (configuring, the report) is isolation's
+            cpu[str(Stage.ISOLATION)] = max(0.0, time.process_time() - began - sum(cpu.values()))
             report = ChildReport([f.to_json() for f in findings],
                                  {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
                                  ctx.metrics, ctx.skipped, run.error_type, run.error_message)

@@ -47,6 +47,7 @@ def account(ctx: CheckContext, findings: list[Finding]) -> str:
     for finding in findings:
         where = f" (rank {finding.rank})" if finding.rank is not None else ""
         lines.append(f"  [{finding.checker}]{where} {finding.message}")
-    if ctx.metrics:
-        lines += ["", f"metrics: {ctx.metrics}"]
+    shown = {key: value for key, value in ctx.metrics.items() if key != "cpu"}  # timings: no verdict
+    if shown:
+        lines += ["", f"metrics: {shown}"]
     return "\n".join(lines)

@@ -94,6 +94,16 @@ def ranks_lines(result: Result) -> list[str]:
     return lines
 
 
+def stage_line(result: Result) -> str:
+    """Where the CPU went: each stage's share of what the stages add up to, largest first."""
+    total = sum(result.cpu_by_stage.values())
+    if not total:
+        return "cpu by stage    not measured"
+    parts = [f"{stage} {100 * seconds / total:.0f}%"
+             for stage, seconds in sorted(result.cpu_by_stage.items(), key=lambda item: -item[1])]
+    return f"cpu by stage    {total:.1f} CPU-s: " + ", ".join(parts)
+
+
 def isolation_line(result: Result) -> str:
     """How cases were isolated; in-process is said, since a crash or hang there ends the run."""
     if not result.isolated:
@@ -139,6 +149,7 @@ def summary_text(result: Result, target: str) -> str:
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
              isolation_line(result),
+             stage_line(result),
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
              f"compared bit for bit",
              f"proved by       ordering: {result.proofs['ordering_segments_lockstep']} schedule segments by the "
@@ -203,6 +214,8 @@ def junit_xml(result: Result, target: str) -> str:
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
+    for stage, seconds in sorted(result.cpu_by_stage.items()):
+        ET.SubElement(properties, "property", name=f"cpu_seconds:{stage}", value=f"{seconds:.3f}")
     for name, value in ranks_properties(result):
         ET.SubElement(properties, "property", name=name, value=str(value))
     ET.SubElement(campaign, "system-out").text = "\n".join(

@@ -50,6 +50,7 @@ class Result:
     repro: ReproTally = field(default_factory=ReproTally)
     isolated: bool = True  # each case's target and checkers ran in a killable child (not --in-process)
     forks: int = 0  # child processes the isolation forked (one, plus one per case that retired its child)
+    cpu_by_stage: dict = field(default_factory=dict)  # CPU seconds by stage (engine/stages.py), all processes
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -70,6 +71,8 @@ class Result:
         self.ranks = merge_ranks(self.ranks, other.ranks)
         self.isolated = self.isolated and other.isolated
         self.forks += other.forks
+        for stage, seconds in other.cpu_by_stage.items():
+            self.cpu_by_stage[stage] = self.cpu_by_stage.get(stage, 0.0) + seconds
 
     def add_failure(self, failure: dict) -> None:
         """A failure another worker saved; one bug found by two workers is one failure (by its
@@ -91,7 +94,8 @@ class Result:
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),
-                "isolation": {"isolated": self.isolated, "forks": self.forks}}
+                "isolation": {"isolated": self.isolated, "forks": self.forks},
+                "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())}}
 
 
 # What the ordering, numerics and planner verdicts rested on: schedule segments proved by the
