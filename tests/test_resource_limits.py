@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from fsdp_verify.commands.cli import _size
+from fsdp_verify.commands.options import byte_size as _size
 from fsdp_verify.engine.run_case import MEMORY_ENV, OUTPUT_ENV, check_all
 from fsdp_verify.targets import get_target
 from support import two_block_case

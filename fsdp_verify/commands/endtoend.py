@@ -1,0 +1,59 @@
+"""``fsdp-verify endtoend``: drawn models compiled by inductor under configurations of its option space."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fsdp_verify.commands import options
+
+
+def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) -> None:
+    """The ``endtoend`` verb."""
+    endtoend = sub.add_parser("endtoend", help="end to end on drawn models (the captured strategy's descriptions): "
+                              "each compiled by inductor under configurations of the torch-inductor space on a "
+                              "one-process gloo world, bitwise against the unbucketed compile")
+    endtoend.add_argument("--models", type=options.positive_int, default=3, help="model descriptions to draw")
+    endtoend.add_argument("--configs", type=options.positive_int, default=3,
+                          help="configurations per model (together they take every choice of every option)")
+    endtoend.add_argument("--seed", type=int, default=0, help="seed of the draws and of the weights")
+    endtoend.add_argument("--plant", default=None, help="a planted merge fault (execute/compiled/drawn.py PLANTS)")
+    endtoend.add_argument("--shrink", action="store_true", help="shrink the model of the first failure")
+    endtoend.add_argument("--ranks", choices=("one", "real"), default="one",
+                          help="one (default: one process, a one-rank gloo group) or real (each model on one gloo "
+                               "process per rank of its mesh, 2 or 4: DTensor parameters, uneven shards, HSDP)")
+    endtoend.add_argument("--json", default=None, help="write every report here")
+    endtoend.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Compile drawn models under drawn configurations and judge them bitwise."""
+    import math
+
+    from fsdp_verify.execute.compiled import sweep as e2e
+    from fsdp_verify.targets.inductor import CONFIG_SPACE
+    try:
+        configs = e2e.planned_configurations(args.configs, args.plant)
+    except ValueError as exc:
+        raise options.UsageError(str(exc)) from None
+    print(f"{args.models} drawn models x {len(configs)} configurations, seed {args.seed}", flush=True)
+    outcome = e2e.run(args.models, args.configs, args.seed, args.plant, args.shrink,
+                      progress=lambda line: print(line, flush=True), ranks=args.ranks == "real")
+    for failure in outcome.failures:
+        print(f"FAILURE{' (shrunk)' if failure.get('shrunk') else ''}: {failure['why']}\n  model: "
+              f"{json.dumps(failure['model'])}")
+    for why in outcome.invalid:
+        print(f"INVALID (not judged): {why}")
+    distinct = len({json.dumps(r["options"], sort_keys=True, default=str) for r in outcome.reports})
+    print(f"{outcome.compiles} (model, configuration) examples judged in {outcome.seconds:.1f} s "
+          f"({outcome.per_second:.2f} examples/s), {len(outcome.failures)} failures; {distinct} of "
+          f"{math.prod(len(c) for c in CONFIG_SPACE.values())} configurations of the space; "
+          f"{outcome.not_exercised} bucketed nothing (equal by default, not evidence); "
+          f"{len(outcome.invalid)} models not judged (unbucketed compile failed)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
+                                               "seconds": outcome.seconds, "failures": outcome.failures,
+                                               "not_exercised": outcome.not_exercised, "invalid": outcome.invalid,
+                                               "reports": outcome.reports}, indent=1, default=str))
+    return 1 if outcome.failures else 2 if outcome.invalid and not outcome.compiles else 0  # 2: nothing judged
