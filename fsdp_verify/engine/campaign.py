@@ -12,6 +12,7 @@ import signal
 import re
 import time
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -157,145 +158,225 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
     hears the counts after every example, and ``on_failure`` each saved failure's record as soon as
     it is saved (a worker streams them, so its parent keeps them if the worker is killed).
     ``session``: real ranks to use (and leave open) instead of the ones ``config.ranks`` opens."""
-    target = get_target(config.target)
     result = Result()
     if on_failure is not None:
         progress = _streaming(result, progress, on_failure)
-    start = time.monotonic()
-    database = example_db.open_database(config.db)
-    base = settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev")
-
-    def spent() -> bool:
-        elapsed = time.monotonic() - start
-        return ((config.budget.seconds is not None and elapsed >= config.budget.seconds)
-                or (config.budget.examples is not None and result.examples >= config.budget.examples)
-                or len(result.failures) >= config.max_failures
-                or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
-
-    failing: dict = {}
-    clock = stages.StageClock(result.cpu_by_stage)
+    runner = Runner(config, get_target(config.target), result, progress,
+                    database=example_db.open_database(config.db),
+                    base=settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev"),
+                    clock=stages.StageClock(result.cpu_by_stage))
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
+    runner.real = real
     with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
         if progress is not None:
             progress(0, 0)  # the work starts now
         try:
-            _loop(config, target, result, start, database, base, spent, failing, progress, real, clock)
+            runner.explore()
         except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
             result.interrupted = True
-            if failing.get("case") is not None and not failing.get("recorded"):
-                _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as it got
+            runner.keep_shrunk()  # shrunk as far as it got
         finally:
             result.isolated, result.forks = config.deadline is not None, children_started()
             close_children()
-            clock.finish()
+            runner.clock.finish()
             result.ranks = real_ranks.session_report(real)
             if real is not None and session is None:
                 real.close()
-    result.seconds = time.monotonic() - start
+    result.seconds = time.monotonic() - runner.start
     return result
 
 
-def _loop(config: Config, target, result: Result, start: float, database, base, spent, failing: dict,
-          progress, real=None, clock: Optional[stages.StageClock] = None) -> None:
-    clock = clock or stages.StageClock({})
-    chunk_index = 0
-    pending: dict = {}  # signature -> (case, findings) of other bugs met while shrinking one
-    while not spent():
-        failing.clear()
-        remaining = CHUNK if config.budget.examples is None else max(1, min(CHUNK, config.budget.examples
-                                                                           - result.examples))
+@dataclass
+class Shrinking:
+    """The failure the current Hypothesis run shrinks (``signature`` None: the run explores). One
+    run shrinks one bug: the checkers that fired are all a shrink step runs."""
 
-        # Saved failures are replayed once, at the start; later chunks explore (and still save).
-        phases = [p for p in hypothesis.Phase if (chunk_index == 0 or p is not hypothesis.Phase.reuse)
-                  and (config.shrink or p is not hypothesis.Phase.shrink)]
+    signature: Optional[Signature] = None
+    case: Optional[Case] = None
+    findings: list = field(default_factory=list)
+    checkers: Optional[tuple[str, ...]] = None  # None: every checker (a target finding alone)
+    recorded: bool = False
 
-        @settings(base, max_examples=remaining, database=database, deadline=None, phases=phases,
-                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=False)
-        @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + chunk_index)
-        @hypothesis.given(_timed(_strategy(config, target), clock))
+    @property
+    def active(self) -> bool:
+        return self.signature is not None
+
+
+class Verdict(Enum):
+    """What one judged case means for the run, decided by ``Runner.triage``."""
+
+    PASSED = "passed"  # no error (an invalid case is rejected before)
+    SHRINK = "shrink"  # a new bug: the property fails so that Hypothesis shrinks it
+    STEP = "step"  # a shrink step that kept the bug being shrunk
+    ASIDE = "aside"  # a shrink step that met another bug (kept for saving) or lost this one
+    REPEAT = "repeat"  # a bug already saved (or met while shrinking): counted, not shrunk again
+    KEPT = "kept"  # not the target's bug (a contract mismatch, an invalid input): saved as found
+
+
+@dataclass
+class Runner:
+    """One campaign (or one worker of it) as named phases over typed state: ``explore`` runs
+    Hypothesis in chunks until the budget is spent; each drawn case is ``judge``d (run the target
+    and every checker, account it, ``triage`` its findings); a chunk that ends on a failure ends in
+    ``finish_chunk``, which saves it. The budget is checked between phases, never inside one."""
+
+    config: Config
+    target: Any
+    result: Result
+    progress: Optional[Tick] = None
+    database: Any = None
+    base: Any = None
+    clock: stages.StageClock = field(default_factory=lambda: stages.StageClock({}))
+    real: Optional[real_ranks.RealRanks] = None
+    start: float = field(default_factory=time.monotonic)
+    shrinking: Shrinking = field(default_factory=Shrinking)
+    pending: dict = field(default_factory=dict)  # signature -> (case, findings) of bugs met while shrinking another
+    chunk: int = 0
+
+    # -- the budget ---------------------------------------------------------------------------
+    def spent(self) -> bool:
+        config, result = self.config, self.result
+        return ((config.budget.seconds is not None and time.monotonic() - self.start >= config.budget.seconds)
+                or (config.budget.examples is not None and result.examples >= config.budget.examples)
+                or len(result.failures) >= config.max_failures
+                or any(set(f["checkers"]) & set(config.stop_on) for f in result.failures))
+
+    def time_left(self) -> Optional[float]:
+        return _time_left(self.config, self.start)
+
+    # -- phase 1: explore, a chunk of Hypothesis examples at a time ---------------------------------
+    def explore(self) -> None:
+        while not self.spent():
+            self.shrinking = Shrinking()
+            if not self.run_chunk():
+                return
+
+    def chunk_settings(self) -> settings:
+        """This chunk's settings: saved failures are replayed once, in the first chunk; later chunks
+        explore (and still save). No shrink phase when the campaign keeps failures as found."""
+        phases = [p for p in hypothesis.Phase if (self.chunk == 0 or p is not hypothesis.Phase.reuse)
+                  and (self.config.shrink or p is not hypothesis.Phase.shrink)]
+        remaining = CHUNK if self.config.budget.examples is None else \
+            max(1, min(CHUNK, self.config.budget.examples - self.result.examples))
+        return settings(self.base, max_examples=remaining, database=self.database, deadline=None, phases=phases,
+                        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large], print_blob=False)
+
+    def run_chunk(self) -> bool:
+        """One Hypothesis run; False once the budget ended inside it."""
+        config = self.config
+
+        @self.chunk_settings()
+        @hypothesis.seed(config.seed * 1_000_003 + config.worker * 10_007 + self.chunk)
+        @hypothesis.given(_timed(_strategy(config, self.target), self.clock))
         def fuzz_property(case: Case) -> None:
-            left = _time_left(config, start)
-            if (left is not None and left <= 0) or (not failing and config.budget.examples is not None
-                                                    and result.examples >= config.budget.examples):
-                raise _BudgetSpent
-            deadline = config.deadline if left is None or config.deadline is None else min(config.deadline,
-                                                                                          max(left, 0.5))
-            # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
-            began = time.process_time()
-            findings, ctx = check_all(target, case, only=failing.get("checkers"), deadline=deadline,
-                                      check_limit=left)
-            clock.case(time.process_time() - began, ctx.metrics.get(stages.CPU, {}), config.deadline is not None)
-            if real is not None:  # in this process: the rank pools outlive the case's forked child
-                with clock.local(Stage.REAL_RANKS):
-                    findings = findings + real_ranks.judge(real, case, config.target, findings, ctx,
-                                                           failing.get("checkers"))
-            if left is not None and _time_left(config, start) <= 0:
-                raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
-            if failing:
-                result.shrink_steps += 1
-            else:
-                try:
-                    with clock.local(Stage.REPORTING):
-                        _count(result, ctx)
-                except Exception as exc:  # noqa: BLE001 - a harness bug is reported, never shrunk
-                    result.harness_errors += 1
-                    result.notes.append(f"harness error while accounting an example: {type(exc).__name__}: {exc}")
-            errors = [f for f in findings if f.severity == ERROR]
-            if not errors and any(f.severity == INVALID for f in findings):
-                result.invalid += 1
-                hypothesis.reject()  # cannot be judged: counted, and Hypothesis draws another case
-            if errors:
-                signature = bug_signature(errors)
-                if failing:
-                    if signature == failing["signature"]:
-                        failing["case"], failing["findings"] = case, errors
-                        _fail(signature)
-                    if signature not in result.signatures:
-                        pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
-                    return  # not this bug: the shrinker must not slip from one bug to another
-                if signature in result.signatures or signature in pending:
-                    result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
-                    return
-                if result.first_failure is None:
-                    result.first_failure = (result.examples, time.monotonic() - start)
-                if classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0] in (MISMATCH,
-                                                                                                   INVALID_INPUT):
-                    with clock.local(Stage.REPORTING):
-                        _record(config, target, result, case, errors)  # not the target's bug: kept as found
-                    return
-                failing.update(case=case, findings=errors, signature=signature,
-                               checkers=tuple(sorted({f.checker for f in errors} - {"target"})) or None)
-                _fail(signature)
-            if progress is not None:
-                with clock.local(Stage.REPORTING):
-                    progress(result.examples, len(result.failures))
+            self.judge(case)
 
         fuzz_property._hypothesis_internal_database_key = database_key(config)
-        chunk_index += 1
+        self.chunk += 1
         try:
             fuzz_property()
         except _CaseFailed:
-            _record(config, target, result, failing["case"], failing["findings"])
-            failing["recorded"] = True
+            self.keep_shrunk()
         except hypothesis.errors.Unsatisfiable:
-            continue
+            pass
         except hypothesis.errors.Flaky as exc:
-            result.notes.append(f"a failure did not reproduce when replayed (flaky target or deadline): {exc}"
-                                .splitlines()[0])
-            if failing and not failing.get("recorded"):
-                _record(config, target, result, failing["case"], failing["findings"])  # keep it: it failed once
-                failing["recorded"] = True
+            self.result.notes.append(f"a failure did not reproduce when replayed (flaky target or deadline): {exc}"
+                                     .splitlines()[0])
+            self.keep_shrunk()  # keep it: it failed once
         except _BudgetSpent:
-            if failing and not failing.get("recorded"):
-                _record(config, target, result, failing["case"], failing["findings"])  # shrunk as far as time allowed
-                failing["recorded"] = True
-            return
+            self.keep_shrunk()  # shrunk as far as time allowed
+            return False
         finally:
-            for case, errors in pending.values():
-                _record(config, target, result, case, errors, while_shrinking=True)
-            pending.clear()
-            if progress is not None:
-                progress(result.examples, len(result.failures))
+            self.finish_chunk()
+        return True
+
+    # -- phase 2: judge one drawn case ------------------------------------------------------------
+    def judge(self, case: Case) -> None:
+        """The property: run the target and the checkers on ``case``, account it, triage it."""
+        config, result, shrinking = self.config, self.result, self.shrinking
+        left = self.time_left()
+        if (left is not None and left <= 0) or (not shrinking.active and config.budget.examples is not None
+                                                and result.examples >= config.budget.examples):
+            raise _BudgetSpent
+        deadline = config.deadline if left is None or config.deadline is None else min(config.deadline,
+                                                                                      max(left, 0.5))
+        # Once a failure is known, shrinking only needs the checkers that fired (much cheaper).
+        began = time.process_time()
+        findings, ctx = check_all(self.target, case, only=shrinking.checkers, deadline=deadline, check_limit=left)
+        self.clock.case(time.process_time() - began, ctx.metrics.get(stages.CPU, {}), config.deadline is not None)
+        if self.real is not None:  # in this process: the rank pools outlive the case's forked child
+            with self.clock.local(Stage.REAL_RANKS):
+                findings = findings + real_ranks.judge(self.real, case, config.target, findings, ctx,
+                                                       shrinking.checkers)
+        if left is not None and self.time_left() <= 0:
+            raise _BudgetSpent  # this example was cut short by the budget: no verdict from it
+        self.account(ctx)
+        errors = [f for f in findings if f.severity == ERROR]
+        if not errors and any(f.severity == INVALID for f in findings):
+            result.invalid += 1
+            hypothesis.reject()  # cannot be judged: counted, and Hypothesis draws another case
+        verdict = self.triage(case, errors)
+        if verdict in (Verdict.SHRINK, Verdict.STEP):
+            _fail(self.shrinking.signature)
+        if verdict is Verdict.KEPT:
+            with self.clock.local(Stage.REPORTING):
+                _record(config, self.target, result, case, errors)  # not the target's bug: kept as found
+        if verdict is Verdict.PASSED and self.progress is not None:
+            with self.clock.local(Stage.REPORTING):
+                self.progress(result.examples, len(result.failures))
+
+    def account(self, ctx) -> None:
+        """Count a generated example (a shrink step only as a step); an accounting error is the
+        harness's, reported and never shrunk."""
+        if self.shrinking.active:
+            self.result.shrink_steps += 1
+            return
+        try:
+            with self.clock.local(Stage.REPORTING):
+                _count(self.result, ctx)
+        except Exception as exc:  # noqa: BLE001 - a harness bug is reported, never shrunk
+            self.result.harness_errors += 1
+            self.result.notes.append(f"harness error while accounting an example: {type(exc).__name__}: {exc}")
+
+    def triage(self, case: Case, errors: list) -> Verdict:
+        """What ``errors`` mean for the run. While shrinking, only the bug being shrunk counts: the
+        shrinker must not slip from one bug to another (another one met is kept for saving)."""
+        result, shrinking = self.result, self.shrinking
+        if not errors:
+            return Verdict.PASSED
+        signature = bug_signature(errors)
+        if shrinking.active:
+            if signature not in result.signatures and signature != shrinking.signature:
+                self.pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
+            if signature == shrinking.signature:
+                shrinking.case, shrinking.findings = case, errors
+                return Verdict.STEP
+            return Verdict.ASIDE
+        if signature in result.signatures or signature in self.pending:
+            result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
+            return Verdict.REPEAT
+        if result.first_failure is None:
+            result.first_failure = (result.examples, time.monotonic() - self.start)
+        checkers = tuple(sorted({f.checker for f in errors}))
+        if classify(self.target, case, checkers, errors)[0] in (MISMATCH, INVALID_INPUT):
+            return Verdict.KEPT
+        self.shrinking = Shrinking(signature, case, errors, tuple(sorted(set(checkers) - {"target"})) or None)
+        return Verdict.SHRINK
+
+    # -- phase 3: keep what the chunk found ---------------------------------------------------------
+    def keep_shrunk(self) -> None:
+        """Save the failure being shrunk, as far as it got (once)."""
+        if self.shrinking.active and not self.shrinking.recorded:
+            _record(self.config, self.target, self.result, self.shrinking.case, self.shrinking.findings)
+            self.shrinking.recorded = True
+
+    def finish_chunk(self) -> None:
+        """Save the other bugs met while shrinking (as found), and say where the run stands."""
+        for case, errors in self.pending.values():
+            _record(self.config, self.target, self.result, case, errors, while_shrinking=True)
+        self.pending.clear()
+        if self.progress is not None:
+            self.progress(self.result.examples, len(self.result.failures))
 
 
 def _timed(strategy: st.SearchStrategy, clock: stages.StageClock) -> st.SearchStrategy:
