@@ -52,6 +52,15 @@ def test_reference_passes_on_real_ranks(real):
     assert real.executed >= 1
 
 
+def test_the_session_simulates_its_cases_in_one_persistent_child(real):
+    child = real.simulator()
+    child.kill()
+    forks = child.started
+    for seed in (21, 22, 23):
+        assert real.check(replace(two_block_case(), seed=seed), "reference") == ([], None)
+    assert child.started == forks + 1 and child.alive  # one fork for three cases
+
+
 def test_hash_seed_planner_is_invisible_in_process_and_killed_as_rank_dependent_on_real_ranks(real):
     case = two_block_case()
     simulated, _ = check_all(get_target(HASH_BUG), case)
@@ -376,9 +385,9 @@ def test_collectives_staged_through_cpu_give_the_same_bits():
 
 
 def test_the_command_line_offers_the_modes_real_ranks_knows():
-    from fsdp_verify.commands import cli
+    from fsdp_verify.commands import options
     from fsdp_verify.execute.ranks.judge import MODES
-    assert cli.RANK_MODES == MODES
+    assert options.RANK_MODES == MODES
 
 
 def test_ranks_running_different_numbers_of_exchange_rounds_are_rank_dependent_planning(real):

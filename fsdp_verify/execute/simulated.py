@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass, field
-from typing import AbstractSet, Any, Callable, Iterator, Mapping, Optional
+from enum import IntEnum
+from typing import AbstractSet, Any, Callable, Iterator, Mapping, NamedTuple, Optional
 
 import torch
 from torch import fx
@@ -250,11 +251,34 @@ def _c10d_op(target: Any) -> Optional[str]:
         return _op_of(target)
 
 
-# what a node is to the stepping loop
-_CALL, _FREE, _WAIT, _COLLECTIVE, _VARIANT, _OUTPUT, _OTHER = range(7)
+class Kind(IntEnum):
+    """What a node is to the stepping loop (an int, so the loop's comparisons stay cheap)."""
+
+    CALL = 0  # an ordinary call: its reads are checked against freed storage
+    FREE = 1  # releases storage (a free may not release what a launch still uses)
+    WAIT = 2  # may block until its launch completes on every rank
+    COLLECTIVE = 3  # a functional collective launch, through the shared World
+    VARIANT = 4  # an ``*_out`` or ``*_coalesced`` launch
+    OUTPUT = 5
+    OTHER = 6  # placeholders, attributes, modules and methods: the interpreter's own methods
 
 
-def _call_kind(target: Any) -> tuple[int, Optional[str]]:
+_CALL, _FREE, _WAIT, _COLLECTIVE, _VARIANT, _OUTPUT, _OTHER = tuple(Kind)
+
+
+class Step(NamedTuple):
+    """One node of a rank's program: what the stepping loop would otherwise work out per rank
+    (a NamedTuple, so the hot loop unpacks it as fast as a plain tuple)."""
+
+    node: fx.Node
+    kind: Kind
+    op: Optional[str]  # the c10d op, for collectives and waits
+    reads: tuple  # the nodes it reads
+    deaths: tuple  # the values that die after it
+    waits_on: Optional[fx.Node]  # the launch a wait may block on
+
+
+def _call_kind(target: Any) -> tuple[Kind, Optional[str]]:
     op = _c10d_op(target)
     if op == "wait_tensor":
         return _WAIT, op
@@ -268,7 +292,7 @@ def _call_kind(target: Any) -> tuple[int, Optional[str]]:
 _remembered_kind = functools.cache(_call_kind)
 
 
-def _kind(node: fx.Node) -> tuple[int, Optional[str]]:
+def _kind(node: fx.Node) -> tuple[Kind, Optional[str]]:
     if node.op == "output":
         return _OUTPUT, None
     if node.op != "call_function":
@@ -279,10 +303,9 @@ def _kind(node: fx.Node) -> tuple[int, Optional[str]]:
         return _call_kind(node.target)
 
 
-def program(module: fx.GraphModule) -> list[tuple]:
-    """One step per node, in graph order: (node, kind, c10d op, the nodes it reads, the values
-    that die after it, the launch a wait may block on). What every rank running ``module`` would
-    otherwise work out node by node (``fx.Interpreter`` per rank: last uses, argument walks)."""
+def program(module: fx.GraphModule) -> list[Step]:
+    """One step per node, in graph order: what every rank running ``module`` would otherwise work
+    out node by node (``fx.Interpreter`` per rank: last uses, argument walks)."""
     nodes = list(module.graph.nodes)
     seen: set[fx.Node] = set()
     deaths: dict[fx.Node, list[fx.Node]] = {}
@@ -295,7 +318,7 @@ def program(module: fx.GraphModule) -> list[tuple]:
     for node in nodes:
         kind, op = _kind(node)
         waits_on = node.args[0] if kind == _WAIT and node.args and isinstance(node.args[0], fx.Node) else None
-        steps.append((node, kind, op, tuple(node.all_input_nodes), tuple(deaths.get(node, ())), waits_on))
+        steps.append(Step(node, kind, op, tuple(node.all_input_nodes), tuple(deaths.get(node, ())), waits_on))
     return steps
 
 
@@ -304,7 +327,7 @@ class RankInterpreter(fx.Interpreter):
     shared by ranks that run one module) replaces ``fx.Interpreter.run``; the interpreter's own
     methods serve placeholders, attributes, modules and methods."""
 
-    def __init__(self, module: fx.GraphModule, rank: int, world: World, steps: list[tuple],
+    def __init__(self, module: fx.GraphModule, rank: int, world: World, steps: list[Step],
                  observe: Optional[Callable[[int, fx.Node, tuple, Any], None]] = None,
                  override: Optional[Callable[[int, fx.Node, Any], Any]] = None,
                  watch: Optional[AbstractSet[str]] = None, overridden: Optional[AbstractSet[str]] = None):
@@ -480,7 +503,7 @@ def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[
                override: Optional[Callable[[int, fx.Node, Any], Any]],
                watch: Optional[AbstractSet[str]], overridden: Optional[AbstractSet[str]]) -> WorldRun:
     world = World(resolve)
-    programs: dict[int, list[tuple]] = {}  # by id(module): ranks may share one
+    programs: dict[int, list[Step]] = {}  # by id(module): ranks may share one
     for module in modules.values():
         if id(module) not in programs:
             programs[id(module)] = program(module)

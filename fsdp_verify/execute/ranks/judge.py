@@ -37,12 +37,12 @@ says so as its skip reason when a shrink step asks ``check_all`` for it.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
+import signal
 import time
 import zlib
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -51,6 +51,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.model.names import RANK_MODES
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankFailure, RankPool, exit_reason, place, reduce_sources
 from fsdp_verify.execute.inputs import exact_override
+from fsdp_verify.execute.isolation import Child, ChildDied, Served
 from fsdp_verify.execute.world import build_world, simulate
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.builder import build_module
@@ -102,6 +103,7 @@ class RealRanks:
         self.deaths: Counter = Counter()  # ranks that died during a case: the same on every rerun or not
         self.unreproduced: list[str] = []  # deaths during a case that its rerun did not show again
         self.events: list[str] = []  # failed pool starts and restarts, and what was done about them
+        self._simulator: Optional[Child] = None
 
     def __enter__(self) -> "RealRanks":
         return self
@@ -132,9 +134,17 @@ class RealRanks:
             self.pools[world] = pool
         return self.pools[world]
 
+    def simulator(self) -> Child:
+        """The session's persistent simulation child (forked on first use)."""
+        if self._simulator is None:
+            self._simulator = simulation_child()
+        return self._simulator
+
     def close(self) -> None:
         for pool in self.pools.values():
             pool.close()
+        if self._simulator is not None:
+            self._simulator.kill()
 
     def report(self) -> dict:
         """What real mode did, for the summary and JUnit: backend, device and ranks per world size."""
@@ -294,7 +304,7 @@ class RealRanks:
             return [Finding(NAME, f"the ranks' rewritten graphs hold collectives no real group can run: "
                                   f"{'; '.join(unrunnable[:3])}", details={"kind": "unrunnable_rewrite"},
                             rule="unrunnable_rewrite")], None
-        stage, original, rewritten, problem = simulate_isolated(case, specs, exact, self.deadline)
+        stage, original, rewritten, problem = simulate_isolated(case, specs, exact, self.deadline, self.simulator())
         if stage == "original":  # a case whose originals cannot run is not executed
             return [], f"not executed: the original graphs do not run in the simulated world ({problem})"
         if stage == "rewritten":  # the ranks' own rewrites do not run together (or not within the deadline)
@@ -360,45 +370,76 @@ def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:
     return found
 
 
-def simulate_isolated(case: Case, specs: dict, exact: tuple, deadline: float) -> tuple:
+@dataclass(frozen=True)
+class SimulationRequest:
+    """The simulated worlds a real-mode case is compared with: its original graphs, and the ranks'
+    own rewritten graphs (``specs``), on exact values at ``exact``."""
+
+    case: Case
+    specs: dict
+    exact: tuple
+
+
+def simulate_isolated(case: Case, specs: dict, exact: tuple, deadline: float,
+                      child: Optional[Child] = None) -> tuple:
     """The simulated world of the original graphs and of the ranks' own rewritten graphs ``specs``,
     run in a forked child under ``deadline`` seconds per stage: a rank-produced graph that hangs,
     exhausts memory or kills its process fails its stage, never the harness. Returns ``(stage,
     original outputs, rewritten outputs, problem)``: stage ``ok``, or the stage that failed
-    (``original`` or ``rewritten``) with what happened."""
-    context = multiprocessing.get_context("fork")
-    parent, child = context.Pipe(duplex=False)
-    process = context.Process(target=_simulate_child, args=(case, specs, exact, child), daemon=True)
-    process.start()
-    child.close()
+    (``original`` or ``rewritten``) with what happened. ``child``: a persistent child to serve it
+    (a session keeps one, so a case costs no fork); without one, a child forked for this call."""
+    mine = child is None
+    child = child or simulation_child()
+    child.submit(SimulationRequest(case, specs, exact))
     got: dict = {}
+    answered = False
     try:
         for stage in ("original", "rewritten"):
-            if not parent.poll(deadline):
+            reply = child.receive(deadline)
+            if reply is None:
                 return stage, None, None, f"did not finish within {deadline:g}s"
-            status, payload = parent.recv()
+            answered = reply.last
+            status, payload = reply.message
             if status != "ok":
                 return stage, None, None, payload
             got[stage] = {rank: [_unpack(v) for v in values] for rank, values in payload.items()}
-    except (EOFError, ConnectionError):
-        process.join(5)
-        return ("rewritten" if got else "original"), None, None, f"the simulating process died ({exit_reason(process.exitcode)})"
+    except ChildDied as died:
+        answered = True
+        return ("rewritten" if got else "original"), None, None, \
+            f"the simulating process died ({exit_reason(died.exitcode)})"
     finally:
-        if process.is_alive():
-            process.kill()
-        process.join(10)
+        if mine or not answered:
+            child.kill()  # a hang or a death: this child serves no other case
     return "ok", got["original"], got["rewritten"], ""
 
 
-def _simulate_child(case: Case, specs: dict, exact: tuple, conn) -> None:
-    override = exact_override(exact, case.seed)
-    for modules in (lambda: build_world(case), lambda: {rank: build_module(spec) for rank, spec in specs.items()}):
+def simulation_child() -> Child:
+    """A persistent child that simulates real-mode cases. Simulation is pure (fresh modules, fresh
+    world per request), so one child may serve many cases; it is replaced after a hang or death,
+    and by the isolation's own rules (request count, growth, changed process state)."""
+    return Child(_serve_simulation, _simulation_setup)
+
+
+def _simulation_setup() -> None:
+    torch.set_num_threads(1)  # a forked child must not enter the parent's OpenMP team (libgomp is not fork-safe)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
+
+
+def _serve_simulation(request: SimulationRequest, send) -> Served:
+    case = request.case
+    override = exact_override(request.exact, case.seed)
+    stages = (("original", lambda: build_world(case)),
+              ("rewritten", lambda: {rank: build_module(spec) for rank, spec in request.specs.items()}))
+    for stage, modules in stages:
         try:
             outputs = simulate(case, modules(), override=override).outputs
         except Exception as exc:  # noqa: BLE001 - said to the harness as this stage's failure
-            conn.send(("error", f"{type(exc).__name__}: {str(exc)[:1000]}"))
-            return
-        conn.send(("ok", {rank: [_pack(v) for v in values] for rank, values in outputs.items()}))
+            return Served(("error", f"{type(exc).__name__}: {str(exc)[:1000]}"))
+        message = ("ok", {rank: [_pack(v) for v in values] for rank, values in outputs.items()})
+        if stage == "rewritten":
+            return Served(message)
+        send(message)
+    raise AssertionError("unreachable")
 
 
 def _pack(value):
