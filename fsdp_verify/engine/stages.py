@@ -66,13 +66,12 @@ class StageClock:
     @contextlib.contextmanager
     def local(self, stage: str) -> Iterator[None]:
         """Time a block of this process as ``stage``."""
-        key, began = str(stage), time.process_time()
+        began = time.process_time()
         try:
-            yield
+            with timed(self.figures, stage):
+                yield
         finally:
-            spent = time.process_time() - began
-            self.figures[key] = self.figures.get(key, 0.0) + spent
-            self.here += spent
+            self.here += time.process_time() - began
 
     def case(self, parent: float, child: MutableMapping[str, float], isolated: bool) -> None:
         """One case judged: ``parent`` CPU seconds this process spent in it, ``child`` the stage
