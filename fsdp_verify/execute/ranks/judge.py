@@ -186,19 +186,18 @@ class RealRanks:
                           force: bool) -> tuple[list[Finding], Optional[str]]:
         """``_check``, begun again when the pool could not restart before a phase was sent (a rank
         died between cases and its restart failed): the fresh pool gets ``START_ATTEMPTS`` tries."""
-        for _ in range(START_ATTEMPTS - 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return self._check(case, target, known, invalid, force)
             except _Restart as restart:
                 world = len(case.graph.world())
+                if attempt == START_ATTEMPTS:
+                    return [], self._broken(world, restart.failure)
                 self._drop(world)
                 self.cases -= 1  # the same case, begun again
                 self.events.append(f"pool of {world} ranks could not restart during a case (seed {case.seed}) "
                                    f"({str(restart.failure)[:200]}): the case begins again on a fresh pool")
-        try:
-            return self._check(case, target, known, invalid, force)
-        except _Restart as restart:
-            return [], self._broken(len(case.graph.world()), restart.failure)
+        raise AssertionError("unreachable")
 
     def _rerun(self, case: Case, target: str, known: frozenset, invalid: bool,
                first: list[Finding]) -> tuple[list[Finding], Optional[str]]:
@@ -502,8 +501,7 @@ def _died(findings: list[Finding]) -> bool:
 def _between_phases(pool: RankPool) -> Finding:
     """A rank died after planning and the pool restarted before the graphs ran: the fresh ranks
     lack the case's plans, so what they did is no verdict. A death, so the case reruns whole."""
-    event = next((e for e in reversed(pool.events) if "between cases" in e or "pipe broke" in e), "a restart")
-    return Finding(NAME, f"real ranks failed between planning and running the graphs (died): {event}",
+    return Finding(NAME, f"real ranks failed between planning and running the graphs (died): {pool.fresh}",
                    details={"kind": DIED, "ranks": [], "when": "between phases"}, rule=DIED)
 
 

@@ -271,7 +271,7 @@ class RankPool:
         self.handler, self.env = handler, env
         self.processes: list = []
         self.restarts = 0
-        self.fresh = False  # the last run's jobs went to ranks (re)started for it
+        self.fresh = ""  # why the last run's jobs went to ranks restarted for it ("": they did not)
         self.events: list[str] = []  # restarts and why (a rank that died between cases, a failed case)
 
     def __enter__(self) -> "RankPool":
@@ -416,8 +416,9 @@ class RankPool:
             for rank, job in jobs.items():
                 self.conns[rank].send(job)
         # Ranks started for this call hold nothing a handler kept from earlier calls (``ctx.state``):
-        # a caller whose phases share state checks this.
-        self.fresh = self.restarts != restarts
+        # a caller whose phases share state checks this (the restart's reason; empty: not fresh).
+        restarted = self.restarts != restarts
+        self.fresh = (self.events[-1] if self.events else "restarted") if restarted else ""
         return self._collect(dict(jobs), self.deadline)
 
 
