@@ -27,6 +27,7 @@ from fsdp_verify.corpus import example_db
 from fsdp_verify.model import names
 from fsdp_verify.corpus import profiles
 from fsdp_verify.model.case import Case
+from fsdp_verify.graph import fx_sources
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, children_started, close_children
@@ -294,6 +295,7 @@ class Runner:
     def judge(self, case: Case) -> None:
         """The property: run the target and the checkers on ``case``, account it, triage it."""
         config, result, shrinking = self.config, self.result, self.shrinking
+        fx_sources.forget_old_sources()  # a night's worth of compiled graphs' source is no leak
         left = self.time_left()
         if (left is not None and left <= 0) or (not shrinking.active and config.budget.examples is not None
                                                 and result.examples >= config.budget.examples):

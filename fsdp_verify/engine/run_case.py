@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Optional
 import torch
 from torch import fx
 
+from fsdp_verify.graph import fx_sources
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
@@ -249,6 +250,7 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
     guards the process-wide state."""
     case, only = request.case, request.only
     began = time.process_time()
+    fx_sources.forget_old_sources()  # the child serves cases all night: its compiled sources too
     if case.target_options and type(target).configure is not Target.configure:
         target = target.configure(dict(case.target_options))  # the parent checked that it can
     with spec_params.use(case.spec):
