@@ -109,7 +109,6 @@ def main() -> None:
         result = json.loads(summary.read_text())
     ranks = result.get("ranks", {})
     deaths = ranks.get("rank_deaths", {})
-    between = sum("between cases" in event for event in ranks.get("events", []))
     bugs = [f for f in result.get("failures", []) if f.get("class") not in ("contract mismatch", "invalid input")]
     rows = [("command exit code", process.returncode),
             ("wall / CPU (command and children)", f"{wall:.0f} s / {cpu:.0f} CPU-s"),
@@ -118,7 +117,7 @@ def main() -> None:
             ("SIGKILLs sent", len(kills)),
             ("deaths during a case: the same on every rerun / not", f"{deaths.get('reproduced', 0)} / "
                                                                   f"{deaths.get('not_reproduced', 0)}"),
-            ("deaths found between cases (last 20 events)", between),
+            ("ranks found dead between cases (healed)", ranks.get("dead_between_cases", 0)),
             ("pool restarts (in a case or between cases)", ranks.get("restarts", 0)),
             ("failed pool starts, tried again", sum("start attempt" in e for e in ranks.get("events", []))),
             ("cases planned / executed on real ranks", f"{ranks.get('cases', 0)} / {ranks.get('executed', 0)}"),

@@ -105,7 +105,7 @@ def main() -> int:
     parser.add_argument("--ranks", type=int, default=2, help="ranks of the real-mode check (default 2)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        print("no CUDA device: nothing checked (run `pytest tests/test_real_ranks.py` for gloo on CPU)")
+        print("no CUDA device: nothing checked (run `pytest tests/execute/ranks` for gloo on CPU)")
         return 2
     print(f"torch {torch.__version__}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}, "
           f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}")

@@ -50,13 +50,18 @@ class Blueprint:
     prep_chains: bool = False
     prep: str = "own"  # how the last parameter's prep chain is tagged (PREP_KINDS); the others own theirs
     batch: int = 4
+    block_names: tuple[str, ...] = ()  # module FQNs of the blocks (default blocks.0, blocks.1, ...)
+
+    def block(self, index: int) -> str:
+        """The module FQN of block ``index``."""
+        return self.block_names[index] if self.block_names else f"blocks.{index}"
 
     def params(self) -> list[tuple[str, ParamDraw]]:
         """(fqn, draw) for every parameter, in state order."""
         out = []
         for b, block in enumerate(self.blocks):
             for j, draw in enumerate(block):
-                scope = f"blocks.{b}.experts" if draw.expert and draw.own_scope else f"blocks.{b}"
+                scope = f"{self.block(b)}.experts" if draw.expert and draw.own_scope else self.block(b)
                 out.append((f"{scope}.w{j}", draw))
         return out
 

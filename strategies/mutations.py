@@ -23,6 +23,27 @@ from fsdp_verify.graph.spec import GraphSpec, NodeSpec
 from fsdp_verify.graph.values import NodeRef
 
 RS_KIND = "fsdp_reduce_scatter"
+AG_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward")
+
+
+_PLANTED: dict[str, dict[str, list[Callable]]] = {"skip": {}, "split": {}, "singleton": {}}
+
+
+def plants(action: str, reason: str) -> Callable[[Callable], Callable]:
+    """Register a mutation as planting a defect the planner must answer with ``action`` for
+    ``reason`` (skip: ``(case, launch)``; split and singleton: ``(case, a, b)``)."""
+    def register(fn: Callable) -> Callable:
+        _PLANTED[action].setdefault(reason, []).append(fn)
+        return fn
+    return register
+
+
+def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
+    """Declare the launch kinds a mutation can act on (``fits`` reads it; undeclared: any)."""
+    def declare(fn: Callable) -> Callable:
+        fn.acts_on = frozenset(kinds)
+        return fn
+    return declare
 
 
 def _wait_of(spec: GraphSpec, launch: str) -> Optional[str]:
@@ -46,15 +67,19 @@ def _kind(case: Case, node: str) -> str:
 
 # -- skip mutations: (case, launch) -> case ------------------------------------------------
 
+@plants("skip", "unsupported_or_already_bucketed")
 def already_bucketed(case: Case, launch: str) -> Case:
     return _set(case, launch, fsdp_bucket_members=[case.graph.node(launch).meta.get("param_name")])
 
 
+@plants("skip", "unsupported_or_already_bucketed")
 def wrong_op_for_kind(case: Case, launch: str) -> Case:
     other = "fsdp_all_gather" if _kind(case, launch) == RS_KIND else RS_KIND
     return _set(case, launch, comm_type=other)
 
 
+@plants("skip", "unsupported_or_already_bucketed")
+@acts_on(*AG_KINDS)
 def tagged_placeholder(case: Case, launch: str) -> Optional[Case]:
     """The launch's tags copied onto its source parameter: a tagged node that is no call at all."""
     source = case.graph.node(launch).args[0]
@@ -64,31 +89,40 @@ def tagged_placeholder(case: Case, launch: str) -> Optional[Case]:
     return _set(case, source.name, **tags)
 
 
+@plants("skip", "phase_mismatch")
+@acts_on("fsdp_all_gather")
 def forward_gather_tagged_backward(case: Case, launch: str) -> Case:
     return _set(case, launch, autograd_backward=True)
 
 
+@plants("skip", "phase_mismatch")
+@acts_on("fsdp_all_gather_backward")
 def backward_gather_untagged(case: Case, launch: str) -> Case:
     return _set(case, launch, autograd_backward=edit.DROP)
 
 
+@plants("skip", "phase_mismatch")
+@acts_on(RS_KIND)
 def reduce_scatter_untagged(case: Case, launch: str) -> Case:
     """An RS left in the forward phase (spec 1.4: required by the planner, not seen in public code)."""
     return _set(case, launch, autograd_backward=edit.DROP)
 
 
+@plants("skip", "unsupported_signature")
 def kwargs_signature(case: Case, launch: str) -> Case:
     node = case.graph.node(launch)
     graph = edit.update_node(case.graph, launch, args=node.args[:-1], kwargs={"group_name": node.args[-1]})
     return replace(case, graph=graph)
 
 
+@plants("skip", "unsupported_signature")
 def extra_positional(case: Case, launch: str) -> Case:
     """One positional argument too many (the group name again; executors bind by schema position)."""
     node = case.graph.node(launch)
     return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args, node.args[-1])))
 
 
+@plants("skip", "unknown_process_group")
 def unknown_group(case: Case, launch: str) -> Case:
     """The planner is not told about the launch's group (the graph still runs on it)."""
     group = case.graph.node(launch).args[-1]
@@ -100,46 +134,56 @@ def _degree(case: Case, launch: str, degree: object) -> Case:
     return replace(case, graph=edit.update_node(case.graph, launch, args=(*node.args[:-2], degree, node.args[-1])))
 
 
+@plants("skip", "group_size_mismatch")
 def group_size_mismatch(case: Case, launch: str) -> Case:
     """The degree argument disagrees with the group (executors resolve groups by name)."""
     return _degree(case, launch, case.graph.node(launch).args[-2] * 2)
 
 
+@plants("skip", "group_size_mismatch")
 def degree_bool(case: Case, launch: str) -> Case:
     """A degree of True: an int to Python, not a plain int to the planner."""
     return _degree(case, launch, True)
 
 
+@plants("skip", "group_size_mismatch")
 def degree_one(case: Case, launch: str) -> Case:
     return _degree(case, launch, 1)
 
 
+@plants("skip", "group_metadata_mismatch")
 def group_meta_mismatch(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_group=f"not_{case.graph.node(launch).args[-1]}")
 
 
+@plants("skip", "missing_parameter_identity")
 def missing_identity(case: Case, launch: str) -> Case:
     return _set(case, launch, state_idx=True)
 
 
+@plants("skip", "missing_parameter_identity")
 def no_param_name(case: Case, launch: str) -> Case:
     """A launch the identity annotator never reached (spec 1.4 step 4)."""
     return _set(case, launch, param_name=edit.DROP)
 
 
+@plants("skip", "missing_parameter_identity")
 def empty_param_name(case: Case, launch: str) -> Case:
     return _set(case, launch, param_name="")
 
 
+@plants("skip", "missing_parameter_identity")
 def no_state_idx(case: Case, launch: str) -> Case:
     """A backward re-gather of the public pass, which lacks ``state_idx`` (spec 1.4 step 4)."""
     return _set(case, launch, state_idx=edit.DROP)
 
 
+@plants("skip", "missing_parameter_identity")
 def negative_state_idx(case: Case, launch: str) -> Case:
     return _set(case, launch, state_idx=-1)
 
 
+@plants("skip", "unknown_or_dynamic_shape")
 def dynamic_shape(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, input_shape=("s0", 4))
 
@@ -157,37 +201,45 @@ def _bad_shape(field: str, how: str) -> Callable[[Case, str], Case]:
     return mutate
 
 
-BAD_SHAPES = tuple(_bad_shape(field, how) for field in ("input_shape", "output_shape")
+BAD_SHAPES = tuple(plants("skip", "unknown_or_dynamic_shape")(_bad_shape(field, how))
+                   for field in ("input_shape", "output_shape")
                    for how in ("scalar", "empty", "symbolic", "zero") if (field, how) != ("input_shape", "symbolic"))
 
 
+@plants("skip", "unknown_or_dynamic_shape")
 def missing_spec(case: Case, launch: str) -> Case:
     return _set(case, launch, fsdp_bucket_spec=edit.DROP)
 
 
+@plants("skip", "unsupported_dtype")
 def unsupported_dtype(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, dtype=torch.int32)
 
 
+@plants("skip", "unsupported_dtype")
 def dtype_name(case: Case, launch: str) -> Case:
     """The dtype's name where a ``torch.dtype`` belongs."""
     return _spec_meta(case, launch, dtype=str(case.graph.node(launch).meta["fsdp_bucket_spec"]["dtype"]))
 
 
+@plants("skip", "unknown_device")
 def unknown_device(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, device="npu:0")
 
 
+@plants("skip", "unknown_device")
 def device_object(case: Case, launch: str) -> Case:
     """A ``torch.device`` where the spec wants its string."""
     return _spec_meta(case, launch, device=torch.device("cpu"))
 
 
+@plants("skip", "invalid_dim0_layout")
 def bad_dim0(case: Case, launch: str) -> Case:
     bucket_spec = case.graph.node(launch).meta.get("fsdp_bucket_spec", {})
     return _spec_meta(case, launch, output_shape=bucket_spec.get("input_shape"))
 
 
+@plants("skip", "unsupported_wait_users")
 def double_wait(case: Case, launch: str) -> Case:
     wait = _wait_of(case.graph, launch)
     name = edit.fresh_name(case.graph, f"{wait}_again")
@@ -201,6 +253,7 @@ def unwaited_name(launch: str) -> str:
     return f"{launch}_unwaited"
 
 
+@plants("skip", "unsupported_wait_users")
 def unwaited_launch(case: Case, launch: str) -> Optional[Case]:
     """A second launch of the same collective, read by a barrier call instead of a wait.
 
@@ -221,6 +274,8 @@ def unused_name(launch: str) -> str:
     return f"{launch}_unused"
 
 
+@plants("skip", "no_consumer")
+@acts_on(*AG_KINDS)
 def unused_gather(case: Case, launch: str) -> Optional[Case]:
     """A duplicate gather whose result nobody reads: the new launch has no consumer."""
     if _kind(case, launch) == RS_KIND:
@@ -237,6 +292,8 @@ def unused_gather(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.insert_after(case.graph, wait, nodes))
 
 
+@plants("skip", "unsupported_reduce_op")
+@acts_on(RS_KIND)
 def bad_reduce_op(case: Case, launch: str) -> Optional[Case]:
     if _kind(case, launch) != RS_KIND:
         return None
@@ -244,6 +301,8 @@ def bad_reduce_op(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(case.graph, launch, args=(node.args[0], "max", *node.args[2:])))
 
 
+@plants("skip", "non_output_rs_consumer")
+@acts_on(RS_KIND)
 def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
     if _kind(case, launch) != RS_KIND:
         return None
@@ -264,6 +323,7 @@ DP_MODES = ("hsdp", "ddp", "FSDP", "")
 PARALLEL_MODES = (*({"pp_degree": v} for v in PP_DEGREES), *({"dp_mode": m} for m in DP_MODES))
 
 
+@plants("skip", "unsupported_parallel_mode")
 def parallel_mode(case: Case, launch: str) -> Case:
     """One of ``PARALLEL_MODES``, picked by a hash of the launch's name and the graph's size: drawing
     a site draws a mode (a hash, not the position: small positions are drawn far more often)."""
@@ -271,30 +331,11 @@ def parallel_mode(case: Case, launch: str) -> Case:
     return case.with_args(**PARALLEL_MODES[zlib.crc32(key) % len(PARALLEL_MODES)])
 
 
+@plants("skip", "outside_module_plan")
 def outside_plan(case: Case, launch: str) -> Case:
     return case.with_args(module_bucket_plans=[["unplanned_module"]])
 
 
-SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "unsupported_parallel_mode": (parallel_mode,),
-    "unsupported_or_already_bucketed": (already_bucketed, wrong_op_for_kind, tagged_placeholder),
-    "phase_mismatch": (forward_gather_tagged_backward, backward_gather_untagged, reduce_scatter_untagged),
-    "unsupported_signature": (kwargs_signature, extra_positional),
-    "unknown_process_group": (unknown_group,),
-    "group_size_mismatch": (group_size_mismatch, degree_bool, degree_one),
-    "group_metadata_mismatch": (group_meta_mismatch,),
-    "missing_parameter_identity": (missing_identity, no_param_name, empty_param_name, no_state_idx,
-                                   negative_state_idx),
-    "unknown_or_dynamic_shape": (dynamic_shape, missing_spec, *BAD_SHAPES),
-    "unsupported_dtype": (unsupported_dtype, dtype_name),
-    "unknown_device": (unknown_device, device_object),
-    "invalid_dim0_layout": (bad_dim0,),
-    "unsupported_wait_users": (double_wait, unwaited_launch),
-    "no_consumer": (unused_gather,),
-    "unsupported_reduce_op": (bad_reduce_op,),
-    "non_output_rs_consumer": (rs_extra_consumer,),
-    "outside_module_plan": (outside_plan,),
-}
 
 
 # -- split mutations: (case, a, b) -> case -------------------------------------------------
@@ -304,37 +345,46 @@ def _size_bytes(node: NodeSpec) -> int:
     return max(math.prod(spec["input_shape"]), math.prod(spec["output_shape"])) * spec["dtype"].itemsize
 
 
+@plants("split", "repeated_parameter_instance")
 def repeated_state_idx(case: Case, a: str, b: str) -> Case:
     return _set(case, b, state_idx=case.graph.node(a).meta["state_idx"])
 
 
+@plants("split", "repeated_parameter_instance")
 def repeated_param_name(case: Case, a: str, b: str) -> Case:
     return _set(case, b, param_name=case.graph.node(a).meta["param_name"])
 
 
+@plants("split", "capacity")
 def capacity(case: Case, a: str, b: str) -> Case:
     sizes = (_size_bytes(case.graph.node(a)), _size_bytes(case.graph.node(b)))
     return case.with_args(policy={"cap_bytes": max(sizes)})
 
 
+@plants("split", "capacity")
 def capacity_boundary(case: Case, a: str, b: str) -> Case:
     """A cap exactly one byte below the pair's combined size: the off-by-one boundary."""
     total = _size_bytes(case.graph.node(a)) + _size_bytes(case.graph.node(b))
     return case.with_args(policy={"cap_bytes": total - 1})
 
 
+@plants("singleton", "oversized")
 def oversized(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": max(1, _size_bytes(case.graph.node(b)) - 1)})
 
 
+@plants("split", "input_distance")
 def input_distance(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"max_input_distance": 0})
 
 
+@plants("split", "consumer_distance")
 def consumer_distance(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"max_consumer_distance": 0})
 
 
+@plants("split", "dependency_conflict")
+@acts_on(*AG_KINDS)
 def late_source(case: Case, a: str, b: str) -> Optional[Case]:
     """B gathers a copy made after A's first consumer (a non-placeholder source, spec 5.5)."""
     if _kind(case, b) == RS_KIND:
@@ -347,16 +397,40 @@ def late_source(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
 
 
+@plants("split", "dependency_conflict")
+@acts_on(*AG_KINDS)
+def dependent_source(case: Case, a: str, b: str) -> Optional[Case]:
+    """B gathers its shard plus the sum of what A gathered: B's source is computed from A's result,
+    so a bucket of both would wait on itself (the dependency window's boundary). B's launch moves
+    to just after A's wait, where its new source is ready."""
+    graph = case.graph
+    wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
+    if _kind(case, b) == RS_KIND or wait_a is None or wait_b is None:
+        return None
+    if not edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b):
+        return None
+    node_b = graph.node(b)
+    meta = {"autograd_backward": True} if node_b.meta.get("autograd_backward") else {}
+    total, shifted = edit.fresh_name(graph, f"{a}_sum"), edit.fresh_name(graph, f"{b}_src")
+    moved = replace(node_b, args=(NodeRef(shifted), *node_b.args[1:]))
+    graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
+    nodes = [edit.call(total, "aten.sum.default", NodeRef(wait_a), meta=meta),
+             edit.call(shifted, "aten.add.Tensor", node_b.args[0], NodeRef(total), meta=meta), moved]
+    return replace(case, graph=edit.insert_after(graph, wait_a, nodes))
+
+
 def _phase(case: Case, node: str) -> dict:
     return {"autograd_backward": True} if case.graph.node(node).meta.get("autograd_backward") else {}
 
 
+@plants("split", "effect_or_storage_release")
 def barrier_between(case: Case, a: str, b: str) -> Case:
     name = edit.fresh_name(case.graph, "barrier")
     node = edit.call(name, BARRIER, meta=_phase(case, b))
     return replace(case, graph=edit.insert_before(case.graph, b, [node]))
 
 
+@plants("split", "effect_or_storage_release")
 def foreign_free_between(case: Case, a: str, b: str) -> Case:
     """A tagged free of a tensor that no member gathered."""
     graph = case.graph
@@ -370,6 +444,7 @@ def foreign_free_between(case: Case, a: str, b: str) -> Case:
     return replace(case, graph=edit.insert_before(graph, b, nodes))
 
 
+@plants("split", "intervening_collective")
 def collective_between(case: Case, a: str, b: str) -> Case:
     graph = case.graph
     phase = _phase(case, b)
@@ -381,6 +456,7 @@ def collective_between(case: Case, a: str, b: str) -> Case:
     return replace(case, graph=edit.insert_before(graph, b, nodes))
 
 
+@plants("split", "phase_boundary")
 def phase_flip_between(case: Case, a: str, b: str) -> Case:
     graph = case.graph
     name = edit.fresh_name(graph, "other_phase")
@@ -389,21 +465,11 @@ def phase_flip_between(case: Case, a: str, b: str) -> Case:
     return replace(case, graph=edit.insert_before(graph, b, [node]))
 
 
-SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {
-    "repeated_parameter_instance": (repeated_state_idx, repeated_param_name),
-    "capacity": (capacity, capacity_boundary),
-    "input_distance": (input_distance,),
-    "consumer_distance": (consumer_distance,),
-    "dependency_conflict": (late_source,),
-    "effect_or_storage_release": (barrier_between, foreign_free_between),
-    "intervening_collective": (collective_between,),
-    "phase_boundary": (phase_flip_between,),
-}
-SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {"oversized": (oversized,)}
 
 
 # -- fusions the rewriter must get right: (case, a, b) -> case that still buckets a with b ---------
 
+@acts_on(*AG_KINDS)
 def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
     """B gathers a copy made after A's first view but before A's first real consumer: the pair still
     fuses, and the fused launch goes after that copy, so A's view must move past it (spec 4.2)."""
@@ -429,19 +495,17 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
 # -- sites ---------------------------------------------------------------------------------
 
 # Variants that only exist for some launch kinds (every other variant fits any launch).
-SITE_KINDS: dict[Callable, frozenset[str]] = {
-    **dict.fromkeys((bad_reduce_op, rs_extra_consumer, reduce_scatter_untagged), frozenset({RS_KIND})),
-    **dict.fromkeys((unused_gather, late_source, tagged_placeholder, source_after_view),
-                    frozenset({"fsdp_all_gather", "fsdp_all_gather_backward"})),
-    forward_gather_tagged_backward: frozenset({"fsdp_all_gather"}),
-    backward_gather_untagged: frozenset({"fsdp_all_gather_backward"}),
-}
+# Reason -> the mutations that plant it, per action, in the order they are defined.
+SKIP_MUTATIONS: dict[str, tuple[Callable, ...]] = {r: tuple(v) for r, v in _PLANTED["skip"].items()}
+SPLIT_MUTATIONS: dict[str, tuple[Callable, ...]] = {r: tuple(v) for r, v in _PLANTED["split"].items()}
+SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {r: tuple(v) for r, v in _PLANTED["singleton"].items()}
 
 
 def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
     """Whether ``variant`` can act on ``site`` (some defects only exist for some launch kinds)."""
     launch = site[-1] if isinstance(site, tuple) else site
-    return variant not in SITE_KINDS or _kind(case, launch) in SITE_KINDS[variant]
+    kinds = getattr(variant, "acts_on", None)
+    return kinds is None or _kind(case, launch) in kinds
 
 
 def _site_key(node: NodeSpec) -> tuple:

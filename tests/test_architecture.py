@@ -128,6 +128,36 @@ def test_a_module_dropped_at_the_root_or_a_folder_outside_the_tree_is_caught(tmp
     assert _loose(root) == ["helpers.py", "misc/"]
 
 
+# Tests of the project as a whole sit at the root of tests/; every other test sits in the folder
+# of the package it tests, and helpers/ holds what tests share (no tests).
+WHOLE_PROJECT_TESTS = {"test_architecture.py", "test_readme.py", "test_workflows.py", "test_findings_repros.py"}
+
+
+def _unmirrored(tests: Path) -> list[str]:
+    """Test files and folders under ``tests`` that do not mirror a package folder."""
+    folders = {path.relative_to(ROOT / "fsdp_verify").as_posix() for path in (ROOT / "fsdp_verify").rglob("*")
+               if path.is_dir() and (path / "__init__.py").exists()} | {"strategies"}
+    wrong = [path.name for path in tests.glob("test_*.py") if path.name not in WHOLE_PROJECT_TESTS]
+    for path in tests.rglob("test_*.py"):
+        folder = path.parent.relative_to(tests).as_posix()
+        if folder != "." and folder not in folders:
+            wrong.append(path.relative_to(tests).as_posix())
+    return sorted(wrong)
+
+
+def test_tests_mirror_the_package():
+    assert _unmirrored(ROOT / "tests") == []
+    assert not list((ROOT / "tests" / "helpers").glob("test_*.py"))
+
+
+def test_a_test_outside_the_mirror_is_caught(tmp_path):
+    (tmp_path / "checks").mkdir()
+    (tmp_path / "misc").mkdir()
+    for path in ("test_readme.py", "test_loose.py", "checks/test_ordering.py", "misc/test_y.py"):
+        (tmp_path / path).write_text("")
+    assert _unmirrored(tmp_path) == ["misc/test_y.py", "test_loose.py"]
+
+
 def test_checks_and_execute_never_import_the_engine():
     for module, path in _modules().items():
         if _unit(module) in ("fsdp_verify.checks", "fsdp_verify.execute"):

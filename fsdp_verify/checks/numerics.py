@@ -18,6 +18,7 @@ import torch
 from torch import fx
 
 from fsdp_verify.execute.simulated import Deadlock, Desync, ReadAfterFree
+from fsdp_verify.checks.divergence import first_divergence
 from fsdp_verify.checks.findings import INVALID, CheckContext, Finding
 from fsdp_verify.checks.registry import Checker
 
@@ -181,6 +182,7 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                         nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"},
                         rule="original_non_finite")]
     findings = _source_findings(sources, rewritten_sources)
+    located_once = False  # one failing rank is located: the cost is two more runs of the world
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])
@@ -195,11 +197,20 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
             if diff is not None:
                 name = names[index] if index < len(names) else f"#{index}"
                 detail = ", ".join(f"{k} {v}" for k, v in diff.items())
+                located = {} if located_once else _located(ctx, rank)
+                located_once = True
                 findings.append(Finding(NAME, f"rank {rank}: output {index} ({name}) differs: {detail}",
-                                        nodes=(name,), details={"output": index, **diff}, rank=rank,
+                                        nodes=(name,), details={"output": index, **diff, **located}, rank=rank,
                                         rule="output_differs"))
                 break
     return findings
+
+
+def _located(ctx: CheckContext, rank: int) -> dict:
+    """Where the two worlds' values first part on ``rank`` (the failure's identity), if found."""
+    found = first_divergence(ctx.case, ctx.original, ctx.rewritten, rank)
+    return {} if found is None else {"first_divergent": found.node, "first_divergent_op": found.op,
+                                     "first_differs": found.differs}
 
 
 CHECKER = Checker(NAME, check_numerics, after=("conformance",), summary='bitwise-equal outputs on every simulated rank')

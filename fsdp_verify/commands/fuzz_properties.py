@@ -3,7 +3,7 @@ pytest runs them and HypoFuzz fuzzes them: ``hypothesis fuzz -- fsdp_verify/comm
 
 ``fsdp-verify fuzz`` runs the same check with a budget, workers, bug signatures and a corpus;
 HypoFuzz runs these forever with coverage guidance and its dashboard, saving to Hypothesis's
-database. Not collected by the normal suite (``tests/test_fuzz_properties.py`` runs them briefly).
+database. Not collected by the normal suite (``tests/commands/test_fuzz_properties.py`` runs them briefly).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ _SAME_WORLD = ("every rank plans the same graph (only device indices differ, and
 JUSTIFIED: tuple[Justified, ...] = (
     Justified("planner.py", "build_module_bucket_plans", "",
               "takes the nn.Module a caller holds; a case is a graph and planner arguments, and "
-              "neither the planner nor the driver calls it (tests/test_planner_inputs.py does)"),
+              "neither the planner nor the driver calls it (tests/reference/test_planner_inputs.py does)"),
     Justified("planner.py", "validate_group_plans", "if not plans_by_rank:",
               _SAME_WORLD + "a group with no reporting rank means group_ranks naming only ranks outside "
                             "the world, which has no process to run them"),
@@ -62,7 +62,7 @@ JUSTIFIED: tuple[Justified, ...] = (
     Justified("planner.py", "validate_group_plans",
               'if (tuple(report["group_ranks"].get(group, ())) != tuple(expected)',
               _SAME_WORLD + "so reports never disagree; a disagreeing target is what the consistency "
-                            "checker and tests/test_rewrite_world.py exercise"),
+                            "checker and tests/execute/test_rewrite_world.py exercise"),
     Justified("planner.py", "_membership_reason", "if current[-1].key != candidate.key:",
               "incompatible_key: plan_fsdp_buckets groups candidates by key before the greedy pass "
               "(spec 2.7)"),
@@ -76,7 +76,7 @@ JUSTIFIED: tuple[Justified, ...] = (
               "arguments of which only the first is a node"),
     Justified("rewrite.py", "check_fresh", "if plan.signature != signature:",
               "the driver plans each round on the graph as it stands, so its plans are never stale "
-              "(tests/test_rewrite_world.py applies stale plans)"),
+              "(tests/execute/test_rewrite_world.py applies stale plans)"),
 )
 
 

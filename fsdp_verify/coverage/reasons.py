@@ -16,8 +16,10 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.model.case import Case
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
+from fsdp_verify.strategies.graphs import DEGREES
 from fsdp_verify.strategies.mutations import DP_MODES, PP_DEGREES
 from fsdp_verify.targets import get_target
 from fsdp_verify.coverage.subconditions import SUBCONDITIONS, Site, classify
@@ -25,6 +27,43 @@ from fsdp_verify.coverage.subconditions import SUBCONDITIONS, Site, classify
 ACTIONS = ("skip", "split", "singleton")
 # The parallel-mode arguments every run must draw: the default and each value the mutations plant.
 PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)}
+# Every group degree the strategies draw (world sizes of the cases): a rule right only on powers
+# of two needs the others.
+WORLD_SIZES = tuple(sorted(set(DEGREES)))
+# Shapes a bug class hides in, each counted per case that has it.
+FEATURES = ("prefix_sharing_scopes", "dependent_candidates")
+
+
+def _prefix_sharing(case: Case) -> bool:
+    """Two parameters' modules of which one FQN is a prefix of the other without a dot boundary."""
+    scopes = sorted({param.fqn.rsplit(".", 1)[0] for param in case.graph.params})
+    return any(b.startswith(a) and not b.startswith(a + ".") for a in scopes for b in scopes if a != b)
+
+
+def _dependent_candidates(case: Case) -> bool:
+    """A collective whose source is computed from another collective of its kind (after that one's
+    wait): the dependency window's boundary, where a bucket of both would wait on itself."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    launches = [n for n in case.graph.nodes if collectives.is_launch(n.target) and n.inputs()]
+    waited = {w.inputs()[0]: w.name for w in case.graph.nodes if collectives.is_wait(w.target) and w.inputs()}
+    for launch in launches:
+        kind, seen, todo = collectives.kind(launch.target), set(), [launch.inputs()[0]]
+        while todo:
+            name = todo.pop()
+            if name in seen or name not in nodes:
+                continue
+            seen.add(name)
+            todo.extend(nodes[name].inputs())
+        if any(waited.get(other.name) in seen for other in launches
+               if other is not launch and collectives.kind(other.target) == kind):
+            return True
+    return False
+
+
+def case_features(case: Case) -> Counter:
+    """The FEATURES ``case`` has."""
+    return Counter(name for name, has in (("prefix_sharing_scopes", _prefix_sharing(case)),
+                                          ("dependent_candidates", _dependent_candidates(case))) if has)
 
 
 @dataclass
@@ -38,11 +77,14 @@ class Reach:
     errors: Counter = field(default_factory=Counter)  # argument error message -> cases
     pp_degree: Counter = field(default_factory=Counter)  # repr(value) -> cases
     dp_mode: Counter = field(default_factory=Counter)
+    world_size: Counter = field(default_factory=Counter)  # ranks in the case's world -> cases
+    features: Counter = field(default_factory=Counter)  # FEATURES -> cases that have it
 
     def add(self, other: "Reach") -> None:
         """Fold ``other`` into this tally."""
         self.cases += other.cases
-        for name in ("decisions", "subconditions", "unexplained", "errors", "pp_degree", "dp_mode"):
+        for name in ("decisions", "subconditions", "unexplained", "errors", "pp_degree", "dp_mode", "world_size",
+                     "features"):
             getattr(self, name).update(getattr(other, name))
 
 
@@ -58,7 +100,8 @@ def _current(plan, previous: str, index: dict, by_name: dict) -> tuple:
 def case_reach(case: Case, target_name: str = "reference") -> Reach:
     """The decisions of ``case``'s plan on its first rank, each with its sub-condition."""
     reach = Reach(cases=1, pp_degree=Counter([repr(case.plan_args.pp_degree)]),
-                  dp_mode=Counter([repr(case.plan_args.dp_mode)]))
+                  dp_mode=Counter([repr(case.plan_args.dp_mode)]), world_size=Counter([len(case.graph.world())]),
+                  features=case_features(case))
     rank = case.graph.world()[0]
     module = build_module(localize(case.graph, rank))
     try:
@@ -103,11 +146,13 @@ def measure(strategy: st.SearchStrategy[Case], examples: int = 2000, seed: int =
 
 
 def unreached(reach: Reach, expected: dict[str, tuple[str, ...]]) -> list[str]:
-    """Reasons (``action reason``), reachable sub-conditions (``reason/name``) and parallel-mode
-    values (``pp_degree=2``) never reached."""
+    """Reasons (``action reason``), reachable sub-conditions (``reason/name``), parallel-mode
+    values (``pp_degree=2``), world sizes (``world_size=3``) and FEATURES never reached."""
     missing = [f"{action} {reason}" for action, reasons in expected.items() for reason in reasons
                if (action, reason) not in reach.decisions]
     missing += [s.key for s in SUBCONDITIONS if not s.unreachable and s.key not in reach.subconditions]
+    missing += [f"world_size={size}" for size in WORLD_SIZES if not reach.world_size[size]]
+    missing += [name for name in FEATURES if not reach.features[name]]
     return missing + [f"{name}={value!r}" for name, values in PARALLEL_VALUES.items() for value in values
                       if repr(value) not in getattr(reach, name)]
 
@@ -125,6 +170,8 @@ def format_reach(reach: Reach, expected: dict[str, tuple[str, ...]]) -> str:
         lines.append(f"{'error':<10} {message[:56]:<56} {count:>7}")
     lines.append("pp_degree values: " + ", ".join(f"{v}={n}" for v, n in sorted(reach.pp_degree.items())))
     lines.append("dp_mode values: " + ", ".join(f"{v}={n}" for v, n in sorted(reach.dp_mode.items())))
+    lines.append("world sizes: " + ", ".join(f"{v}={n}" for v, n in sorted(reach.world_size.items())))
+    lines.append("features: " + ", ".join(f"{name}={reach.features[name]}" for name in FEATURES))
     for (action, reason), count in sorted(reach.unexplained.items()):
         lines.append(f"UNEXPLAINED {action} {reason}: {count} decisions no sub-condition explains")
     missing = unreached(reach, expected)

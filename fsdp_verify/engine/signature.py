@@ -8,7 +8,8 @@ finding only:
 - a target that raised, timed out or died: the exception type and the innermost frame that
   raised it (Hypothesis's own notion of an origin), not the message, which carries shapes, dtypes
   and node names;
-- a value, dtype or shape difference: the checker, its rule and what differs;
+- a value, dtype or shape difference: the checker, its rule, what differs and the operator of the
+  first node (kept by the rewrite) whose value differs (``checks/divergence.py``);
 - any other rule: ``(checker, rule)``.
 
 The primary finding is the target's own failure when there is one, else the first error finding
@@ -64,5 +65,10 @@ def collateral(findings: Sequence[Finding]) -> list[Finding]:
 def signature(findings: Sequence[Finding]) -> Signature:
     """The bug ``findings`` show (one case's error findings)."""
     first = primary(findings)
-    cause = origin(first) if first.checker == "target" else str(first.details.get("differs", ""))
+    if first.checker == "target":
+        cause = origin(first)
+    elif first.details.get("first_divergent_op"):  # where the values first part, and how
+        cause = f"{first.details.get('first_differs')} at {first.details['first_divergent_op']}"
+    else:
+        cause = str(first.details.get("differs", ""))
     return Signature(first.checker, first.rule, cause)

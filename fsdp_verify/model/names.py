@@ -1,6 +1,6 @@
 """The names the command line offers (profiles, graph sizes, campaign strategies, rank modes), importable
 without torch or Hypothesis so that ``fsdp-verify --help`` answers at once. The modules that
-give the names meaning use these tuples (sizes: ``tests/test_cli.py`` checks they agree)."""
+give the names meaning use these tuples (sizes: ``tests/commands/test_cli.py`` checks they agree)."""
 
 PROFILES = ("dev", "ci", "nightly", "smoke", "replay")
 SIZES = ("tiny", "default", "medium", "large", "scale")

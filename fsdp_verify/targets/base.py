@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Sequence
 
 from torch import fx
 
@@ -60,3 +61,39 @@ class Target(ABC):
     def has_planner(self) -> bool:
         """Whether ``plan`` is implemented (plan-specific oracles apply)."""
         return type(self).plan is not Target.plan
+
+
+class TargetNotFound(LookupError):
+    """No target of that name; the message lists what is available."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Targets named by a pattern (``torch-inductor[:mode][@fsdp]``, ``mutant:<name>``): which names
+    it claims and how it makes the target of one (raising TargetNotFound for a claimed name it
+    cannot make)."""
+
+    pattern: str
+    summary: str
+    claims: Callable[[str], bool]
+    make: Callable[[str], "Target"]
+
+
+BUILTINS: dict[str, Callable[[], "Target"]] = {}
+FAMILIES: list[Family] = []
+
+
+def builtin(name: str) -> Callable[[type], type]:
+    """Register a Target class under ``name`` (its module is imported by the registry)."""
+    def register(cls: type) -> type:
+        BUILTINS[name] = cls
+        return cls
+    return register
+
+
+def family(pattern: str, summary: str, claims: Callable[[str], bool]) -> Callable[[Callable], Callable]:
+    """Register ``make(name) -> Target`` for every name ``claims`` accepts."""
+    def register(make: Callable[[str], "Target"]) -> Callable[[str], "Target"]:
+        FAMILIES.append(Family(pattern, summary, claims, make))
+        return make
+    return register

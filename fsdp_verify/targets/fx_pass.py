@@ -17,7 +17,7 @@ from torch import fx
 
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.model.case import Case
-from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.base import Target, TargetNotFound, family
 from fsdp_verify.targets.inductor import TorchInductorTarget
 from fsdp_verify.targets.post_grad import post_grad_pass, run_pass
 
@@ -69,3 +69,13 @@ def load(spec: str) -> Callable:
 def make(spec: str) -> FxPassTarget:
     """``MODULE:CALLABLE`` (the part after ``fx-pass:``) -> the target."""
     return FxPassTarget(spec, load(spec))
+
+
+@family("fx-pass:MODULE:CALLABLE", "any torch.fx pass, graph in, graph out, run as a post-grad pass",
+        claims=lambda name: name.startswith(PREFIX))
+def named(name: str) -> FxPassTarget:
+    """``fx-pass:MODULE:CALLABLE`` -> the target."""
+    try:
+        return make(name[len(PREFIX):])
+    except LookupError as exc:
+        raise TargetNotFound(str(exc)) from None

@@ -13,7 +13,7 @@ from torch import fx
 
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference.driver import bucket_world
-from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.base import Target, TargetNotFound, family
 from fsdp_verify.targets.reference import planner_kwargs
 
 MODULE = "hyper_parallel.compile.passes.bucketing"
@@ -48,3 +48,13 @@ class HyperParallelTarget(Target):
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         return bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
+
+
+@family("hyper-parallel", "the original hyper_parallel planner + rewriters, when installed",
+        claims=lambda name: name == "hyper-parallel")
+def named(name: str) -> HyperParallelTarget:
+    """The target, or TargetNotFound saying why the original planner cannot be loaded."""
+    reason = unavailable_reason()
+    if reason:
+        raise TargetNotFound(f"target 'hyper-parallel' is unavailable: {reason}")
+    return HyperParallelTarget()

@@ -18,7 +18,7 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
-from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.base import Target, TargetNotFound, family
 from fsdp_verify.targets.post_grad import inductor_route, post_grad_pass
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
@@ -63,7 +63,7 @@ CONFIG_SPACE: dict[str, tuple] = {
     _AO + "pre_bucketing_fsdp_collectives_max_bucket_cap_mb": (500.0, 0.001),
     _AO + "pre_bucketing_fsdp_collectives_saturation_calibration_multiplier": (1.0, 0.01),
 }
-# Options those passes read that are not drawn, each with why (tests/test_inductor_config.py fails,
+# Options those passes read that are not drawn, each with why (tests/targets/test_inductor_config.py fails,
 # naming the option, when the installed torch's passes read one that is in neither table).
 EXCLUDED: dict[str, str] = {
     "bucket_all_gathers_fx_bucket_size_determinator": "drawn as bucket_cap_mb (a callable cannot be recorded)",
@@ -238,3 +238,14 @@ def make(spec: str = "") -> TorchInductorTarget:
     """``torch-inductor[:mode][@entry]`` -> the target, with what the name pins."""
     mode, _, entry = spec.partition("@")
     return TorchInductorTarget(_pins(mode, entry))
+
+
+@family("torch-inductor[:mode][@fsdp]", "PyTorch's inductor bucketing passes; modes default, custom_ops, "
+        "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp",
+        claims=lambda name: name == "torch-inductor" or name.startswith(("torch-inductor:", "torch-inductor@")))
+def named(name: str) -> TorchInductorTarget:
+    """``torch-inductor[:mode][@entry]`` as the target list names it."""
+    try:
+        return make(name[len("torch-inductor"):].lstrip(":"))
+    except ValueError as exc:
+        raise TargetNotFound(str(exc)) from None

@@ -3,7 +3,7 @@ values in ``meta["val"]``, and inductor's post-grad routing to its bucketing pas
 
 This module imports nothing from fsdp_verify on purpose: ``fsdp-verify repro`` copies its source
 into every script it writes, so the standalone script runs the code the harness ran, not a
-second version of it (tests/test_repro.py checks the module stays torch-only).
+second version of it (tests/engine/test_repro.py checks the module stays torch-only).
 """
 
 from __future__ import annotations

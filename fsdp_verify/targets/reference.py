@@ -9,7 +9,7 @@ from torch import fx
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference.driver import ROUNDS, bucket_world
 from fsdp_verify.reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
-from fsdp_verify.targets.base import Target
+from fsdp_verify.targets.base import Target, builtin
 
 
 def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> dict[str, Any]:
@@ -20,6 +20,7 @@ def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> d
             "policy": policy, "pp_degree": args.pp_degree, "dp_mode": args.dp_mode}
 
 
+@builtin("reference")
 class ReferenceTarget(Target):
     """The reference planner and rewriter written from the spec."""
 

@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from importlib.metadata import entry_points
-from typing import Callable
 
-from fsdp_verify.targets.base import Target
-from fsdp_verify.targets.reference import ReferenceTarget
+from fsdp_verify import targets as _package
+from fsdp_verify.targets.base import BUILTINS, FAMILIES, Target, TargetNotFound
 
 ENTRY_POINT_GROUP = "fsdp_verify.targets"
-MUTANT_PREFIX = "mutant:"
-BUILTIN: dict[str, Callable[[], Target]] = {"reference": ReferenceTarget}
+_discovered = False
 
 
-class TargetNotFound(LookupError):
-    """No target of that name; the message lists what is available."""
+def _discover() -> None:
+    """Import every module of the targets package once: each registers its own targets and
+    families next to their definitions (``base.builtin``, ``base.family``)."""
+    global _discovered
+    if not _discovered:
+        for info in pkgutil.walk_packages(_package.__path__, _package.__name__ + "."):
+            importlib.import_module(info.name)
+        _discovered = True
 
 
 def available() -> dict[str, str]:
     """Every target name that resolves without a module path, with a one-line summary."""
-    names = {name: factory.summary for name, factory in BUILTIN.items()}
-    names["mutant:<name>"] = "a planted bug (fsdp-verify selftest lists them)"
-    names["torch-inductor[:mode][@fsdp]"] = ("PyTorch's inductor bucketing passes; modes default, custom_ops, "
-                                             "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp")
-    names["fx-pass:MODULE:CALLABLE"] = "any torch.fx pass, graph in, graph out, run as a post-grad pass"
-    names["hyper-parallel"] = "the original hyper_parallel planner + rewriters, when installed"
+    _discover()
+    names = {name: factory.summary for name, factory in BUILTINS.items()}
+    names.update({family.pattern: family.summary for family in FAMILIES})
     for point in entry_points(group=ENTRY_POINT_GROUP):
         names.setdefault(point.name, f"entry point {point.value}")
     return names
@@ -41,41 +43,14 @@ def _instantiate(obj: object, name: str) -> Target:
     return target
 
 
-def _inductor(name: str) -> Target:
-    from fsdp_verify.targets.inductor import make
-    try:
-        return make(name[len("torch-inductor"):].lstrip(":"))
-    except ValueError as exc:
-        raise TargetNotFound(str(exc)) from None
-
-
-def _hyper_parallel() -> Target:
-    from fsdp_verify.targets.hyper_parallel import HyperParallelTarget, unavailable_reason
-    reason = unavailable_reason()
-    if reason:
-        raise TargetNotFound(f"target 'hyper-parallel' is unavailable: {reason}")
-    return HyperParallelTarget()
-
-
 def get_target(name: str) -> Target:
     """Resolve a target name; raises TargetNotFound with the list of known targets."""
-    if name in BUILTIN:
-        return BUILTIN[name]()
-    if name == "torch-inductor" or name.startswith(("torch-inductor:", "torch-inductor@")):
-        return _inductor(name)
-    if name == "hyper-parallel":
-        return _hyper_parallel()
-    if name.startswith("fx-pass:"):
-        from fsdp_verify.targets.fx_pass import PREFIX, make
-        try:
-            return make(name[len(PREFIX):])
-        except LookupError as exc:
-            raise TargetNotFound(str(exc)) from None
-    if name.startswith(MUTANT_PREFIX):
-        from fsdp_verify.targets.mutants import MUTANTS
-        if name[len(MUTANT_PREFIX):] in MUTANTS:
-            return MUTANTS[name[len(MUTANT_PREFIX):]]
-        raise TargetNotFound(f"unknown planted bug {name!r}; available: {', '.join(sorted(MUTANTS))}")
+    _discover()
+    if name in BUILTINS:
+        return BUILTINS[name]()
+    for family in FAMILIES:
+        if family.claims(name):
+            return family.make(name)
     for point in entry_points(group=ENTRY_POINT_GROUP):
         if point.name == name:
             return _instantiate(point.load(), name)

@@ -47,7 +47,7 @@ def test_every_stage_and_checker_is_measured(tmp_path, in_process):
 def test_the_round_watch_is_taken_out_of_the_target_s_figure():
     from fsdp_verify.engine.run_case import run_target
     from fsdp_verify.targets import get_target
-    from support import two_block_case
+    from helpers.cases import two_block_case
     run = run_target(get_target("reference"), two_block_case())
     assert run.cpu[str(Stage.TARGET)] >= 0 and str(Stage.ROUND_WATCH) in run.cpu
     assert run.cpu[str(Stage.BUILD)] > 0

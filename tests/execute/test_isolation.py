@@ -11,8 +11,8 @@ import pytest
 from fsdp_verify.engine.run_case import check_all, children_started
 from fsdp_verify.execute.isolation import Child, ChildDied, Served
 from fsdp_verify.targets import get_target
-from plugin_targets import POLLUTED
-from support import two_block_case
+from helpers.targets import POLLUTED
+from helpers.cases import two_block_case
 
 DEADLINE = 60
 
@@ -33,7 +33,7 @@ def test_a_case_that_changes_the_process_retires_its_child():
     """Planted: a target that leaves an environment variable set. Served by the same child, the
     second case would raise; the fingerprint retires the child, so it runs in a fresh one."""
     assert POLLUTED not in os.environ
-    target = get_target("plugin_targets:Polluting")
+    target = get_target("helpers.targets:Polluting")
     for _ in range(3):
         findings, _ = check_all(target, two_block_case(), deadline=DEADLINE)
         assert not _errors(findings), findings
@@ -41,14 +41,14 @@ def test_a_case_that_changes_the_process_retires_its_child():
 
 
 def test_a_case_that_leaves_a_thread_running_retires_its_child():
-    target = get_target("plugin_targets:Threading")
+    target = get_target("helpers.targets:Threading")
     for _ in range(2):
         assert not _errors(check_all(target, two_block_case(), deadline=DEADLINE)[0])
     assert children_started() == 2
 
 
 def test_a_target_that_raised_does_not_serve_the_next_case():
-    target = get_target("plugin_targets:RaisesOnce")
+    target = get_target("helpers.targets:RaisesOnce")
     first, _ = check_all(target, two_block_case(), deadline=DEADLINE)
     assert ("target", "raised") in _errors(first)
     second, _ = check_all(target, two_block_case(), deadline=DEADLINE)
@@ -56,8 +56,8 @@ def test_a_target_that_raised_does_not_serve_the_next_case():
     assert children_started() == 2
 
 
-@pytest.mark.parametrize("broken, rule", [("plugin_targets:Hanging", "timeout"),
-                                          ("plugin_targets:Segfaulting", "died")])
+@pytest.mark.parametrize("broken, rule", [("helpers.targets:Hanging", "timeout"),
+                                          ("helpers.targets:Segfaulting", "died")])
 def test_after_a_hang_or_a_death_the_next_case_is_judged(broken, rule):
     findings, _ = check_all(get_target(broken), two_block_case(), deadline=1.0)
     assert _errors(findings) == [("target", rule)]

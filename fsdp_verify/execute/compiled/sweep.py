@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from fsdp_verify.capture.model import ModelDesc
 from fsdp_verify.execute.compiled.drawn import PLANTS, BaselineFailed, configurations, failed, judge, sweep
-from fsdp_verify.execute.compiled.drawn_ranks import sweep_ranks
+from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
 from fsdp_verify.strategies.captured import model_descs
 from fsdp_verify.targets.inductor import CONFIG_SPACE
 
@@ -74,6 +74,7 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     chosen = planned_configurations(configs, plant)
     start = time.monotonic()
     first: dict[str, Any] = {}
+    sweeper = RankSweeper() if ranks else None  # its rank pools serve every model of the run
 
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=[hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else []), print_blob=False)
@@ -81,7 +82,7 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     @given(model_descs(max_layers=max_layers, meshes=RANK_MESHES if ranks else E2E_MESHES, min_layers=2), st.just(None))
     def prop(desc: ModelDesc, _: None) -> None:
         if first:  # shrinking the first failure: only its configuration is re-judged
-            report = (sweep_ranks(desc, [first["options"]], seed)[0] if ranks
+            report = (sweeper.sweep(desc, [first["options"]], seed)[0] if sweeper
                       else judge(desc, first["options"], seed))
             why = failed(report)
             if why:
@@ -90,7 +91,7 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
             return
         outcome.models += 1
         try:
-            reports = sweep_ranks(desc, chosen, seed) if ranks else sweep(desc, chosen, seed)
+            reports = sweeper.sweep(desc, chosen, seed) if sweeper else sweep(desc, chosen, seed)
         except BaselineFailed as exc:
             outcome.invalid.append(str(exc))
             return
@@ -114,6 +115,9 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
             raise  # not a judged failure: a harness error, reported as it is
         outcome.failures.append({"model": first["model"], "options": first["options"], "why": first["why"],
                                  "shrunk": True})
+    finally:
+        if sweeper is not None:
+            sweeper.close()
     outcome.seconds = time.monotonic() - start
     return outcome
 

@@ -103,6 +103,7 @@ class RealRanks:
         self.deaths: Counter = Counter()  # ranks that died during a case: the same on every rerun or not
         self.unreproduced: list[str] = []  # deaths during a case that its rerun did not show again
         self.events: list[str] = []  # failed pool starts and restarts, and what was done about them
+        self.retired: Counter = Counter()  # restarts and deaths of pools dropped since: still counted
         self._simulator: Optional[Child] = None
 
     def __enter__(self) -> "RealRanks":
@@ -155,7 +156,9 @@ class RealRanks:
                 "device": ",".join(sorted({p.device for p in self.placed.values()})) or "none started",
                 "rank_counts": sorted(self.placed),
                 "cases": self.cases, "executed": self.executed, "seconds": round(self.seconds, 3),
-                "restarts": sum(p.restarts for p in self.pools.values()),
+                "restarts": self.retired["restarts"] + sum(p.restarts for p in self.pools.values()),
+                "dead_between_cases": self.retired["dead_between_cases"]
+                + sum(p.dead_between_cases for p in self.pools.values()),
                 "events": [*self.events, *(e for p in self.pools.values() for e in p.events)][-20:],
                 "rank_deaths": {"reproduced": self.deaths["reproduced"],
                                 "not_reproduced": self.deaths["not_reproduced"]},
@@ -244,6 +247,9 @@ class RealRanks:
         pool = self.pools.pop(world, None)
         if pool is not None:
             pool.close()
+            self.retired.update(restarts=getattr(pool, "restarts", 0),
+                                dead_between_cases=getattr(pool, "dead_between_cases", 0))
+            self.events.extend(getattr(pool, "events", []))
 
     def _broken(self, world: int, exc: Exception) -> str:
         """Remember why the pool of ``world`` ranks cannot start, and drop it."""

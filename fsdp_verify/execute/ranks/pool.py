@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
 
+from fsdp_verify.execute.isolation import die_with_parent
 from fsdp_verify.graph import collectives
 
 ENTRY_BYTES = 400
@@ -76,18 +77,6 @@ def place(requested: Optional[str], world: int, gpus: Optional[int] = None) -> P
     if requested == "nccl":
         raise ValueError(f"NCCL was asked for {world} ranks, but this machine has no CUDA device")
     return Placement("gloo", "cpu", world, 0, "no CUDA device: gloo on CPU")
-
-
-def _die_with_parent(parent: Optional[int] = None) -> None:
-    """Linux: a rank gets SIGKILL when the harness dies, so no rank outlives it. Armed first thing
-    in a rank; a harness that died before it was armed (``parent`` is no longer this process's
-    parent) is noticed here and the rank exits at once."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
 
 
 def exit_reason(code: Optional[int]) -> str:
@@ -224,7 +213,7 @@ def _default_handler(job: Job, ctx: RankContext) -> dict:
 
 def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float,
             device_kind: str = "cpu", handler: Optional[str] = None, parent: Optional[int] = None) -> None:
-    _die_with_parent(parent)  # before the seconds importing torch (and the handler's module) takes
+    die_with_parent(parent=parent)  # before the seconds importing torch (and the handler's module) takes
     import importlib
 
     import torch
@@ -261,16 +250,21 @@ class RankPool:
 
     def __init__(self, world_size: int, backend: Optional[str] = None, deadline: float = 30.0,
                  start_timeout: float = 120.0, handler: Optional[Callable] = None,
-                 env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None):
+                 env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None,
+                 collective_timeout: Optional[float] = None):
         self.world_size = world_size
         self.placement = placement or place(backend, world_size)  # ValueError: NCCL asked for without GPUs
         if backend and backend != "auto" and self.placement.backend != backend:
             warnings.warn(f"RankPool: {backend} was asked for; running {self.placement.describe()}", stacklevel=2)
         self.backend, self.device = self.placement.backend, self.placement.device
         self.deadline, self.start_timeout = deadline, start_timeout
+        # How long a rank waits in a collective for peers that never join (one rank's job failed):
+        # by default well past the run's deadline, so the parent's deadline decides first.
+        self.collective_timeout = collective_timeout or max(deadline * 4, 60)
         self.handler, self.env = handler, env
         self.processes: list = []
         self.restarts = 0
+        self.dead_between_cases = 0  # ranks heal() found dead before a case was sent
         self.fresh = ""  # why the last run's jobs went to ranks restarted for it ("": they did not)
         self.events: list[str] = []  # restarts and why (a rank that died between cases, a failed case)
 
@@ -304,7 +298,7 @@ class RankPool:
             parent, child = context.Pipe()
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
-                                            max(self.deadline * 4, 60), self.device, handler, os.getpid()))
+                                            self.collective_timeout, self.device, handler, os.getpid()))
             with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
                 process.start()
             child.close()
@@ -390,6 +384,7 @@ class RankPool:
         """Restart the pool when a rank died (or its pipe broke) since the last case, naming it."""
         dead = [rank for rank, process in enumerate(self.processes) if not process.is_alive()]
         if dead or len(self.processes) != self.world_size:
+            self.dead_between_cases += len(dead)
             record = self.flight_record() if getattr(self, "slots", None) else {}
             why = "; ".join(f"rank {rank} died between cases ({exit_reason(self.processes[rank].exitcode)}; "
                             f"last collective: {record.get(rank) or 'none'})" for rank in dead)

@@ -23,8 +23,10 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     last_member_left_out,
     members_reversed,
     misreported_skip,
+    module_prefix_without_dot,
     parameters_counted_per_collective,
     skip_listed_twice,
+    size_from_shard_by_shift,
     splits_before_skips,
 )
 
@@ -65,6 +67,12 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.bucket_padded_by_rank_env, needs="real"),
     Mutant("offsets_off_by_one", "plan offsets of later members are off by one", ("layout",), plan_type=_OffByOnePlan),
     Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
+    # Killed only on groups of 3, 5 or 6 ranks: every power of two gives the right size.
+    Mutant("size_from_shard_by_shift", "the full buffer's size is the shard's shifted by log2 of the degree",
+           ("planner",), size_from_shard_by_shift, hunt="rule:capacity"),
+    # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
+    Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
+           ("planner",), module_prefix_without_dot),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),
            lambda: _suppress("repeated_parameter_instance")),
     # -- plan content: the grouping is right, what the plan reports is not

@@ -33,6 +33,23 @@ def _graph_order_members() -> list[Patch]:
     return [(planner, "_finalize", finalize)]
 
 
+def size_from_shard_by_shift() -> list[Patch]:
+    """The full buffer's size from the shard's, multiplied by a shift of log2(degree) rounded down:
+    exact on every power of two, too small on 3, 5 and 6 ranks (the cap then admits too much, and
+    ``describe`` reports the wrong size)."""
+    def size_bytes(candidate) -> int:
+        shift = len(candidate.ranks).bit_length() - 1
+        return (planner.packed_numel(candidate) << shift) * candidate.dtype.itemsize
+    return [(planner.Candidate, "size_bytes", property(size_bytes))]
+
+
+def module_prefix_without_dot() -> list[Patch]:
+    """A module plan's FQN matches a parameter by a bare prefix: ``blocks.1`` takes ``blocks.10.w0``."""
+    def match_module_bucket(param_name, plans):
+        return next((group for group in plans for fqn in group if param_name.startswith(fqn)), None)
+    return [(planner, "match_module_bucket", match_module_bucket)]
+
+
 def _hash_order_members() -> list[Patch]:
     """Bucket members in the iteration order of a set of their names: string hashes follow
     ``PYTHONHASHSEED``, so every process orders them its own way (and one process always the same)."""

@@ -1,0 +1,47 @@
+"""HypoFuzz on the fuzz properties: it finds a planted bug, shrinks it and saves it, and plain
+pytest then fails at once on the saved failure (the replay profile runs stored examples only)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+pytest.importorskip("hypofuzz", reason="HypoFuzz is not installed (pip install -e '.[test]')")
+
+PROPERTIES = "fsdp_verify/commands/fuzz_properties.py"
+BUG = "mutant:constant_group_digest"
+
+
+def test_hypofuzz_finds_shrinks_and_saves_a_planted_bug_and_pytest_replays_it(tmp_path):
+    env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path), "FSDP_VERIFY_PROFILE": "dev"}
+    env.pop("CI", None)
+    hypothesis = shutil.which("hypothesis", path=str(Path(sys.executable).parent))
+    assert hypothesis, "HypoFuzz's `hypothesis fuzz` command is not installed beside this Python"
+    # HypoFuzz stops by itself once every selected property has a (shrunk) failure.
+    fuzz = subprocess.run([hypothesis, "fuzz", "-n", "1", "--no-dashboard", "--", PROPERTIES, "-k", "hazards",
+                           "--fsdp-target", BUG, "-p", "no:cacheprovider"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert "Found a failing input for every test" in fuzz.stdout + fuzz.stderr, fuzz.stdout[-2000:] + fuzz.stderr[-3000:]
+    assert "slice_comments" not in fuzz.stderr  # it once crashed while shrinking
+    replay = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", PROPERTIES, "-k", "hazards",
+                             "--fsdp-target", BUG], cwd=ROOT, env={**env, "FSDP_VERIFY_PROFILE": "replay"},
+                            capture_output=True, text=True, timeout=300)
+    assert "1 failed" in replay.stdout, replay.stdout[-3000:]
+    # shrunk: one planted hazard is left of the up to six the strategy draws (its label is
+    # hazards:<kind>:<site>, either part possibly empty; several would be comma-separated)
+    label = re.search(r"AssertionError: (hazards:[^:\s,]*:[^:\s,]*):", replay.stdout)
+    assert label, replay.stdout[-3000:]
+    # without HypoFuzz's failures, the replay profile runs nothing
+    empty = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", PROPERTIES, "-k",
+                            "hazards", "--fsdp-target", BUG],
+                           cwd=ROOT, env={**env, "FSDP_VERIFY_PROFILE": "replay",
+                                          "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path / "none")},
+                           capture_output=True, text=True, timeout=300)
+    assert "1 skipped" in empty.stdout, empty.stdout[-2000:]

@@ -1,0 +1,204 @@
+"""The campaign engine: one saved case per distinct bug, shrinking that stays on its bug, and a
+budget that holds (while shrinking and with a hanging target too)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from dataclasses import replace
+
+import pytest
+
+from fsdp_verify.engine import campaign
+from fsdp_verify.corpus import files as corpus
+from fsdp_verify.checks import Finding
+
+
+def _config(tmp_path, target: str, **changes) -> campaign.Config:
+    base = dict(target=target, budget=campaign.Budget(examples=60), corpus_dir=str(tmp_path), size="tiny",
+                modules=False, max_failures=5, profile="ci", seed=1)
+    return campaign.Config(**{**base, **changes})
+
+
+def test_two_distinct_bugs_give_two_saved_minimal_cases(tmp_path):
+    result = campaign.run(_config(tmp_path, "helpers.targets:TwoBugs"))
+    messages = sorted(f["message"] for f in result.failures)
+    assert len(result.failures) == 2, messages
+    assert any("bug A" in m for m in messages) and any("bug B" in m for m in messages)
+    assert len({str(f["signature"]) for f in result.failures}) == 2
+    bug_b = next(f for f in result.failures if "bug B" in f["message"])
+    assert len(corpus.load(bug_b["file"]).case.graph.params) == 3  # shrunk to the smallest graph with bug B
+
+
+def test_rules_separate_signatures_node_names_and_numbers_do_not():
+    def finding(node: str, reason: str, count: int) -> Finding:
+        return Finding("planner", f"rank 0: {node} should be skipped as {reason}, not bucketed ({count} members)",
+                       nodes=(node,), rule=f"missed_skip_{reason}")
+    a = campaign.bug_signature([finding("ag_blocks_0_w1", "phase_mismatch", 2)])
+    b = campaign.bug_signature([finding("ag_blocks_3_w0", "phase_mismatch", 5)])
+    c = campaign.bug_signature([finding("ag_blocks_0_w1", "unknown_device", 2)])
+    assert a == b and a != c
+
+
+def _crash(collateral: list[Finding], dtype: str) -> list[Finding]:
+    trace = ('Traceback (most recent call last):\n  File "/x/torch/_inductor/fx_passes/bucketing.py", line 9, in '
+             f'merge\nRuntimeError: expected {dtype} but got float32 for buf{len(collateral)}\n')
+    crash = Finding("target", f"target torch-inductor raised RuntimeError: expected {dtype} but got float32",
+                    details={"traceback": trace}, rule="raised")
+    return [*collateral, crash]
+
+
+def test_one_crash_with_varying_collateral_findings_is_one_bug():
+    """The same upstream crash, met with other collateral findings, dtypes and shapes, is one signature."""
+    lost = Finding("dependencies", "rank 0: node 'cast' of the original graph is missing", ("cast",), rule="node_lost")
+    differ = Finding("numerics", "rank 1: output 0 (mm) differs: values", ("mm",), details={"differs": "values"},
+                     rule="output_differs")
+    variants = [_crash([], "bfloat16"), _crash([lost], "float16"), _crash([lost, differ], "float8_e4m3fn"),
+                _crash([differ], "int32")]
+    assert len({campaign.bug_signature(v) for v in variants}) == 1
+    other_frame = _crash([], "bfloat16")
+    other_frame[-1] = replace(other_frame[-1], details={"traceback": other_frame[-1].details["traceback"]
+                                                         .replace("in merge", "in split")})
+    assert campaign.bug_signature(other_frame) != campaign.bug_signature(variants[0])
+
+
+def test_value_differences_are_named_by_rule_and_what_differs_not_by_message():
+    def out(differs: str, name: str) -> Finding:
+        return Finding("numerics", f"rank 0: output 3 ({name}) differs: {differs} 1.5 vs 2.5", (name,),
+                       details={"differs": differs}, rule="output_differs")
+    assert campaign.bug_signature([out("values", "mm_1")]) == campaign.bug_signature([out("values", "add_7")])
+    assert campaign.bug_signature([out("values", "mm_1")]) != campaign.bug_signature([out("dtype", "mm_1")])
+
+
+def test_the_budget_holds_while_shrinking(tmp_path):
+    start = time.monotonic()
+    result = campaign.run(_config(tmp_path, "helpers.targets:SlowFailing", budget=campaign.Budget(seconds=6)))
+    spent = time.monotonic() - start
+    assert spent < 6 + 3, spent  # the budget plus one (0.4 s) example plus writing the case
+    assert len(result.failures) == 1 and result.shrink_steps >= 0
+
+
+def test_the_budget_holds_with_a_hanging_target_under_a_deadline(tmp_path):
+    start = time.monotonic()
+    result = campaign.run(_config(tmp_path, "helpers.targets:Hanging", budget=campaign.Budget(seconds=5),
+                                  deadline=600))
+    spent = time.monotonic() - start
+    assert spent < 5 + 3, spent
+    assert result.failures == []  # the example cut by the budget gives no verdict
+
+
+def test_a_failure_that_does_not_reproduce_is_kept_and_reported(tmp_path):
+    result = campaign.run(_config(tmp_path, "helpers.targets:Flaky", budget=campaign.Budget(examples=20)))
+    assert result.failures, "a failure seen once must be saved"
+    assert all("sometimes" in f["message"] for f in result.failures)
+
+
+def test_parallel_progress_sums_the_workers(tmp_path):
+    heard = []
+    result = campaign.run_parallel(_config(tmp_path, "reference", budget=campaign.Budget(examples=3)), 2,
+                                   progress=lambda examples, failures: heard.append((examples, failures)))
+    assert heard[-1] == (result.examples, 0) and result.examples >= 6  # each worker ran its 3 examples
+    assert [n for n, _ in heard] == sorted(n for n, _ in heard)
+
+
+def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_bug(tmp_path):
+    from fsdp_verify.report.summary import junit_xml
+    # --raw-forms: the campaign hands the target the forms it never receives (else they are filtered out)
+    result = campaign.run(_config(tmp_path, "helpers.targets:NeverSeesThese", budget=campaign.Budget(examples=10),
+                                  raw_forms=True))
+    assert len(result.failures) == 1 and result.failures[0]["class"] == "contract mismatch"
+    assert result.shrink_steps == 0 and result.repeats == 9
+    assert 'failures="0"' in junit_xml(result, "never-sees-these")
+
+
+def test_the_report_says_what_the_ordering_and_numerics_verdicts_rested_on(tmp_path):
+    from fsdp_verify.report.summary import junit_xml, summary_text
+    result = campaign.run(_config(tmp_path, "reference", budget=campaign.Budget(examples=8)))
+    proofs = result.to_json()["proofs"]
+    assert proofs["ordering_segments_lockstep"] + proofs["ordering_segments_z3"] > 0
+    assert 0 < proofs["numerics_shared_runs"] + proofs["numerics_plain_runs"] <= result.examples
+    assert proofs["planner_rounds_watched"] > 0 and proofs["planner_rounds_replayed"] == 0  # all seen in the run
+    assert "proved by       ordering:" in summary_text(result, "reference")
+    assert 'name="ordering_segments_z3"' in junit_xml(result, "reference")
+
+
+def test_a_corpus_folder_that_cannot_be_written_loses_no_failure(tmp_path):
+    """The corpus folder stops being writable mid-run (here a file stands where it should be; as
+    root, permissions would not stop the write; the command line refuses such a folder up front):
+    the failure's case goes to the JSON summary and the printout in full, and the summary counts a
+    harness error, so the exit code is 1."""
+    from fsdp_verify.report.summary import summary_text
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    result = campaign.run(_config(blocker / "found", "mutant:avg_twice", max_failures=1, shrink=False))
+    assert result.failures and result.harness_errors == len(result.failures)
+    failure = result.failures[0]
+    assert failure["file"] is None and any("cannot be written" in note for note in result.notes)
+    saved = tmp_path / "kept.json"
+    saved.write_text(json.dumps(failure["case"]))
+    assert corpus.load(saved).case.graph.nodes  # the case kept in the summary is whole
+    text = summary_text(result, "mutant:avg_twice")
+    assert "(NOT SAVED)" in text and '"schema"' in text
+    assert json.loads(json.dumps(result.to_json()))["failures"][0]["case"] == failure["case"]
+    from fsdp_verify.report.html import campaign_html
+    from fsdp_verify.report.summary import junit_xml
+    assert "NOT SAVED" in junit_xml(result, "mutant:avg_twice") and "(not saved)" in campaign_html(result, "t")
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB tmpfs mounted for the test (root only), unmounted after it."""
+    import subprocess
+    point = tmp_path / "mnt"
+    point.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tiny tmpfs needs root and mount(8) (.ci/run runs as root)")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(point)], capture_output=True, text=True)
+    if done.returncode:
+        pytest.skip(f"this machine refuses a tmpfs mount: {done.stderr.strip() or done.returncode}")
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+@pytest.mark.parametrize("fault", ["full", "read-only"])
+def test_a_full_or_read_only_corpus_disk_loses_no_failure_and_leaves_no_half_file(tiny_tmpfs, fault):
+    import subprocess
+    found = tiny_tmpfs / "found"
+    found.mkdir()
+    if fault == "full":
+        with contextlib.suppress(OSError), open(tiny_tmpfs / "filler", "wb") as filler:  # every block it has
+            while True:
+                filler.write(b"x" * 4096)
+                filler.flush()
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(tiny_tmpfs)], check=True, capture_output=True)
+    result = campaign.run(_config(found, "mutant:avg_twice", max_failures=1, shrink=False))
+    assert result.failures and result.harness_errors == len(result.failures)
+    failure = result.failures[0]
+    assert failure["file"] is None and "schema" in failure["case"]  # the case, whole, in the summary
+    assert any(("No space left" if fault == "full" else "Read-only") in note for note in result.notes), result.notes
+    assert list(found.iterdir()) == []  # no half-written .tmp- file holds the space
+
+
+def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_restarted(tmp_path, monkeypatch):
+    """One worker is SIGKILLed (as the OOM killer would) after a failure was saved: the parent says
+    which worker died and when, keeps the failures it had streamed, restarts it, and counts a
+    harness error (exit 1)."""
+    corpus_dir = tmp_path / "found"
+    monkeypatch.setenv("FSDP_TEST_DIE_MARKER", str(tmp_path / "died"))
+    monkeypatch.setenv("FSDP_TEST_DIE_CORPUS", str(corpus_dir))
+    # unshrunk, so the failure is saved at once and the death comes however slow the machine is
+    config = _config(corpus_dir, "helpers.targets:dies_once", budget=campaign.Budget(seconds=20), max_failures=3,
+                     deadline=None, shrink=False)
+    result = campaign.run_parallel(config, 2)
+    assert (tmp_path / "died").exists()
+    deaths = [note for note in result.notes if "died" in note]
+    assert len(deaths) == 1 and "SIGKILL" in deaths[0] and "restarted as worker 2" in deaths[0], result.notes
+    assert result.harness_errors == 1 and result.failures
+    assert all(Path(f["file"]).exists() for f in result.failures if f["file"])

@@ -1,0 +1,82 @@
+"""End to end (issue 20): a drawn model compiled by inductor under a bucketing configuration of the
+torch-inductor target's space, on a real one-process gloo world, is bitwise equal to the unbucketed
+compile and to eager; a planted wrong merge is reported with its configuration named."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from fsdp_verify.execute.compiled import sweep as e2e
+from fsdp_verify.capture import Layer, ModelDesc
+from fsdp_verify.execute.compiled.drawn import configurations, failed, first_difference, sweep
+from fsdp_verify.targets.inductor import CONFIG_SPACE
+
+TWO_LAYERS = ModelDesc((Layer("linear", 16), Layer("linear", 8)))
+ALL = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"}
+
+
+def test_a_correct_configuration_is_bitwise_equal_to_the_unbucketed_compile_and_to_eager():
+    off = {**ALL, "bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
+    good, idle = sweep(TWO_LAYERS, [ALL, off])
+    assert good["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # 4 + 4 bucketed to 1 + 1
+    assert good["difference"] is None and good["eager_difference"] is None and failed(good) is None
+    assert good["exercised"] and not idle["exercised"]  # equal because nothing was bucketed: counted apart
+
+
+def test_a_tensor_only_one_run_produced_is_a_difference():
+    import torch
+    base = {"output": torch.zeros(2), "grad:w": torch.ones(2)}
+    assert first_difference(base, {**base, "grad:extra": torch.ones(1)}) == "grad:extra is extra"
+    assert first_difference(base, {"output": torch.zeros(2)}) == "grad:w is missing"
+    assert first_difference(base, {"output": -torch.zeros(2), "grad:w": torch.ones(2)}) == "output"  # -0 vs +0
+
+
+def test_configurations_cover_every_choice_of_the_space():
+    widest = max(len(choices) for choices in CONFIG_SPACE.values())
+    configs = configurations(CONFIG_SPACE, widest)
+    for name, choices in CONFIG_SPACE.items():
+        assert {c[name] for c in configs} == set(choices), name
+    assert configs[0]["bucket_all_gathers_fx"] == "all" and configs[0]["bucket_reduce_scatters_fx"] == "all"
+    small = {name: CONFIG_SPACE[name] for name in ("bucket_all_gathers_fx", "bucket_cap_mb", "dedup_reduce_scatters")}
+    size = math.prod(len(choices) for choices in small.values())
+    whole = configurations(small, size)
+    assert len({json.dumps(c, sort_keys=True) for c in whole}) == len(whole) == size  # each configuration once
+    some = configurations(CONFIG_SPACE, 40)
+    assert len({json.dumps(c, sort_keys=True) for c in some}) == len(some)  # no repeats anywhere
+
+
+def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configuration():
+    outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_to_bf16", max_layers=2)
+    assert outcome.models == outcome.compiles == 1
+    why = outcome.failures[0]["why"] if outcome.failures else ""
+    assert "'plant': 'ag_merge_rounds_to_bf16'" in why and "'bucket_all_gathers_fx': 'all'" in why, outcome.reports
+    assert "first differing tensor: output" in why
+
+
+def test_an_unknown_plant_is_a_usage_error(capsys):
+    from fsdp_verify.commands.cli import main
+    assert main(["endtoend", "--plant", "bogus"]) == 2
+    assert "plant 'bogus': unknown" in capsys.readouterr().err
+
+
+def test_inductor_campaigns_draw_captured_graphs_by_default():
+    from fsdp_verify.engine.campaign import default_strategy
+    assert default_strategy("torch-inductor") == default_strategy("torch-inductor:custom_ops@fsdp") == "captured"
+    assert default_strategy("reference") == "cases"
+
+
+def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_is_named():
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
+    model = ModelDesc((Layer("linear", 6), Layer("linear", 3)), mesh=(2,))  # 3 rows over 2 ranks: uneven shards
+    other = ModelDesc((Layer("linear", 4), Layer("linear", 2)), mesh=(2,))
+    with RankSweeper() as sweeper:
+        (good,) = sweeper.sweep(model, [ALL])
+        ranks = [process.pid for process in sweeper.pools[2].processes]
+        (bad,) = sweeper.sweep(other, [{**ALL, "plant": "ag_merge_rounds_to_bf16"}])
+        # one pool of rank processes serves every model of a run: the start-up is paid once
+        assert [process.pid for process in sweeper.pools[2].processes] == ranks
+        assert sweeper.pools[2].restarts == 0
+    assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4
+    assert failed(good) is None and good["eager_difference"] is None
+    assert "ag_merge_rounds_to_bf16" in failed(bad) and "rank " in bad["difference"]
