@@ -18,12 +18,11 @@ import torch
 from torch import fx
 
 from fsdp_verify.execute.simulated import Deadlock, Desync, ReadAfterFree
-from fsdp_verify.checks.divergence import first_divergence
+from fsdp_verify.checks.divergence import bit_difference, first_divergence
 from fsdp_verify.checks.findings import INVALID, CheckContext, Finding
 from fsdp_verify.checks.registry import Checker
 
 NAME = "numerics"
-_INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def output_names(module: fx.GraphModule) -> list[str]:
@@ -40,28 +39,6 @@ def output_names(module: fx.GraphModule) -> list[str]:
 
     walk(output.args[0])
     return names
-
-
-def bit_difference(a: torch.Tensor, b: torch.Tensor) -> dict | None:
-    """None when ``a`` and ``b`` are bitwise identical, else where and by how much they differ."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return {"reason": f"shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}",
-                "differs": "shape" if a.shape != b.shape else "dtype"}
-    if a.numel() == 0:
-        return None
-    x, y = a.detach().contiguous().cpu(), b.detach().contiguous().cpu()
-    if not x.dtype.is_floating_point:
-        return None if torch.equal(x, y) else {"reason": "values differ", "differs": "values"}
-    ints = _INT_VIEW[x.element_size()]
-    xi, yi = x.view(ints).reshape(-1).to(torch.int64), y.view(ints).reshape(-1).to(torch.int64)
-    differ = xi != yi
-    if not bool(differ.any()):
-        return None
-    index = int(differ.nonzero()[0])
-    abs_diff = (x.reshape(-1).double() - y.reshape(-1).double()).abs()
-    return {"differs": "values", "first_index": index, "expected": float(x.reshape(-1)[index]), "actual": float(y.reshape(-1)[index]),
-            "max_abs_diff": float(abs_diff.nan_to_num(float("inf")).max()),
-            "max_ulp_diff": int((xi - yi).abs().max()), "elements_differing": int(differ.sum())}
 
 
 def _nonfinite(outputs: dict[int, list], original: dict[int, fx.GraphModule]) -> str:
@@ -182,7 +159,6 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
                         nodes=(where.split(" ")[-1],), severity=INVALID, details={"kind": "non_finite"},
                         rule="original_non_finite")]
     findings = _source_findings(sources, rewritten_sources)
-    located_once = False  # one failing rank is located: the cost is two more runs of the world
     for rank in sorted(before.outputs):
         names = output_names(original[rank])
         expected, actual = before.outputs[rank], after.outputs.get(rank, [])
@@ -197,8 +173,8 @@ def check_numerics(ctx: CheckContext) -> list[Finding]:
             if diff is not None:
                 name = names[index] if index < len(names) else f"#{index}"
                 detail = ", ".join(f"{k} {v}" for k, v in diff.items())
-                located = {} if located_once else _located(ctx, rank)
-                located_once = True
+                # only the first failing rank is located: each location runs both worlds again
+                located = {} if any(f.rule == "output_differs" for f in findings) else _located(ctx, rank)
                 findings.append(Finding(NAME, f"rank {rank}: output {index} ({name}) differs: {detail}",
                                         nodes=(name,), details={"output": index, **diff, **located}, rank=rank,
                                         rule="output_differs"))
