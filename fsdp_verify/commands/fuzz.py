@@ -42,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                            "(findings on them are counted as contract mismatches, not bugs)")
     fuzz.add_argument("--max-failures", type=options.positive_int, default=10,
                       help="stop after this many distinct failures")
+    fuzz.add_argument("--no-shrink", action="store_true",
+                      help="save each failure as found, unshrunk (a quicker first look; the saved cases are "
+                           "larger, and the summary says so)")
     fuzz.add_argument("--no-repro", action="store_true",
                       help="do not write and run each defect candidate's standalone repro at the end (the "
                            "summary says they are left untriaged)")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                              strategy=args.strategy or campaign.default_strategy(args.target),
                              spec=tuple(args.spec_param or ()),
                              draw_spec=args.draw_spec_params, raw_forms=args.raw_forms,
-                             ranks=args.ranks, real_fraction=args.real_fraction)
+                             ranks=args.ranks, real_fraction=args.real_fraction, shrink=not args.no_shrink)
     options.check_ranks(args)  # before any work (the campaign opens its own session)
     if config.spec or config.draw_spec:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "

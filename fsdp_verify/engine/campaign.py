@@ -159,7 +159,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
     hears the counts after every example, and ``on_failure`` each saved failure's record as soon as
     it is saved (a worker streams them, so its parent keeps them if the worker is killed).
     ``session``: real ranks to use (and leave open) instead of the ones ``config.ranks`` opens."""
-    result = Result()
+    result = Result(shrunk=config.shrink)
     if on_failure is not None:
         progress = _streaming(result, progress, on_failure)
     runner = Runner(config, get_target(config.target), result, progress,
@@ -347,20 +347,23 @@ class Runner:
         if not errors:
             return Verdict.PASSED
         signature = bug_signature(errors)
+        excused = _excused(self.target, case, errors)
         if shrinking.active:
-            if signature not in result.signatures and signature != shrinking.signature:
-                self.pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
-            if signature == shrinking.signature:
+            # A smaller case that is a contract mismatch or invalid input is no step: the shrinker
+            # must not turn the target's bug into one the target is excused from.
+            if signature == shrinking.signature and not excused:
                 shrinking.case, shrinking.findings = case, errors
                 return Verdict.STEP
+            if signature != shrinking.signature and not _known(result, signature, excused):
+                self.pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
             return Verdict.ASIDE
-        if signature in result.signatures or signature in self.pending:
+        if _known(result, signature, excused) or signature in self.pending:
             result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
             return Verdict.REPEAT
         if result.first_failure is None:
             result.first_failure = (result.examples, time.monotonic() - self.start)
         checkers = tuple(sorted({f.checker for f in errors}))
-        if classify(self.target, case, checkers, errors)[0] in (MISMATCH, INVALID_INPUT):
+        if excused:
             return Verdict.KEPT
         self.shrinking = Shrinking(signature, case, errors, tuple(sorted(set(checkers) - {"target"})) or None)
         return Verdict.SHRINK
@@ -427,12 +430,29 @@ def _count(result: Result, ctx) -> None:
     result.proofs.update(proofs_of(ctx.metrics))
 
 
+def _excused(target: Any, case: Case, errors: list) -> bool:
+    """Whether ``errors`` on ``case`` are a contract mismatch or a finding on invalid input."""
+    checkers = tuple(sorted({f.checker for f in errors}))
+    return classify(target, case, checkers, errors)[0] in (MISMATCH, INVALID_INPUT)
+
+
+def _known(result: Result, signature: Any, excused: bool) -> bool:
+    """Whether a failure of ``signature`` is saved already. A sighting on input the target accepts
+    is new while only excused sightings are saved: the first sighting of a root cause on a graph the
+    target never receives (a joint graph, say) must not hide every later one on a graph it does."""
+    return signature in result.bug_signatures or (excused and signature in result.signatures)
+
+
 def _record(config: Config, target: Any, result: Result, case: Case, findings: list,
             while_shrinking: bool = False) -> None:
     """Save one failure per bug signature to the corpus (the shrunk case, or one met while shrinking
-    another bug, saved as found)."""
+    another bug, saved as found); an excused failure's signature is saved again once it is seen on
+    input the target accepts."""
     signature = bug_signature(findings)
-    if signature in result.signatures:
+    errors = [f for f in findings if f.severity == ERROR]
+    kind, why = classify(target, case, tuple(sorted({f.checker for f in errors})), errors)
+    excused = kind in (MISMATCH, INVALID_INPUT)
+    if _known(result, signature, excused):
         return  # the same bug again: one failure, not two
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label))
@@ -447,10 +467,10 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         result.notes.append(f"{Path(config.corpus_dir) / (entry.key + '.json')} is unreadable or holds another "
                             f"case; left as it is, this failure was saved as {path.name}")
     result.signatures.add(signature)
+    if not excused:
+        result.bug_signatures.add(signature)
     for checker in entry.verdict.checkers:
         result.by_checker[checker] += 1
-    kind, why = classify(target, case, tuple(entry.verdict.checkers),
-                         [f for f in findings if f.severity == ERROR])
     result.failures.append({"file": None if path is None else str(path), "new": written,
                             **({"case": entry.to_json()} if path is None else {}),
                             "checkers": list(entry.verdict.checkers),

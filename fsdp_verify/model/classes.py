@@ -24,6 +24,11 @@ class FailureClass(str, Enum):
         """Counted as a bug (fails the run and its JUnit case); a candidate counts until triaged."""
         return self in (FailureClass.DEFECT, FailureClass.CANDIDATE, FailureClass.UPSTREAM)
 
+    @property
+    def excused(self) -> bool:
+        """Not the target's bug on input it accepts: a contract mismatch or invalid input."""
+        return self in (FailureClass.MISMATCH, FailureClass.INVALID_INPUT)
+
 
 def of(failure: dict) -> FailureClass:
     """The class of a failure record (a campaign's ``failures`` entry); unclassified is a defect."""

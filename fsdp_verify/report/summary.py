@@ -140,7 +140,8 @@ def summary_text(result: Result, target: str) -> str:
     lines = [*(["STOPPED EARLY by a signal: the figures cover the examples run until then"]
                if result.interrupted else []),
              f"target          {target}",
-             f"examples        {result.examples} generated (+{result.shrink_steps} shrink steps)",
+             f"examples        {result.examples} generated " + (f"(+{result.shrink_steps} shrink steps)" if result.shrunk
+                                                                else "(failures saved as found, unshrunk: --no-shrink)"),
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
@@ -210,7 +211,7 @@ def junit_xml(result: Result, target: str) -> str:
                         ("upstream_defects", kinds.count(classes.FailureClass.UPSTREAM)),
                         ("harness_limitations", kinds.count(classes.FailureClass.LIMITATION)),
                         ("isolated", result.isolated), ("isolation_forks", result.forks),
-                        *repro_properties(result)):
+                        ("shrunk", result.shrunk), *repro_properties(result)):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))

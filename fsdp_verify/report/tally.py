@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from fsdp_verify.model.classes import FailureClass
+
 
 @dataclass
 class ReproTally:
@@ -24,6 +26,8 @@ class ReproTally:
         return {"reproduced": self.reproduced, "not_reproduced": self.not_reproduced, "unjudged": self.unjudged,
                 "skipped": self.skipped}
 
+_EXCUSED = frozenset(c.value for c in FailureClass if c.excused)
+
 
 @dataclass
 class Result:
@@ -38,7 +42,8 @@ class Result:
     invalid: int = 0
     first_failure: Optional[tuple[int, float]] = None  # (examples, seconds) when the first failure appeared
     repeats: int = 0  # failing examples whose bug signature was already shrunk and saved
-    signatures: set = field(default_factory=set)
+    signatures: set = field(default_factory=set)  # of every saved failure
+    bug_signatures: set = field(default_factory=set)  # of those saved on input the target accepts
     skipped: Counter = field(default_factory=Counter)  # "checker: why" -> cases it could not judge
     output_elements: int = 0  # output elements of the cases run
     judged_elements: int = 0  # of those, the elements the numerics oracle compared
@@ -48,6 +53,7 @@ class Result:
     notes: list[str] = field(default_factory=list)  # things the user should know (files left alone, ...)
     ranks: dict = field(default_factory=dict)  # simulated or real ranks: backend, device, rank counts (real mode)
     repro: ReproTally = field(default_factory=ReproTally)
+    shrunk: bool = True  # failures were shrunk before saving (not --no-shrink)
     isolated: bool = True  # each case's target and checkers ran in a killable child (not --in-process)
     forks: int = 0  # child processes the isolation forked (one, plus one per case that retired its child)
     cpu_by_stage: dict = field(default_factory=dict)  # CPU seconds by stage (engine/stages.py), all processes
@@ -70,6 +76,7 @@ class Result:
         self.notes.extend(other.notes)
         self.ranks = merge_ranks(self.ranks, other.ranks)
         self.isolated = self.isolated and other.isolated
+        self.shrunk = self.shrunk and other.shrunk
         self.forks += other.forks
         for stage, seconds in other.cpu_by_stage.items():
             self.cpu_by_stage[stage] = self.cpu_by_stage.get(stage, 0.0) + seconds
@@ -78,8 +85,10 @@ class Result:
         """A failure another worker saved; one bug found by two workers is one failure (by its
         signature, the root cause), counted once by checker and the second time as a repeat."""
         key = tuple(failure.get("signature") or ()) or id(failure)
-        if any((tuple(f.get("signature") or ()) or id(f)) == key for f in self.failures):
-            self.repeats += 1
+        excused = failure.get("class") in _EXCUSED
+        if any((tuple(f.get("signature") or ()) or id(f)) == key and (excused or f.get("class") not in _EXCUSED)
+               for f in self.failures):
+            self.repeats += 1  # an excused sighting never hides a later one on accepted input
             return
         self.failures.append(failure)
         self.by_checker.update(failure.get("checkers", []))
@@ -94,7 +103,7 @@ class Result:
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),
-                "isolation": {"isolated": self.isolated, "forks": self.forks},
+                "isolation": {"isolated": self.isolated, "forks": self.forks}, "shrunk": self.shrunk,
                 "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())}}
 
 

@@ -115,6 +115,34 @@ def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_
     assert 'failures="0"' in junit_xml(result, "never-sees-these")
 
 
+def test_a_failure_first_seen_on_an_excused_graph_is_still_a_bug_on_a_graph_the_target_accepts(tmp_path):
+    # The same root cause (one signature) on a small graph is a contract mismatch; it must not hide
+    # the larger graphs, where it is the target's bug: the first would otherwise mark the second known.
+    result = campaign.run(_config(tmp_path, "helpers.targets:ExcusedOnSmallGraphs",
+                                  budget=campaign.Budget(examples=30), shrink=False, raw_forms=True))
+    by_class = {f["class"]: f for f in result.failures}
+    assert set(by_class) == {"contract mismatch", "defect"}, [f["class"] for f in result.failures]
+    assert by_class["defect"]["signature"] == by_class["contract mismatch"]["signature"]
+    assert by_class["contract mismatch"]["nodes"] <= 40 < by_class["defect"]["nodes"]
+    assert len(result.failures) == 2  # each once: later sightings of either are repeats
+
+
+def test_a_shrink_step_never_turns_a_bug_into_an_excused_case():
+    # Shrinking moves to smaller cases; one the target is excused from would save a bug as a mismatch.
+    from fsdp_verify.checks.findings import ERROR
+    from helpers.cases import two_block_case
+    from helpers.targets import ExcusedOnSmallGraphs
+    target = ExcusedOnSmallGraphs()
+    runner = campaign.Runner(config=_config("unused", "reference"), target=target, result=campaign.Result())
+    errors = [Finding("target", "fails", rule="raised", severity=ERROR)]
+    small = two_block_case()
+    target.limit = len(small.graph.nodes)
+    large = replace(small, graph=replace(small.graph, nodes=small.graph.nodes * 2))
+    runner.shrinking = campaign.Shrinking(campaign.bug_signature(errors), large, errors, None)
+    assert runner.triage(small, errors) is campaign.Verdict.ASIDE  # smaller, but excused: no step
+    assert runner.triage(large, errors) is campaign.Verdict.STEP
+
+
 def test_the_report_says_what_the_ordering_and_numerics_verdicts_rested_on(tmp_path):
     from fsdp_verify.report.summary import junit_xml, summary_text
     result = campaign.run(_config(tmp_path, "reference", budget=campaign.Budget(examples=8)))

@@ -151,6 +151,20 @@ class NeverSeesThese(Target):
         return ["every graph here is a form this target never receives"]
 
 
+class ExcusedOnSmallGraphs(Target):
+    """Fails on every graph with one root cause, but declares graphs of ``limit`` nodes or fewer a
+    form it never receives: the larger graphs, drawn later, are where the same failure is its bug."""
+
+    name = "excused-on-small-graphs"
+    limit = 40
+
+    def rewrite(self, case, modules):
+        raise ValueError("fails on every graph")
+
+    def contract_mismatches(self, case, checkers=()):
+        return ["a small graph: a form this target never receives"] if len(case.graph.nodes) <= self.limit else []
+
+
 def _dies_once(module, rank) -> None:
     """avg_twice, and the first worker process to rewrite a case after the campaign saved a failure
     kills itself (SIGKILL, as the OOM killer would): once per marker file."""

@@ -56,13 +56,15 @@ def widens_first_output(gm: fx.GraphModule) -> None:
     output.replace_input_with(first, wide)
 
 
-def transposes_by_permute(gm: fx.GraphModule) -> None:
-    """Bucketing plus a value-preserving rewrite the harness's rules do not allow (only launches and
-    waits may be replaced): every ``aten.t`` becomes ``aten.permute``. Outputs stay bitwise equal."""
-    correct(gm)
+def renames_sums(gm: fx.GraphModule) -> None:
+    """A value-preserving rewrite the harness's rules do not allow (only launches and waits may be
+    replaced): every ``aten.sum`` is replaced by a copy of itself under a new name. Outputs stay
+    bitwise equal. It buckets nothing, so no upstream bucketing defect (F2's strided members) shows
+    beside it; forward graphs hold sums, so it is seen on graphs inductor receives."""
     for node in list(gm.graph.nodes):
-        if node.target is torch.ops.aten.t.default:
+        if node.target is torch.ops.aten.sum.default:
             with gm.graph.inserting_after(node):
-                new = gm.graph.call_function(torch.ops.aten.permute.default, (node.args[0], [1, 0]))
+                new = gm.graph.node_copy(node)
             node.replace_all_uses_with(new)
             gm.graph.erase_node(node)
+    gm.recompile()

@@ -159,3 +159,13 @@ def test_the_docs_table_lists_every_option_drawn_or_excluded():
     text = (ROOT / "docs" / "inductor-config.md").read_text()
     for option in [*CONFIG_SPACE, *EXCLUDED]:
         assert f"| `{option}` |" in text, option
+
+
+def test_a_joint_graph_excuses_ordering_findings_only():
+    # Inductor compiles forward and backward apart, so the phase boundary's ordering rules do not
+    # bind it; a lost node or a broken edge is wrong in any graph and is never excused.
+    target = get_target("torch-inductor")
+    case = target.normalise(two_block_case(overload="default"))
+    assert target.contract_mismatches(case, ("ordering",))
+    assert target.contract_mismatches(case, ("dependencies",)) == []
+    assert target.contract_mismatches(case, ("dependencies", "ordering")) == []
