@@ -6,7 +6,9 @@ the corpus and example database folders. A table for benchmarks/README.md comes 
     python benchmarks/bench_soak.py [--minutes 60] [--window 5] [--workers 2] [--target reference]
 
 Goals (issue: reliability): RSS growth under 10% between the second and the last window, no
-descriptor growth, examples/s within noise of the first windows.
+descriptor growth, examples/s within noise of the first windows. Each window also gives examples
+per CPU-second of the campaign's processes and the cores they and everything else used: on a
+shared machine, a drop in examples/s with examples per CPU-s unchanged is a neighbour, not a slowdown.
 """
 
 from __future__ import annotations
@@ -62,6 +64,27 @@ def _fds(pid: int) -> int:
         return 0
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """utime+stime of ``pid`` and of its children it has reaped (a retired isolation child's time
+    moves to its worker's cutime, so a family's sum over live processes is continuous)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return sum(int(f) for f in fields[11:15]) / TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _machine_busy_seconds() -> float:
+    """CPU seconds every process on the machine used (from /proc/stat), to tell our share apart
+    from what else ran: examples/s falls when a neighbour takes a core, examples per CPU-s does not."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / TICK
+
+
 def _size_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6 if folder.exists() else 0.0
 
@@ -89,6 +112,7 @@ def main() -> None:
         reader = threading.Thread(target=read, daemon=True)
         reader.start()
         rows, began, last = [], time.monotonic(), (0.0, 0)
+        spent = (0.0, _machine_busy_seconds())  # (our CPU-s, the machine's busy CPU-s) at the last window
         window, total = args.window * 60, args.minutes * 60
         for end in [window * k for k in range(1, int(total // window) + 1)]:
             try:
@@ -101,10 +125,15 @@ def main() -> None:
             rss = sorted((round(_rss_mb(pid)) for pid in family), reverse=True)
             fds = sorted((_fds(pid) for pid in family), reverse=True)
             rate = (examples[0] - last[1]) / (now - last[0]) if now > last[0] else 0.0
-            last = (now, examples[0])
-            row = (f"{now / 60:6.1f} min | {rate:6.2f} ex/s | processes {len(family)} | RSS MB {rss} | "
+            ours, busy = sum(_cpu_seconds(pid) for pid in family), _machine_busy_seconds()
+            ours_window, others = ours - spent[0], max(0.0, (busy - spent[1]) - (ours - spent[0]))
+            per_cpu = (examples[0] - last[1]) / ours_window if ours_window > 0 else 0.0
+            cores, other_cores = ours_window / (now - last[0]), others / (now - last[0])
+            last, spent = (now, examples[0]), (ours, busy)
+            row = (f"{now / 60:6.1f} min | {rate:6.2f} ex/s | {per_cpu:5.2f} ex/CPU-s | cores ours {cores:.2f}, "
+                   f"others {other_cores:.2f} | processes {len(family)} | RSS MB {rss} | "
                    f"fds {fds} | corpus {_size_mb(corpus):.2f} MB | db {_size_mb(db):.2f} MB")
-            rows.append((now, rate, rss, fds))
+            rows.append((now, rate, rss, fds, per_cpu))
             print(row, flush=True)
         reader.join(5)
         print(f"campaign exit code {process.wait()}, {examples[0]} examples")
@@ -113,7 +142,8 @@ def main() -> None:
         growth = [100 * (b / a - 1) for a, b in zip(second[2][:len(final[2])], final[2]) if a]
         print(f"RSS growth, second to last window, per process (largest first): "
               f"{', '.join(f'{g:+.1f}%' for g in growth)}; fds {second[3]} -> {final[3]}; "
-              f"examples/s {rows[0][1]:.2f} (first) {final[1]:.2f} (last)")
+              f"examples/s {rows[0][1]:.2f} (first) {final[1]:.2f} (last); examples per CPU-s "
+              f"{rows[0][4]:.2f} (first) {final[4]:.2f} (last)")
 
 
 if __name__ == "__main__":
