@@ -36,7 +36,8 @@ from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
 from fsdp_verify.engine.signature import signature as root_cause
-from fsdp_verify.engine.triage import INVALID_INPUT, MISMATCH, classify
+from fsdp_verify.engine.triage import classify
+from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.targets import get_target
 
 CHUNK = 40  # examples per Hypothesis run; each run starts from a fresh seed
@@ -430,10 +431,14 @@ def _count(result: Result, ctx) -> None:
     result.proofs.update(proofs_of(ctx.metrics))
 
 
+def _classified(target: Any, case: Case, errors: list) -> tuple[str, list[str]]:
+    """``classify`` on the checkers of ``errors``: triage and saving ask the same question."""
+    return classify(target, case, tuple(sorted({f.checker for f in errors})), errors)
+
+
 def _excused(target: Any, case: Case, errors: list) -> bool:
     """Whether ``errors`` on ``case`` are a contract mismatch or a finding on invalid input."""
-    checkers = tuple(sorted({f.checker for f in errors}))
-    return classify(target, case, checkers, errors)[0] in (MISMATCH, INVALID_INPUT)
+    return FailureClass(_classified(target, case, errors)[0]).excused
 
 
 def _known(result: Result, signature: Any, excused: bool) -> bool:
@@ -449,9 +454,8 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     another bug, saved as found); an excused failure's signature is saved again once it is seen on
     input the target accepts."""
     signature = bug_signature(findings)
-    errors = [f for f in findings if f.severity == ERROR]
-    kind, why = classify(target, case, tuple(sorted({f.checker for f in errors})), errors)
-    excused = kind in (MISMATCH, INVALID_INPUT)
+    kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
+    excused = FailureClass(kind).excused
     if _known(result, signature, excused):
         return  # the same bug again: one failure, not two
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
