@@ -51,3 +51,14 @@ def test_the_nightly_uploads_the_database_the_gate_reads_and_its_html_report():
     fuzz = next(s for s in doc["jobs"]["fuzz"]["steps"] if "fsdp-verify fuzz" in s.get("run", ""))
     assert "--html fuzz-report.html" in fuzz["run"]
     assert any("fuzz-report.html" in s["with"]["path"] for s in uploads)
+
+
+def test_the_nightly_mutation_job_covers_the_reference_in_disjoint_shares_with_the_equivalence_claims():
+    doc = _load("nightly-mutate.yml")
+    job = doc["jobs"]["mutate"]
+    shares = job["strategy"]["matrix"]["share"]
+    run = next(s for s in job["steps"] if "fsdp-verify mutate" in s.get("run", ""))["run"]
+    assert "fsdp_verify/reference" in run and f"--share ${{{{ matrix.share }}}}/{len(shares)}" in run
+    assert shares == list(range(len(shares)))
+    assert "--equivalent benchmarks/mutants_equivalent.json" in run and "--sample" not in run
+    assert (WORKFLOWS.parents[1] / "benchmarks" / "mutants_equivalent.json").is_file()

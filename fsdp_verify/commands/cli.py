@@ -1,4 +1,4 @@
-"""The ``fsdp-verify`` command line: fuzz, replay, show, repro, gate, targets, coverage, selftest.
+"""The ``fsdp-verify`` command line: fuzz, replay, show, repro, gate, targets, coverage, selftest, mutate.
 
 Exit codes: 0 success, 1 a failure was found (or a replay disagreed), 2 bad input (unknown
 target, malformed corpus file, bad arguments).
@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from fsdp_verify.commands import compiled, coverage, endtoend, fuzz, gate, options, replay, repro, selftest, show, targets
+from fsdp_verify.commands import (compiled, coverage, endtoend, fuzz, gate, mutate, options, replay, repro, selftest,
+                                  show, targets)
 
 # One module per verb, each with ``add_parser(sub, shown)`` and ``run(args)``; the order is --help's.
-VERBS = (fuzz, replay, show, gate, compiled, endtoend, targets, coverage, selftest)
+VERBS = (fuzz, replay, show, gate, compiled, endtoend, targets, coverage, selftest, mutate)
 UsageError = options.UsageError  # what a verb raises for bad input: exit 2
 
 

@@ -1,0 +1,93 @@
+"""``fsdp-verify mutate``: mutation testing of a target's source with cosmic-ray's operators."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fsdp_verify.commands import options
+
+
+def _phase(text: str):
+    from fsdp_verify.engine.mutate import Phase
+    from fsdp_verify.model import names
+    strategy, _, size = text.partition(":")
+    if strategy not in names.STRATEGIES or (size or "default") not in names.SIZES:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY[:SIZE] with a strategy of "
+                                         f"{', '.join(names.STRATEGIES)} and a size of {', '.join(names.SIZES)}")
+    return Phase(strategy, size or "default")
+
+
+def _share(text: str) -> tuple[int, int]:
+    part, _, whole = text.partition("/")
+    if not (part.isdigit() and whole.isdigit() and int(part) < int(whole)):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected K/N with 0 <= K < N, e.g. 1/4")
+    return int(part), int(whole)
+
+
+def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) -> None:
+    """The ``mutate`` verb."""
+    mutate = sub.add_parser("mutate", parents=[shown],
+                            help="mutation testing: fuzz each mutant of a target's source, report the score")
+    mutate.add_argument("paths", nargs="+", metavar="PATH",
+                        help="module files or folders to mutate (e.g. fsdp_verify/reference)")
+    mutate.add_argument("--target", default="reference",
+                        help="the target whose campaign judges each mutant (name or module:callable; default "
+                             "reference)")
+    mutate.add_argument("--sample", type=options.positive_int, default=None, metavar="N",
+                        help="a uniform sample of N mutants (default: all of them)")
+    mutate.add_argument("--share", type=_share, default=None, metavar="K/N",
+                        help="only the K-th of N disjoint shares of the mutants (0-based; a CI matrix runs all N)")
+    mutate.add_argument("--seed", type=int, default=0, help="seed of the sample and of each mutant's campaign")
+    mutate.add_argument("--budget", type=options.positive_float, default=30.0, metavar="SECONDS",
+                        help="campaign seconds per mutant (default 30), split over the phases")
+    mutate.add_argument("--phase", action="append", type=_phase, metavar="STRATEGY[:SIZE]",
+                        help="what each mutant's campaign draws from, in turn (repeatable; default "
+                             "hazards:tiny then cases:default)")
+    mutate.add_argument("--workers", type=options.positive_int, default=1, help="mutants run at once")
+    mutate.add_argument("--operators", metavar="REGEX", help="only cosmic-ray operators whose name matches")
+    mutate.add_argument("--equivalent", metavar="FILE.json",
+                        help="survivors explained as equivalent: {\"equivalent\": [{path, operator, before, "
+                             "after, reason}]}")
+    mutate.add_argument("--list", action="store_true", help="list the mutants (after sampling) and exit")
+    mutate.add_argument("--json", type=options.writable_file, help="write every mutant's result here")
+    mutate.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 1 when a mutant survived unexplained or the harness failed on one, 130 when stopped."""
+    from fsdp_verify.engine import mutate
+    try:
+        options.resolve_target(args.target)
+        everything = mutate.enumerate_mutants(args.paths, args.operators)
+        equivalences = mutate.load_equivalences(args.equivalent) if args.equivalent else []
+    except mutate.BadInput as exc:
+        raise options.UsageError(str(exc)) from None
+    chosen = mutate.sample(everything, args.sample, args.seed)
+    if args.share:
+        chosen = chosen[args.share[0]::args.share[1]]
+    if args.list:
+        for mutant in chosen:
+            print(mutant.ident)
+        return 0
+    settings = mutate.Settings(target=args.target, seconds=args.budget, workers=args.workers, seed=args.seed,
+                               phases=tuple(args.phase or mutate.DEFAULT_PHASES))
+    print(f"mutating {', '.join(args.paths)}: {len(chosen)} of {len(everything)} mutants, {args.budget:g} s each "
+          f"against {args.target}, {args.workers} at a time", flush=True)
+    with options.progress_line(args, "mutate", unit="mutants", bad="survivors", total=len(chosen)) as progress:
+        tally = {"done": 0, "survivors": 0}
+
+        def tell(result) -> None:
+            tally["done"] += 1
+            tally["survivors"] += result.outcome is mutate.Outcome.SURVIVED
+            progress.update(tally["done"], tally["survivors"])
+        outcome = mutate.run(chosen, settings, equivalences, progress=tell, total=len(everything))
+    print(mutate.format_table(outcome))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"target": args.target, "paths": args.paths, "seed": args.seed,
+                                               "budget_seconds": args.budget, **outcome.to_json()}, indent=1))
+    if outcome.interrupted:
+        return 130
+    bad = outcome.counts()
+    return 1 if bad[mutate.Outcome.SURVIVED.value] or bad[mutate.Outcome.HARNESS_ERROR.value] else 0

@@ -1,0 +1,551 @@
+"""Mutation testing of a target's source: how strong is the gate on a planner nobody tuned it for?
+
+cosmic-ray enumerates and applies the mutations (one operator at one occurrence in one module);
+this module runs each mutant through a short fuzz campaign of the named target and says which
+checker killed it, how fast, or that it survived.
+
+Each mutant runs in a child forked from this process after the heavy third-party modules (torch,
+Hypothesis, z3) are imported once, so a mutant costs its campaign, not an interpreter start. The
+mutated source never touches the disk: the child imports the project's modules afresh through a
+finder that hands the mutated code to the one module it names. So workers run side by side on one
+checkout, and a stopped run leaves no mutated file behind (cosmic-ray's own runner edits in place).
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import random
+import re
+import resource
+import signal
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+# Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
+# mutant could change (the project's own modules are imported afresh in each child).
+WARM = ("torch", "torch.fx", "torch.distributed", "hypothesis", "hypothesis.strategies", "z3", "numpy")
+
+
+class Outcome(enum.Enum):
+    """How one mutant fared."""
+
+    KILLED = "killed"  # a saved failure on input the target accepts (a checker, or its crash or hang)
+    SURVIVED = "survived"  # a blind spot: the campaign passed and no equivalence is claimed
+    EQUIVALENT = "equivalent"  # survived, and the equivalence file says why no input can tell
+    UNREACHED = "unreached"  # the campaign never imported the mutated module: nothing was tested
+    INCOMPETENT = "incompetent"  # the mutant breaks the import itself, or the campaign could not run
+    HARNESS_ERROR = "harness error"  # the harness failed on the mutant (it shares the module, or overran)
+
+    @property
+    def counted(self) -> bool:
+        """In the mutation score's denominator: killed or a blind spot."""
+        return self in (Outcome.KILLED, Outcome.SURVIVED)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutation: cosmic-ray's operator at one occurrence in one module file."""
+
+    path: str  # the module file, as given (relative to the working folder when it is inside)
+    module: str  # its dotted import name
+    operator: str  # cosmic-ray's name, e.g. core/ReplaceComparisonOperator_Lt_LtE
+    occurrence: int
+    line: int
+    definition: str = ""  # the enclosing function or class
+
+    @property
+    def ident(self) -> str:
+        return f"{self.path}:{self.line}:{self.operator}#{self.occurrence}"
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """A survivor explained: this change of this line cannot change what the target does."""
+
+    path: str
+    operator: str
+    before: str
+    after: str
+    reason: str
+
+    def matches(self, mutant: Mutant, before: str, after: str) -> bool:
+        return (Path(self.path).as_posix() == Path(mutant.path).as_posix() and self.operator == mutant.operator
+                and self.before == before and self.after == after)
+
+
+@dataclass
+class MutantResult:
+    """A mutant's run: its outcome, what killed it and when, and what it changed."""
+
+    mutant: Mutant
+    outcome: Outcome
+    checkers: tuple[str, ...] = ()
+    seconds_to_kill: Optional[float] = None  # from the campaign's start to the first failure
+    examples_to_kill: Optional[int] = None
+    examples: int = 0
+    wall_seconds: float = 0.0  # the child's whole life, campaign and imports
+    cpu_seconds: float = 0.0  # the child and its descendants (user + system)
+    before: str = ""  # the changed lines, stripped: the equivalence file's key
+    after: str = ""
+    diff: str = ""
+    reason: str = ""  # why equivalent, or what went wrong
+
+    def to_json(self) -> dict:
+        record = asdict(self)
+        record["mutant"] = asdict(self.mutant) | {"ident": self.mutant.ident}
+        record["outcome"] = self.outcome.value
+        record["checkers"] = list(self.checkers)
+        return record
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One part of a mutant's campaign: what to draw from and at what size, for a share of the budget."""
+
+    strategy: str
+    size: str
+
+
+# Tiny graphs with several hazards find planner bugs fastest (the self-test's configuration);
+# the default mix at the default size then reaches what hazards never draw (traced modules aside).
+DEFAULT_PHASES = (Phase("hazards", "tiny"), Phase("cases", "default"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One mutation run."""
+
+    target: str = "reference"
+    seconds: float = 30.0  # campaign budget per mutant, split evenly over the phases
+    phases: tuple[Phase, ...] = DEFAULT_PHASES
+    workers: int = 1
+    seed: int = 0
+    case_deadline: float = 10.0  # seconds the target may take on one case: a hang is a kill, soon
+    grace: float = 60.0  # wall seconds past the budget before a child is the harness's overrun
+
+
+class BadInput(ValueError):
+    """A mutate argument or equivalence file that cannot be used (exit 2)."""
+
+
+# --- which mutants -------------------------------------------------------------------------------
+
+
+def module_files(paths: Sequence[str]) -> list[Path]:
+    """The Python files named, folders expanded (sorted, so a sample is the same on every machine)."""
+    found: list[Path] = []
+    for text in paths:
+        path = Path(text)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*.py") if "__pycache__" not in p.parts))
+        elif path.suffix == ".py" and path.is_file():
+            found.append(path)
+        else:
+            raise BadInput(f"{text}: not a Python file or a folder of them")
+    return found
+
+
+def module_name(path: Path) -> str:
+    """The dotted name ``path`` imports under: its package folders (each with ``__init__.py``)."""
+    path = path.resolve()
+    parts = [] if path.name == "__init__.py" else [path.stem]
+    folder = path.parent
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts:
+        raise BadInput(f"{path}: not inside a package or importable folder")
+    name = ".".join(parts)
+    spec = _find_spec(name)
+    if spec is not None and spec.origin and Path(spec.origin).resolve() == path:
+        return name
+    # A folder installed under another name (strategies/ is fsdp_verify.strategies): the package
+    # already imported whose search path holds the file names it.
+    for package, module in list(sys.modules.items()):
+        where = getattr(module, "__path__", None) or ()
+        if any(Path(entry).resolve() == path.parent for entry in where):
+            return package if path.name == "__init__.py" else f"{package}.{path.stem}"
+    return name
+
+
+def _find_spec(name: str):
+    try:
+        return importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+
+
+def _shown(path: Path) -> str:
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def enumerate_mutants(paths: Sequence[str], operators: Optional[str] = None) -> list[Mutant]:
+    """Every mutation cosmic-ray's operators make in the named modules (operators that need
+    arguments, the variable replacers, are left out); ``operators`` is a regular expression on
+    the operator's name."""
+    import cosmic_ray.plugins
+    from cosmic_ray.ast import ast_nodes, get_ast_from_path
+    from cosmic_ray.ast.ast_query import ASTQuery
+
+    pattern = re.compile(operators) if operators else None
+    mutants: list[Mutant] = []
+    for path in module_files(paths):
+        module = module_name(path)
+        tree = get_ast_from_path(path)
+        for name in cosmic_ray.plugins.operator_names():
+            kind = cosmic_ray.plugins.get_operator(name)
+            if kind.arguments() or (pattern and not pattern.search(name)):
+                continue
+            operator = kind()
+            positions = [(node, start) for node in ast_nodes(tree) for start, _ in operator.mutation_positions(node)]
+            for occurrence, (node, start) in enumerate(positions):
+                mutants.append(Mutant(_shown(path), module, name, occurrence, start[0],
+                                      ASTQuery(node).get_definition_name() or ""))
+    return mutants
+
+
+def sample(mutants: list[Mutant], count: Optional[int], seed: int) -> list[Mutant]:
+    """A uniform sample (all of them when ``count`` is None or not smaller), in enumeration order."""
+    if count is None or count >= len(mutants):
+        return list(mutants)
+    chosen = set(random.Random(seed).sample(range(len(mutants)), count))
+    return [m for i, m in enumerate(mutants) if i in chosen]
+
+
+def mutated_source(mutant: Mutant) -> tuple[str, Optional[str]]:
+    """The module's source and the mutant's (None when the operator finds no such occurrence)."""
+    import cosmic_ray.plugins
+    from cosmic_ray.mutating import mutate_code
+
+    source = Path(mutant.path).read_text(encoding="utf-8")
+    return source, mutate_code(source, cosmic_ray.plugins.get_operator(mutant.operator)(), mutant.occurrence)
+
+
+def changed_lines(source: str, mutated: str) -> tuple[str, str, str]:
+    """The removed and added lines (stripped, joined) and a unified diff with one line of context."""
+    old, new = source.splitlines(), mutated.splitlines()
+    diff = list(difflib.unified_diff(old, new, lineterm="", n=1))
+    removed = " / ".join(line[1:].strip() for line in diff if line.startswith("-") and not line.startswith("---"))
+    added = " / ".join(line[1:].strip() for line in diff if line.startswith("+") and not line.startswith("+++"))
+    return removed, added, "\n".join(diff[2:])
+
+
+def load_equivalences(path: str) -> list[Equivalence]:
+    """The equivalence file: ``{"equivalent": [{"path", "operator", "before", "after", "reason"}]}``,
+    one entry per survivor claimed equivalent, each with the reason a reader can check."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    entries = data.get("equivalent") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        raise BadInput(f"{path}: field 'equivalent': expected a list of entries")
+    found = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise BadInput(f"{path}: equivalent[{index}]: expected an object")
+        for key in ("path", "operator", "before", "after", "reason"):
+            if not isinstance(entry.get(key), str) or (key == "reason" and not entry[key].strip()):
+                raise BadInput(f"{path}: equivalent[{index}].{key}: expected a non-empty string")
+        found.append(Equivalence(*(entry[k] for k in ("path", "operator", "before", "after", "reason"))))
+    return found
+
+
+# --- one mutant, in a forked child ---------------------------------------------------------------
+
+
+class _MutantFinder(importlib.abc.MetaPathFinder):
+    """Hands the mutated source to the one module it names; every other import is untouched."""
+
+    def __init__(self, module: str, path: str, source: str) -> None:
+        self.module, self.path, self.source, self.loaded = module, str(Path(path).resolve()), source, False
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.module:
+            return None
+        loader = _MutantLoader(name, self.path, self)
+        folder = [str(Path(self.path).parent)] if Path(self.path).name == "__init__.py" else None
+        return importlib.util.spec_from_file_location(name, self.path, loader=loader,
+                                                      submodule_search_locations=folder)
+
+
+class _MutantLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the mutant from memory: no cached bytecode is read or written."""
+
+    def __init__(self, name: str, path: str, finder: _MutantFinder) -> None:
+        super().__init__(name, path)
+        self.finder = finder
+
+    def get_code(self, fullname):
+        self.finder.loaded = True
+        return compile(self.finder.source, self.path, "exec", dont_inherit=True)
+
+
+def _fresh_modules(module: str) -> None:
+    """Forget the mutated module's package and the harness's own, so every module that imports the
+    mutant imports it, and no registry holds a target resolved from the original."""
+    tops = {module.split(".")[0], __name__.split(".")[0]}
+    for name in [n for n in sys.modules if n.split(".")[0] in tops]:
+        del sys.modules[name]
+
+
+def _campaign(settings: Settings, corpus: str) -> dict:
+    """The mutant's campaign: each phase in turn until a failure on accepted input is saved."""
+    from fsdp_verify.engine import campaign
+    from fsdp_verify.model import classes
+
+    share = settings.seconds / len(settings.phases)
+    report = {"examples": 0, "checkers": [], "first_failure": None, "harness_errors": 0, "excused": 0}
+    start = time.monotonic()
+    for index, phase in enumerate(settings.phases):
+        config = campaign.Config(target=settings.target, budget=campaign.Budget(seconds=share),
+                                 seed=settings.seed + index, profile="ci", corpus_dir=corpus, size=phase.size,
+                                 modules=False, max_failures=1, strategy=phase.strategy, shrink=False,
+                                 deadline=settings.case_deadline)
+        elapsed = time.monotonic() - start
+        result = campaign.run(config)
+        report["harness_errors"] += result.harness_errors
+        bugs = [f for f in result.failures if classes.of(f).is_bug]
+        report["excused"] += len(result.failures) - len(bugs)
+        if bugs:
+            examples, seconds = result.first_failure or (result.examples, result.seconds)
+            report["checkers"] = sorted(set(bugs[0]["checkers"]))
+            report["first_failure"] = [report["examples"] + examples, round(elapsed + seconds, 3)]
+            report["examples"] += result.examples
+            return report
+        report["examples"] += result.examples
+    return report
+
+
+def _child(mutant: Mutant, source: str, settings: Settings, out: Path, log: Path) -> None:
+    """In the forked child: import the mutant, run its campaign, write what happened; never returns."""
+    code = 0
+    try:
+        os.setpgid(0, 0)  # its own group: an overrun kills the isolation children with it
+        descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(descriptor, 1)
+        os.dup2(descriptor, 2)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops its children itself
+        _fresh_modules(mutant.module)
+        finder = _MutantFinder(mutant.module, mutant.path, source)
+        sys.meta_path.insert(0, finder)
+        try:
+            importlib.import_module("fsdp_verify.targets").get_target(settings.target)
+        except BaseException:  # noqa: BLE001 - the target cannot even be made
+            key = "incompetent" if finder.loaded else "harness_error"
+            out.write_text(json.dumps({key: traceback.format_exc(limit=4)}))
+            os._exit(0)
+        with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutant-") as corpus:
+            report = _campaign(settings, corpus)
+        report["loaded"] = finder.loaded
+        out.write_text(json.dumps(report))
+    except BaseException:  # noqa: BLE001 - whatever happens, the parent reads a verdict
+        try:
+            out.write_text(json.dumps({"harness_error": traceback.format_exc(limit=6)}))
+        except OSError:
+            code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _verdict(mutant: Mutant, report: Optional[dict], log: Path, overran: bool) -> tuple[Outcome, dict]:
+    """The outcome from the child's report (or its absence)."""
+    if overran:
+        return Outcome.HARNESS_ERROR, {"reason": "the mutant's campaign overran its wall limit"}
+    if report is None:
+        tail = log.read_text(errors="replace")[-600:] if log.exists() else ""
+        return Outcome.HARNESS_ERROR, {"reason": f"the mutant's process died without a verdict: {tail}"}
+    if "incompetent" in report:
+        return Outcome.INCOMPETENT, {"reason": report["incompetent"].strip().splitlines()[-1]}
+    if "harness_error" in report:
+        return Outcome.HARNESS_ERROR, {"reason": report["harness_error"].strip().splitlines()[-1]}
+    facts = {"examples": report["examples"]}
+    if report["checkers"]:
+        examples, seconds = report["first_failure"]
+        return Outcome.KILLED, facts | {"checkers": tuple(report["checkers"]), "seconds_to_kill": seconds,
+                                        "examples_to_kill": examples}
+    if report["harness_errors"]:
+        return Outcome.HARNESS_ERROR, facts | {"reason": f"{report['harness_errors']} harness errors in its campaign"}
+    if not report.get("loaded"):
+        return Outcome.UNREACHED, facts | {"reason": f"the campaign never imported {mutant.module}"}
+    return Outcome.SURVIVED, facts
+
+
+@dataclass
+class _Running:
+    mutant: Mutant
+    pid: int
+    started: float
+    out: Path
+    log: Path
+    before: str
+    after: str
+    diff: str
+
+
+def warm_up() -> None:
+    """Import the heavy third-party modules once, for every child to inherit."""
+    for name in WARM:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+@dataclass
+class Run:
+    """A mutation run's results, in the sample's order, and whether it was stopped early."""
+
+    results: list[MutantResult] = field(default_factory=list)
+    interrupted: bool = False
+    total: int = 0  # mutants enumerated before sampling
+
+    def counts(self) -> dict[str, int]:
+        return {o.value: sum(r.outcome is o for r in self.results) for o in Outcome}
+
+    @property
+    def score(self) -> Optional[float]:
+        """Killed over killed plus blind spots (equivalent, unreached, incompetent and harness
+        errors are counted apart)."""
+        counted = [r for r in self.results if r.outcome.counted]
+        return sum(r.outcome is Outcome.KILLED for r in counted) / len(counted) if counted else None
+
+    @property
+    def median_seconds_to_kill(self) -> Optional[float]:
+        times = sorted(r.seconds_to_kill for r in self.results if r.outcome is Outcome.KILLED)
+        return times[len(times) // 2] if times else None
+
+    def to_json(self) -> dict:
+        return {"total_mutants": self.total, "run": len(self.results), "interrupted": self.interrupted,
+                "counts": self.counts(), "score": self.score, "median_seconds_to_kill": self.median_seconds_to_kill,
+                "results": [r.to_json() for r in self.results]}
+
+
+def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Equivalence] = (),
+        progress: Optional[Callable[[MutantResult], None]] = None, total: int = 0) -> Run:
+    """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished."""
+    equivalences = list(equivalences)
+    warm_up()
+    done: dict[str, MutantResult] = {}
+    running: dict[int, _Running] = {}
+    queue = list(mutants)
+    limit = settings.seconds + settings.grace
+    interrupted = False
+    with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutate-") as scratch:
+        try:
+            while queue or running:
+                while queue and len(running) < settings.workers:
+                    mutant = queue.pop(0)
+                    source, mutated = mutated_source(mutant)
+                    if mutated is None:
+                        done[mutant.ident] = MutantResult(mutant, Outcome.INCOMPETENT,
+                                                          reason="cosmic-ray made no mutation at this occurrence")
+                        continue
+                    before, after, diff = changed_lines(source, mutated)
+                    out, log = Path(scratch, f"{len(done) + len(running)}.json"), Path(scratch, f"{len(done) + len(running)}.log")
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:
+                        _child(mutant, mutated, settings, out, log)
+                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+                if pid == 0:
+                    for job in list(running.values()):
+                        if time.monotonic() - job.started > limit:
+                            _kill_group(job.pid)
+                            _, _, usage = os.wait4(job.pid, 0)
+                            done[job.mutant.ident] = _finish(job, usage, True, equivalences)
+                            del running[job.pid]
+                            _tell(progress, done[job.mutant.ident])
+                    time.sleep(0.05)
+                    continue
+                job = running.pop(pid)
+                _kill_group(pid)  # isolation children a dead child left behind
+                done[job.mutant.ident] = _finish(job, usage, False, equivalences)
+                _tell(progress, done[job.mutant.ident])
+        except KeyboardInterrupt:
+            interrupted = True
+            for pid in list(running):
+                _kill_group(pid)
+                os.waitpid(pid, 0)
+    results = [done[m.ident] for m in mutants if m.ident in done]
+    return Run(results, interrupted, total or len(mutants))
+
+
+def _tell(progress, result: MutantResult) -> None:
+    if progress is not None:
+        progress(result)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
+            equivalences: list[Equivalence]) -> MutantResult:
+    try:
+        report = json.loads(job.out.read_text()) if job.out.exists() else None
+    except (OSError, json.JSONDecodeError):
+        report = None
+    outcome, facts = _verdict(job.mutant, report, job.log, overran)
+    if outcome is Outcome.SURVIVED:
+        claim = next((e for e in equivalences if e.matches(job.mutant, job.before, job.after)), None)
+        if claim is not None:
+            outcome, facts = Outcome.EQUIVALENT, facts | {"reason": claim.reason}
+    return MutantResult(job.mutant, outcome, wall_seconds=round(time.monotonic() - job.started, 3),
+                        cpu_seconds=round(usage.ru_utime + usage.ru_stime, 3), before=job.before,
+                        after=job.after, diff=job.diff, **facts)
+
+
+# --- the report ----------------------------------------------------------------------------------
+
+
+def format_table(outcome: Run) -> str:
+    """Counts by module and outcome, the score, the median time to kill, and every survivor's diff."""
+    modules = sorted({r.mutant.path for r in outcome.results})
+    names = [o for o in Outcome]
+    width = max([len("module")] + [len(m) for m in modules])
+    lines = [f"{'module':<{width}} " + " ".join(f"{o.value:>13}" for o in names)]
+    for module in modules + ["all"]:
+        rows = [r for r in outcome.results if module in ("all", r.mutant.path)]
+        lines.append(f"{module:<{width}} " + " ".join(f"{sum(r.outcome is o for r in rows):>13}" for o in names))
+    killers: dict[str, int] = {}
+    for r in outcome.results:
+        if r.outcome is Outcome.KILLED:
+            for checker in r.checkers:
+                killers[checker] = killers.get(checker, 0) + 1
+    score, median = outcome.score, outcome.median_seconds_to_kill
+    lines.append(f"mutants: {outcome.total} enumerated, {len(outcome.results)} run"
+                 f"{' (stopped early)' if outcome.interrupted else ''}; mutation score "
+                 f"{'n/a' if score is None else f'{100 * score:.1f}%'} (killed / killed + survived); "
+                 f"median time to kill {'n/a' if median is None else f'{median:.1f} s'}")
+    lines.append("killed by: " + (", ".join(f"{c} {n}" for c, n in sorted(killers.items(), key=lambda x: -x[1]))
+                                  or "-"))
+    for r in outcome.results:
+        if r.outcome in (Outcome.SURVIVED, Outcome.UNREACHED, Outcome.INCOMPETENT, Outcome.HARNESS_ERROR):
+            lines.append(f"\n{r.outcome.value}: {r.mutant.ident} (in {r.mutant.definition or 'module'})"
+                         f"{': ' + r.reason if r.reason else ''}")
+            lines.extend("    " + line for line in r.diff.splitlines())
+    return "\n".join(lines)

@@ -1,0 +1,127 @@
+"""Mutation testing: cosmic-ray's mutants of a target's source, each judged by a short campaign."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("cosmic_ray", reason="fsdp-verify mutate needs cosmic-ray (pip install -e '.[mutate]')")
+
+from fsdp_verify.commands.cli import main  # noqa: E402
+from fsdp_verify.engine import mutate  # noqa: E402
+
+HELPER = Path(__file__).parents[1] / "helpers" / "mutable_target.py"
+TARGET = "helpers.mutable_target:Switched"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_enumeration_names_module_operator_and_line() -> None:
+    [mutant] = mutate.enumerate_mutants([str(HELPER)], "ReplaceFalseWithTrue")
+    assert mutant.module == "helpers.mutable_target"
+    assert mutant.operator == "core/ReplaceFalseWithTrue"
+    assert HELPER.read_text().splitlines()[mutant.line - 1].startswith("SKIP_WAIT = False")
+    everything = mutate.enumerate_mutants([str(HELPER)])
+    assert len(everything) > 10 and mutant in everything
+    assert mutate.sample(everything, 5, seed=1) == mutate.sample(everything, 5, seed=1)
+    assert len(mutate.sample(everything, 5, seed=1)) == 5
+
+
+def test_the_finder_imports_the_mutant_from_memory_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:
+    package = tmp_path / "mutpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "values.py").write_text("VALUE = 1\n")
+    before = _digest(package / "values.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finder = mutate._MutantFinder("mutpkg.values", str(package / "values.py"), "VALUE = 2\n")
+    sys.meta_path.insert(0, finder)
+    try:
+        assert importlib.import_module("mutpkg.values").VALUE == 2
+        assert finder.loaded
+    finally:
+        sys.meta_path.remove(finder)
+        for name in ("mutpkg.values", "mutpkg"):
+            sys.modules.pop(name, None)
+    assert _digest(package / "values.py") == before
+    assert not (package / "__pycache__").exists() or not list((package / "__pycache__").glob("values*"))
+
+
+def test_a_killed_mutant_names_its_checker_and_a_claimed_equivalent_is_counted_apart() -> None:
+    """Two workers side by side on one file: the file never changes, the wait-skipping mutant is
+    killed by a checker (not by a crash), the log-line mutant survives and the file explains it."""
+    before = _digest(HELPER)
+    mutants = mutate.enumerate_mutants([str(HELPER)], "ReplaceFalseWithTrue|ReplaceTrueWithFalse")
+    assert len(mutants) == 2
+    quiet = next(m for m in mutants if m.operator.endswith("ReplaceTrueWithFalse"))
+    claim = mutate.Equivalence(quiet.path, quiet.operator, "QUIET = True", "QUIET = False",
+                               "QUIET only gates a progress print")
+    settings = mutate.Settings(target=TARGET, seconds=6, phases=(mutate.Phase("hazards", "tiny"),), workers=2)
+    outcome = mutate.run(mutants, settings, [claim])
+    by_operator = {r.mutant.operator: r for r in outcome.results}
+    killed = by_operator["core/ReplaceFalseWithTrue"]
+    assert killed.outcome is mutate.Outcome.KILLED, killed
+    assert killed.checkers and set(killed.checkers) != {"target"}
+    assert killed.seconds_to_kill is not None and killed.seconds_to_kill < 6
+    equivalent = by_operator["core/ReplaceTrueWithFalse"]
+    assert equivalent.outcome is mutate.Outcome.EQUIVALENT and equivalent.reason == claim.reason
+    assert (equivalent.before, equivalent.after) == ("QUIET = True", "QUIET = False")
+    assert outcome.score == 1.0 and outcome.counts()["killed"] == 1
+    assert "-QUIET = True" in equivalent.diff and "+QUIET = False" in equivalent.diff
+    assert _digest(HELPER) == before
+    table = mutate.format_table(outcome)
+    assert "mutation score 100.0%" in table and "killed by: " in table
+
+
+def test_verdicts_tell_incompetent_unreached_and_harness_errors_apart(tmp_path: Path) -> None:
+    mutant = mutate.Mutant("x.py", "x", "core/AddNot", 0, 1)
+    log = tmp_path / "log"
+    assert mutate._verdict(mutant, {"incompetent": "Traceback\nNameError: y"}, log, False)[0] is mutate.Outcome.INCOMPETENT
+    assert mutate._verdict(mutant, None, log, False)[0] is mutate.Outcome.HARNESS_ERROR
+    assert mutate._verdict(mutant, None, log, True)[0] is mutate.Outcome.HARNESS_ERROR
+    quiet = {"examples": 9, "checkers": [], "first_failure": None, "harness_errors": 0, "loaded": False}
+    assert mutate._verdict(mutant, quiet, log, False)[0] is mutate.Outcome.UNREACHED
+    assert mutate._verdict(mutant, quiet | {"loaded": True}, log, False)[0] is mutate.Outcome.SURVIVED
+    assert mutate._verdict(mutant, quiet | {"loaded": True, "harness_errors": 1}, log, False)[0] \
+        is mutate.Outcome.HARNESS_ERROR
+    outcome, facts = mutate._verdict(mutant, quiet | {"checkers": ["layout"], "first_failure": [3, 1.5]}, log, False)
+    assert outcome is mutate.Outcome.KILLED and facts["seconds_to_kill"] == 1.5 and facts["checkers"] == ("layout",)
+
+
+@pytest.mark.parametrize("text, field", [
+    ("[]", "'equivalent'"),
+    ('{"equivalent": [1]}', "equivalent[0]"),
+    ('{"equivalent": [{"path": "a.py", "operator": "o", "before": "x", "after": "y", "reason": " "}]}',
+     "equivalent[0].reason"),
+    ("{nope", "not JSON"),
+])
+def test_a_bad_equivalence_file_is_exit_2_naming_file_and_field(tmp_path: Path, capsys, text: str, field: str) -> None:
+    bad = tmp_path / "equivalent.json"
+    bad.write_text(text)
+    assert main(["mutate", str(HELPER), "--target", TARGET, "--equivalent", str(bad), "--list"]) == 2
+    error = capsys.readouterr().err
+    assert str(bad) in error and field in error
+
+
+def test_list_shows_the_sample(capsys) -> None:
+    assert main(["mutate", str(HELPER), "--target", TARGET, "--sample", "3", "--list"]) == 0
+    lines = capsys.readouterr().out.split()
+    assert len(lines) == 3 and all("mutable_target.py:" in line for line in lines)
+    assert main(["mutate", "no/such/file.py", "--list"]) == 2
+
+
+def test_the_json_report_and_exit_code_say_a_survivor_is_a_blind_spot(tmp_path: Path) -> None:
+    report = tmp_path / "mutants.json"
+    code = main(["mutate", str(HELPER), "--target", TARGET, "--operators", "ReplaceTrueWithFalse",
+                 "--budget", "3", "--phase", "hazards:tiny", "--json", str(report)])
+    data = json.loads(report.read_text())
+    assert code == 1
+    assert data["counts"]["survived"] == 1 and data["score"] == 0.0
+    assert data["results"][0]["outcome"] == "survived" and data["results"][0]["diff"]
