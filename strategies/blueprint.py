@@ -22,6 +22,10 @@ PREP_KINDS = ("own", "foreign_owner", "other_op", "shared")
 # stays finite in every float dtype and the numerics oracle judges every output element.
 BOUND = 8.0
 DTYPES = ("float32", "float64", "float16", "bfloat16")
+# How an all-gather source is laid out: the shard itself, or a copy with its first two dims'
+# strides swapped (same shape and values, non-contiguous), as a shard on dim 1 gives. A rewriter
+# that packs a source's storage instead of its elements is right on every contiguous source.
+LAYOUTS = ("contiguous", "column_major")
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class ParamDraw:
     reduce_op: str = "avg"
     expert: bool = False
     own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
+    layout: str = "contiguous"  # or "column_major": the all-gather source is a non-contiguous copy (LAYOUTS)
 
 
 @dataclass(frozen=True)
@@ -105,6 +110,12 @@ def _view_chain(c: Composer, tensor: str, kind: str, backward: bool, packets: bo
     raise ValueError(f"unknown view kind {kind!r}")
 
 
+def _column_major(c: Composer, tensor: str) -> str:
+    """``tensor``'s values in a layout whose first two strides are swapped (non-contiguous)."""
+    flipped = c.call("aten.transpose.int", tensor, 0, 1)
+    return c.call("aten.transpose.int", c.call("aten.contiguous.default", flipped), 0, 1)
+
+
 def _prep_chain(c: Composer, grad: str, fqn: str, kind: str) -> tuple[str, dict]:
     """The RS input and launch meta of a tagged prep chain of ``kind`` (PREP_KINDS)."""
     owner = f"prep:{fqn}"
@@ -127,14 +138,16 @@ def render(bp: Blueprint) -> GraphSpec:
     for index, (fqn, draw) in enumerate(params):
         c.param(fqn, draw.shard_shape, state_idx=index, dtype=draw.dtype, device=bp.device,
                 group="fsdp_expert" if draw.expert else "fsdp")
+    sources = {fqn: _column_major(c, c.param_spec(fqn).placeholder) for fqn, draw in params
+               if draw.layout == "column_major" and len(draw.shard_shape) >= 2}
     waits: dict[str, str] = {}
     if not bp.reshard_after_forward:
         for fqn, _ in params:
-            waits[fqn] = c.all_gather(fqn)[1]
+            waits[fqn] = c.all_gather(fqn, source=sources.get(fqn))[1]
     h = c.call("aten.sum.default", x)
     for fqn, draw in params:
         if bp.reshard_after_forward:
-            waits[fqn] = c.all_gather(fqn)[1]
+            waits[fqn] = c.all_gather(fqn, source=sources.get(fqn))[1]
         view = _view_chain(c, waits[fqn], draw.view, backward=False, packets=not bp.overload)
         scaled = c.call("aten.mul.Tensor", view, h)
         if bp.reshard_after_forward and draw.regather:
@@ -146,7 +159,7 @@ def render(bp: Blueprint) -> GraphSpec:
     grads: dict[str, str] = {}
     for fqn, draw in reversed(params):
         regather = bp.reshard_after_forward and draw.regather
-        full = c.all_gather(fqn, backward=True)[1] if regather else waits[fqn]
+        full = c.all_gather(fqn, backward=True, source=sources.get(fqn))[1] if regather else waits[fqn]
         view = _view_chain(c, full, draw.view, backward=True, packets=not bp.overload)
         contribution = c.call("aten.sum.default", c.call("aten.mul.Tensor", view, g, backward=True), backward=True)
         grads[fqn] = c.call("aten.mul.Tensor", full, g, backward=True)
@@ -165,4 +178,4 @@ def render(bp: Blueprint) -> GraphSpec:
                                     "state_is_param": [True] * len(fqns)})
 
 
-__all__ = ["DTYPES", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]
+__all__ = ["DTYPES", "LAYOUTS", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]

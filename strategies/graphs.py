@@ -53,11 +53,13 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     if draw(st.integers(0, 9)) == 0:
         dtype = draw(st.sampled_from(DTYPES))
     expert = expert_ok and draw(st.booleans())
+    # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
+    layout = "column_major" if dims >= 2 and draw(st.integers(0, 4)) == 4 else "contiguous"
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
         regather=draw(st.booleans()) if forced_regather is None else forced_regather,
         reduce_op=draw(st.sampled_from(("avg", "sum"))),
-        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0)
+        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0, layout=layout)
 
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6

@@ -444,6 +444,36 @@ def foreign_free_between(case: Case, a: str, b: str) -> Case:
     return replace(case, graph=edit.insert_before(graph, b, nodes))
 
 
+def _written_between(case: Case, a: str, b: str, write: Callable[[str, str, dict], NodeSpec]) -> Optional[Case]:
+    """A gathers (or scatters) a private copy of its source, which a mutating op then overwrites
+    after A's wait and before B: a bucket of both launched at B would send the overwritten copy.
+    The original is race-free (the write follows A's wait), so only the rewrite can go wrong."""
+    graph = case.graph
+    wait_a = _wait_of(graph, a)
+    if wait_a is None or not edit.index_of(graph, wait_a) < edit.index_of(graph, b):
+        return None
+    node_a = graph.node(a)
+    copy = edit.fresh_name(graph, f"{a}_src")
+    graph = edit.insert_before(graph, a, [edit.call(copy, "aten.clone.default", node_a.args[0], meta=_phase(case, a))])
+    graph = edit.update_node(graph, a, args=(NodeRef(copy), *node_a.args[1:]))
+    written = write(edit.fresh_name(graph, f"{a}_overwrite"), copy, _phase(case, b))
+    return replace(case, graph=edit.insert_before(graph, b, [written]))
+
+
+@plants("split", "effect_or_storage_release")
+def in_place_between(case: Case, a: str, b: str) -> Optional[Case]:
+    """An in-place op (its schema writes its argument) on A's source inside the span."""
+    return _written_between(case, a, b, lambda name, copy, meta: edit.call(name, "aten.neg_.default", NodeRef(copy),
+                                                                           meta=meta))
+
+
+@plants("split", "effect_or_storage_release")
+def out_variant_between(case: Case, a: str, b: str) -> Optional[Case]:
+    """An ``out=`` op writing A's source inside the span (the write is the out argument's)."""
+    return _written_between(case, a, b, lambda name, copy, meta: edit.call(name, "aten.neg.out", NodeRef(copy),
+                                                                           meta=meta, out=NodeRef(copy)))
+
+
 @plants("split", "intervening_collective")
 def collective_between(case: Case, a: str, b: str) -> Case:
     graph = case.graph

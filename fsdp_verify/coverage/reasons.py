@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import collectives
+from fsdp_verify.graph.ops import resolve_target
+from fsdp_verify.graph.values import SpecError
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies.graphs import DEGREES
@@ -31,7 +33,7 @@ PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)
 # of two needs the others.
 WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
-FEATURES = ("prefix_sharing_scopes", "dependent_candidates")
+FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -60,10 +62,54 @@ def _dependent_candidates(case: Case) -> bool:
     return False
 
 
+def _writes(target: str) -> bool:
+    """Whether the op's schema writes an argument (an in-place or ``out=`` variant)."""
+    try:
+        op = resolve_target(target)
+    except SpecError:
+        return False
+    schema = getattr(op, "_schema", None)
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _mutating_ops_in_spans(case: Case) -> bool:
+    """An in-place or ``out=`` op between two launches of one collective kind: the span a bucket of
+    both would cross, where the write must split it."""
+    launches: dict[str, list[int]] = {}
+    for index, node in enumerate(case.graph.nodes):
+        if collectives.is_launch(node.target):
+            launches.setdefault(collectives.kind(node.target), []).append(index)
+    return any(node.op == "call_function" and node.target and _writes(node.target)
+               and any(at[0] < index < at[-1] for at in launches.values())
+               for index, node in enumerate(case.graph.nodes))
+
+
+_TRANSPOSES = frozenset({"aten.transpose.int", "aten.t.default", "aten.permute.default"})
+
+
+def _non_contiguous_sources(case: Case) -> bool:
+    """An all-gather whose source is a transposed layout of a shard with two dims over one."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for node in case.graph.nodes:
+        if collectives.kind(node.target) is collectives.Kind.ALL_GATHER and node.inputs():
+            source = nodes.get(node.inputs()[0])
+            spec = node.meta.get("fsdp_bucket_spec")
+            shape = spec.get("input_shape") if isinstance(spec, dict) else None
+            # Skip variants plant malformed metadata on purpose: a shape that is not a list of
+            # ints is not this feature, whatever else it is.
+            if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
+                continue
+            if source is not None and source.target in _TRANSPOSES and len(shape) >= 2 and min(shape[:2]) > 1:
+                return True
+    return False
+
+
 def case_features(case: Case) -> Counter:
     """The FEATURES ``case`` has."""
     return Counter(name for name, has in (("prefix_sharing_scopes", _prefix_sharing(case)),
-                                          ("dependent_candidates", _dependent_candidates(case))) if has)
+                                          ("dependent_candidates", _dependent_candidates(case)),
+                                          ("mutating_ops_in_spans", _mutating_ops_in_spans(case)),
+                                          ("non_contiguous_sources", _non_contiguous_sources(case))) if has)
 
 
 @dataclass

@@ -199,6 +199,12 @@ def _key(node: fx.Node) -> tuple:
             spec.get("dtype"), spec.get("device"), reduce_op)
 
 
+def _writes(node: Optional[fx.Node]) -> bool:
+    """An in-place or ``out=`` op: its schema writes an argument (no FX side effect needed)."""
+    schema = getattr(node.target, "_schema", None) if node is not None and node.op == "call_function" else None
+    return schema is not None and any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
 def _effect(site: Site) -> Optional[fx.Node]:
     """The first node of the span that is a tagged free no member owns, or any other effect."""
     waits = {next(iter(m.users), None) for m in _members(site)}
@@ -229,6 +235,7 @@ _SPLITS: list[tuple[str, str, Callable[[Site], bool]]] = [
     ("dependency_conflict", "consumer_not_after_latest_input", lambda s: max(_ready(s)) >= min(_first_use(s))),
     ("effect_or_storage_release", "unowned_free",
      lambda s: _effect(s) is not None and _effect(s).meta.get("comm_type") in FREE_KINDS),
+    ("effect_or_storage_release", "writes_argument", lambda s: _writes(_effect(s))),
     ("effect_or_storage_release", "barrier", lambda s: _effect(s) is not None),
     ("intervening_collective", "foreign_launch_in_span",
      lambda s: any(is_launch(n) and n not in s.current for n in _span(s))),

@@ -61,6 +61,8 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.dependent_source: "dependency_conflict/consumer_not_after_latest_input",
     M.barrier_between: "effect_or_storage_release/barrier",
     M.foreign_free_between: "effect_or_storage_release/unowned_free",
+    M.in_place_between: "effect_or_storage_release/writes_argument",
+    M.out_variant_between: "effect_or_storage_release/writes_argument",
     M.collective_between: "intervening_collective/foreign_launch_in_span",
     M.phase_flip_between: "phase_boundary/other_phase_node_in_span",
     M.oversized: "oversized/own_size_over_cap",
