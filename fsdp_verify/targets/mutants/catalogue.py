@@ -17,6 +17,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     _LayoutOnlyDigestPlan,
     _marks,
     _OffByOnePlan,
+    barrier_without_writes,
     _shapes_swapped,
     _suppress,
     alternating_plans,
@@ -41,6 +42,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            lambda: _key_without(0, 1)),
     Mutant("barrier_ignored", "barriers and untagged effects inside a span are ignored", ("planner", "ordering"),
            lambda: [(predicates, "is_barrier", lambda node: False)], hunt="rule:effect_or_storage_release"),
+    # Killed only where an in-place or out= op writes a member's source inside the span.
+    Mutant("mutating_ops_crossable", "in-place and out= ops inside a span are crossed (only FX side effects "
+           "and frees count as barriers)", ("planner", "ordering", "numerics"), barrier_without_writes,
+           hunt="rule:effect_or_storage_release"),
     Mutant("foreign_collective_ignored", "a foreign collective inside a span is ignored", ("planner", "ordering"),
            lambda: _suppress("intervening_collective")),
     Mutant("foreign_free_ignored", "a free of a non-member inside a span is ignored", ("planner", "ordering"),
@@ -109,6 +114,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            ("numerics",), damage=rewrite_bugs.send_buffer_freed_early),
     Mutant("rs_packed_member_major", "a fused reduce-scatter packs its members member-major, not rank-major",
            ("layout", "numerics"), damage=rewrite_bugs.rs_packed_member_major),
+    # Killed only on a non-contiguous all-gather source: every contiguous one packs the same.
+    Mutant("packs_storage_order", "a fused all-gather's copy-in flattens each member's storage, not its "
+           "elements", ("layout", "numerics"), damage=rewrite_bugs.packs_storage_order),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

@@ -207,3 +207,18 @@ def alternating_plans() -> Callable[[planner.BucketPlan], planner.BucketPlan]:
         return dataclasses.replace(plan, buckets=type(plan.buckets)(reversed(plan.buckets))) \
             if calls["plans"] % 2 == 0 else plan
     return edit
+
+
+def barrier_without_writes() -> list[Patch]:
+    """``is_barrier`` that counts FX side effects and frees but not ops whose schema writes an
+    argument (in-place and ``out=`` variants): a span holding ``neg_`` on a member's source fuses."""
+    from fsdp_verify.reference import predicates
+    original = predicates.is_barrier
+
+    def is_barrier(node) -> bool:
+        schema = predicates._schema(node.target) if node.op == "call_function" else None
+        if schema is not None and any(arg.alias_info is not None and arg.alias_info.is_write
+                                      for arg in schema.arguments):
+            return False
+        return original(node)
+    return [(predicates, "is_barrier", is_barrier)]

@@ -221,3 +221,20 @@ def gather_in_float64(module: fx.GraphModule, rank: int) -> None:
         with module.graph.inserting_after(wait):
             narrow = module.graph.call_function(aten._to_copy.default, (wait,), {"dtype": dtype})
         wait.replace_all_uses_with(narrow, delete_user_cb=lambda user: user is not narrow)
+
+
+def _storage_order_flat(tensor: torch.Tensor) -> torch.Tensor:
+    """A member's elements as its storage holds them: its logical order only when it is contiguous."""
+    return tensor.as_strided((tensor.numel(),), (1,))
+
+
+def packs_storage_order(module: fx.GraphModule, rank: int) -> None:
+    """A fused all-gather's copy-in flattens each member by reading its storage, not its elements:
+    exact on every contiguous source, a permuted member on a non-contiguous one."""
+    for launch in fused_launches(module, AG):
+        cat = launch.args[0]
+        if not isinstance(cat, fx.Node) or cat.target is not aten.cat.default:
+            continue
+        for flat in cat.args[0]:
+            if isinstance(flat, fx.Node) and flat.target is aten.reshape.default:
+                flat.target, flat.args = _storage_order_flat, (flat.args[0],)
