@@ -5,6 +5,7 @@ one Hypothesis example database so a failure found once is replayed first next t
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import queue
@@ -233,6 +234,7 @@ class Runner:
     start: float = field(default_factory=time.monotonic)
     shrinking: Shrinking = field(default_factory=Shrinking)
     pending: dict = field(default_factory=dict)  # signature -> (case, findings) of bugs met while shrinking another
+    unshrunk: dict = field(default_factory=dict)  # signature -> index in result.failures, saved as met
     chunk: int = 0
 
     # -- the budget ---------------------------------------------------------------------------
@@ -358,6 +360,12 @@ class Runner:
             if signature != shrinking.signature and not _known(result, signature, excused):
                 self.pending.setdefault(signature, (case, errors))  # another bug, met while shrinking
             return Verdict.ASIDE
+        if signature in self.unshrunk and not excused:
+            # A bug saved as met while shrinking another is shrunk the first time it is generated:
+            # otherwise the bug the shrinker happened to meet first keeps its unshrunk case.
+            self.shrinking = Shrinking(signature, case, errors,
+                                       tuple(sorted({f.checker for f in errors} - {"target"})) or None)
+            return Verdict.SHRINK
         if _known(result, signature, excused) or signature in self.pending:
             result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
             return Verdict.REPEAT
@@ -373,13 +381,20 @@ class Runner:
     def keep_shrunk(self) -> None:
         """Save the failure being shrunk, as far as it got (once)."""
         if self.shrinking.active and not self.shrinking.recorded:
-            _record(self.config, self.target, self.result, self.shrinking.case, self.shrinking.findings)
+            index = self.unshrunk.pop(self.shrinking.signature, None)
+            if index is None:
+                _record(self.config, self.target, self.result, self.shrinking.case, self.shrinking.findings)
+            else:
+                _replace(self.config, self.target, self.result, index, self.shrinking.case, self.shrinking.findings)
             self.shrinking.recorded = True
 
     def finish_chunk(self) -> None:
         """Save the other bugs met while shrinking (as found), and say where the run stands."""
-        for case, errors in self.pending.values():
+        for signature, (case, errors) in self.pending.items():
+            before = len(self.result.failures)
             _record(self.config, self.target, self.result, case, errors, while_shrinking=True)
+            if len(self.result.failures) > before and self.result.failures[-1]["class"] not in _EXCUSED_CLASSES:
+                self.unshrunk[signature] = before
         self.pending.clear()
         if self.progress is not None:
             self.progress(self.result.examples, len(self.result.failures))
@@ -483,6 +498,37 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
                             "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
                             "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
                             "class": kind, "class_reasons": why, "target_options": dict(case.target_options)})
+
+
+_EXCUSED_CLASSES = frozenset(kind.value for kind in FailureClass if kind.excused)
+
+
+def _replace(config: Config, target: Any, result: Result, index: int, case: Case, findings: list) -> None:
+    """Put the shrunk ``case`` in place of failure ``index``, saved unshrunk when it was met while
+    shrinking another bug; the larger case stays only when shrinking did not make it smaller."""
+    failure = result.failures[index]
+    if len(case.graph.nodes) >= failure["nodes"]:
+        return
+    kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
+    entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
+                         corpus.provenance(config.seed, worker=config.worker, label=case.label))
+    try:
+        path, written = corpus.save(entry, config.corpus_dir)
+    except (OSError, corpus.CorpusError) as exc:
+        result.harness_errors += 1
+        result.notes.append(f"the corpus folder {config.corpus_dir} cannot be written ({type(exc).__name__}: "
+                            f"{exc}): the shrunk case of '{failure['message']}' is not saved; the case as met is")
+        return
+    old = failure["file"]
+    if old is not None and failure["new"] and old != str(path):
+        with contextlib.suppress(OSError):
+            os.unlink(old)  # written by this run, as met: the shrunk case replaces it
+    failure.update({"file": str(path), "new": written or failure["new"], "checkers": list(entry.verdict.checkers),
+                    "message": primary(findings).message, "nodes": len(case.graph.nodes),
+                    "rule": primary(findings).rule,
+                    "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
+                    "found_while_shrinking": False, "class": kind, "class_reasons": why})
+    failure.pop("case", None)
 
 
 def install_stop_handlers(force_on_second: bool = True) -> None:

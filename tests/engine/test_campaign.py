@@ -32,6 +32,8 @@ def test_two_distinct_bugs_give_two_saved_minimal_cases(tmp_path):
     assert len({str(f["signature"]) for f in result.failures}) == 2
     bug_b = next(f for f in result.failures if "bug B" in f["message"])
     assert len(corpus.load(bug_b["file"]).case.graph.params) == 3  # shrunk to the smallest graph with bug B
+    # Bug B is met while bug A shrinks; its case as met gives way to the shrunk one, not beside it.
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == sorted(Path(f["file"]).name for f in result.failures)
 
 
 def test_rules_separate_signatures_node_names_and_numbers_do_not():
