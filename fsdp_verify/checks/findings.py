@@ -141,6 +141,16 @@ class CheckContext:
         return _attempt(lambda: identity_run(self.case, self.rewritten, self.identity_codes,
                                              set(self.watched_consumers)))
 
+    @cached_property
+    def second_runs(self) -> tuple[IdentityRun | Exception, IdentityRun | Exception, IdentityCodes]:
+        """Both worlds run again with codes of each counter's next digit, for the layout checker
+        where the shared run's codes repeat (``IdentityCodes.wrapped``); nothing else reads them."""
+        codes = self.identity_codes.next_digit()
+        consumers = set(self.watched_consumers)
+        return (_attempt(lambda: identity_run(self.case, self.original, codes, consumers, launch_inputs=False)),
+                _attempt(lambda: identity_run(self.case, self.rewritten, codes, consumers, launch_inputs=False)),
+                codes)
+
     @property
     def original_sim(self) -> WorldRun | Exception:
         """The original run's outputs, streams and sizes (or why it could not run)."""

@@ -156,8 +156,9 @@ def rs_prep_chain(launch: fx.Node) -> set[fx.Node]:
         node = stack.pop()
         if node in chain or node.meta.get("fsdp_bucket_prepare") != owner:
             continue
-        name = str(node.target).split(".")[1] if node.op == "call_function" else ""
-        if not str(node.target).startswith("aten.") or name not in ("reshape", "cat", "contiguous"):
+        # a target may put any callable here (its name need not be dotted): not aten, not the chain
+        parts = str(node.target).split(".") if node.op == "call_function" else []
+        if len(parts) < 2 or parts[0] != "aten" or parts[1] not in ("reshape", "cat", "contiguous"):
             return set()
         chain.add(node)
         stack.extend(node.all_input_nodes)

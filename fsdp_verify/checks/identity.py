@@ -128,8 +128,12 @@ class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
     def __init__(self, sources: dict[str, tuple[str, str, int]], cast: dict[str, torch.dtype] | None = None,
-                 cast_nodes: frozenset[str] = frozenset()) -> None:
+                 cast_nodes: frozenset[str] = frozenset(), digit: int = 0) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
+        # Which base-``capacity`` digit of each counter the codes carry: 0 in the shared run; 1 in
+        # the layout checker's second run, where codes of the first repeat (``wrapped``). Two
+        # counters whose codes agree in both runs are a multiple of capacity squared apart.
+        self.digit = digit
         # a parameter placeholder coded for the cast it feeds: codes of that (narrower) dtype, held
         # exactly in the placeholder's own (see ``of``); ``cast_nodes`` are those casts
         self.cast = dict(cast or {})
@@ -144,6 +148,7 @@ class IdentityCodes:
         # sources whose codes repeat within themselves: more elements than the dtype's all-gather
         # period, or than a reduce-scatter's exact span (their layout verdict is a test, not a proof)
         self.wrapped: set[str] = set()
+        self.dtypes: dict[str, torch.dtype] = {}  # source -> the dtype its codes were made in
 
     @classmethod
     def of(cls, original: fx.GraphModule) -> "IdentityCodes":
@@ -174,6 +179,17 @@ class IdentityCodes:
             sources[source.name] = entry
         return cls(sources, cast, frozenset(cast_nodes))
 
+    def next_digit(self) -> "IdentityCodes":
+        """Codes of the same sources carrying the next digit of each counter: the second run a
+        wrapped source needs (its codes repeat, so a misplacement by the period would be unseen)."""
+        return IdentityCodes(self.sources, self.cast, self.cast_nodes, digit=self.digit + 1)
+
+    def beyond_two_digits(self) -> set[str]:
+        """Wrapped sources with more elements than two digits tell apart (capacity squared)."""
+        return {name for name, (_, kind, degree) in self.sources.items() if name in self.wrapped
+                and any(count > capacity(kind, self.dtypes.get(name, torch.float32), degree) ** 2
+                        for (source, _, count) in self.ranges if source == name)}
+
     def _base(self, source: str, param: str, rank: int, count: int) -> int:
         """Counter ranges are handed out on first use (the original's run) and reused for the rewrite
         (its sources are the original's nodes, by name)."""
@@ -194,11 +210,17 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        if value.numel() > capacity(kind, self._dtype(node.name, value.dtype), degree):
+        self.dtypes[node.name] = self._dtype(node.name, value.dtype)
+        if value.numel() > capacity(kind, self.dtypes[node.name], degree):
             self.wrapped.add(node.name)
         base = self._base(node.name, param, rank, value.numel())
         dtype = self._dtype(node.name, value.dtype)
-        made = _codes(kind, dtype, degree, base, value.numel()).reshape(value.shape).to(value.dtype)
+        if self.digit:
+            counters = torch.arange(base, base + value.numel(), dtype=torch.int64) // capacity(kind, dtype, degree) ** self.digit
+            made = scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
+            made = made.reshape(value.shape).to(value.dtype)
+        else:
+            made = _codes(kind, dtype, degree, base, value.numel()).reshape(value.shape).to(value.dtype)
         if value.is_contiguous():
             return made.clone()  # a fresh tensor: the run may write to it
         # the source's own strides, so that a rewrite's views of it fail or succeed as they would
@@ -214,6 +236,8 @@ class IdentityCodes:
         flat = tensor.detach().contiguous().reshape(-1)
         if position >= flat.numel() or tensor.dtype not in _FORMATS:
             return "?"
+        if self.digit:  # a code of a counter's higher digit names a block of elements, not one
+            return f"digit-{self.digit} code {float(flat[position])}"
         counter = gather_counter(int(flat.view(INT_VIEW[tensor.element_size()])[position]), tensor.dtype)
         period = gather_period(tensor.dtype)
         for (_, rank, _), (base, count, param) in self.ranges.items():

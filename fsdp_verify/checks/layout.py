@@ -10,6 +10,7 @@ the original; a mismatch is decoded into the member it came from.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 
@@ -87,10 +88,26 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
+    findings = _compare(_watched(before, watched), _watched(after, watched), codes, watched)
     # a proof for every input only where no source's codes repeat (docs/proofs.md)
-    ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped}
-    return _compare({k: v for k, v in before.inputs.items() if k[1] in watched},
-                    {k: v for k, v in after.inputs.items() if k[1] in watched}, codes, watched)
+    ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped, "runs": 1}
+    if findings or not codes.wrapped:
+        return findings
+    # Codes that repeat hide a misplacement by their period: a second run whose codes carry each
+    # counter's next digit tells those elements apart (up to capacity squared of them).
+    before, after, second = ctx.second_runs
+    if isinstance(before, Exception) or isinstance(after, Exception):
+        return [] if isinstance(before, Exception) else [run_failure(NAME, after)]
+    beyond = codes.beyond_two_digits()
+    ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": False, "runs": 2,
+                         "two_digits": not beyond}
+    return [replace(f, message=f"{f.message} (second coded run: codes of each counter's next digit)",
+                    details={**f.details, "coded_run": 2})
+            for f in _compare(_watched(before, watched), _watched(after, watched), second, watched)]
+
+
+def _watched(run, watched: dict[str, str]) -> dict:
+    return {k: v for k, v in run.inputs.items() if k[1] in watched}
 
 
 CHECKER = Checker(NAME, check_layout, after=("ordering",), summary='packed offsets, checked with identity tensors')

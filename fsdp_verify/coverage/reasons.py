@@ -7,15 +7,18 @@ arguments drawn are tallied, so a generator that only ever trips one branch of a
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import hypothesis
+import torch
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.model.case import Case
+from fsdp_verify.checks.identity import capacity
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import resolve_target
 from fsdp_verify.graph.values import SpecError
@@ -33,7 +36,8 @@ PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)
 # of two needs the others.
 WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
-FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources")
+FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
+            "wrapped_codes")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -104,12 +108,28 @@ def _non_contiguous_sources(case: Case) -> bool:
     return False
 
 
+def _wrapped_codes(case: Case) -> bool:
+    """A reduce-scatter whose source has more elements than its dtype's exact sum span: its
+    identity codes repeat, and the layout checker needs its second coded run."""
+    for node in case.graph.nodes:
+        spec = node.meta.get("fsdp_bucket_spec")
+        if collectives.kind(node.target) is not collectives.Kind.REDUCE_SCATTER or not isinstance(spec, dict):
+            continue
+        shape, dtype, degree = spec.get("input_shape"), spec.get("dtype"), node.meta.get("fsdp_degree")
+        if isinstance(shape, (list, tuple)) and all(isinstance(d, int) for d in shape) \
+                and isinstance(dtype, torch.dtype) and isinstance(degree, int) and degree > 0 \
+                and math.prod(shape) > capacity("fsdp_reduce_scatter", dtype, degree):
+            return True
+    return False
+
+
 def case_features(case: Case) -> Counter:
     """The FEATURES ``case`` has."""
     return Counter(name for name, has in (("prefix_sharing_scopes", _prefix_sharing(case)),
                                           ("dependent_candidates", _dependent_candidates(case)),
                                           ("mutating_ops_in_spans", _mutating_ops_in_spans(case)),
-                                          ("non_contiguous_sources", _non_contiguous_sources(case))) if has)
+                                          ("non_contiguous_sources", _non_contiguous_sources(case)),
+                                          ("wrapped_codes", _wrapped_codes(case))) if has)
 
 
 @dataclass

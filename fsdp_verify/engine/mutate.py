@@ -13,6 +13,7 @@ checkout, and a stopped run leaves no mutated file behind (cosmic-ray's own runn
 
 from __future__ import annotations
 
+import ast
 import difflib
 import enum
 import importlib
@@ -245,6 +246,38 @@ def changed_lines(source: str, mutated: str) -> tuple[str, str, str]:
     return removed, added, "\n".join(diff[2:])
 
 
+_ANNOTATION_READERS = ("get_type_hints", "__annotations__", "ClassVar", "InitVar", "inspect.signature")
+
+
+def _erase_annotations(tree: ast.AST) -> str:
+    """``tree`` dumped with every annotation replaced by one constant (the annotated names kept)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        elif isinstance(node, ast.arg):
+            node.annotation = None
+        elif isinstance(node, ast.AnnAssign):
+            node.annotation = ast.Constant(None)
+    return ast.dump(tree)
+
+
+def annotation_only(source: str, mutated: str) -> bool:
+    """Whether the mutant changes only annotations of a module that never evaluates them.
+
+    Under ``from __future__ import annotations`` (PEP 563) an annotation is kept as a string that
+    nothing reads unless the module asks for it; a module that names a reader of annotations (or
+    a dataclass marker that is read from them) is run like any other."""
+    try:
+        before, after = ast.parse(source), ast.parse(mutated)
+    except SyntaxError:
+        return False
+    future = any(isinstance(node, ast.ImportFrom) and node.module == "__future__"
+                 and any(alias.name == "annotations" for alias in node.names) for node in before.body)
+    if not future or any(reader in source or reader in mutated for reader in _ANNOTATION_READERS):
+        return False
+    return _erase_annotations(before) == _erase_annotations(after)
+
+
 def load_equivalences(path: str) -> list[Equivalence]:
     """The equivalence file: ``{"equivalent": [{"path", "operator", "before", "after", "reason"}]}``,
     one entry per survivor claimed equivalent, each with the reason a reader can check."""
@@ -460,6 +493,12 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                                                           reason="cosmic-ray made no mutation at this occurrence")
                         continue
                     before, after, diff = changed_lines(source, mutated)
+                    if annotation_only(source, mutated):
+                        done[mutant.ident] = MutantResult(
+                            mutant, Outcome.EQUIVALENT, before=before, after=after, diff=diff,
+                            reason="changes only annotations, which PEP 563 keeps as strings nothing reads")
+                        _tell(progress, done[mutant.ident])
+                        continue
                     out, log = Path(scratch, f"{len(done) + len(running)}.json"), Path(scratch, f"{len(done) + len(running)}.log")
                     sys.stdout.flush()
                     sys.stderr.flush()

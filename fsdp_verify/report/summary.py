@@ -160,7 +160,8 @@ def summary_text(result: Result, target: str) -> str:
              f"{result.proofs['planner_rounds_watched']} later-round plans against the graph seen in the run, "
              f"{result.proofs['planner_rounds_replayed']} against a replay; layout: "
              f"{result.proofs['layout_proved']} cases proved for every input (distinct codes), "
-             f"{result.proofs['layout_tested']} only tested (codes wrapped)",
+             f"{result.proofs['layout_two_runs']} told apart by a second coded run (codes wrapped once), "
+             f"{result.proofs['layout_tested']} only tested (codes wrapped past two runs)",
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),

@@ -112,7 +112,7 @@ class Result:
 # plain runs (where codes could have hidden something), and later-round plans judged against the
 # graph seen in the target's own run or a replay of its earlier rounds.
 PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
-          "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_tested")
+          "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_two_runs", "layout_tested")
 
 
 def proofs_of(metrics: dict) -> Counter:
@@ -125,7 +125,9 @@ def proofs_of(metrics: dict) -> Counter:
                     "numerics_shared_runs": int(runs == "shared"), "numerics_plain_runs": int(runs.startswith("plain")),
                     "planner_rounds_watched": planner.get("later_rounds_watched", 0),
                     "planner_rounds_replayed": planner.get("later_rounds_replayed", 0),
-                    "layout_proved": int(layout.get("proved") is True), "layout_tested": int(layout.get("proved") is False)})
+                    "layout_proved": int(layout.get("proved") is True),
+                    "layout_two_runs": int(layout.get("proved") is False and layout.get("two_digits") is True),
+                    "layout_tested": int(layout.get("proved") is False and layout.get("two_digits") is not True)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:

@@ -229,7 +229,8 @@ def test_member_major_packing_of_equal_size_members_is_seen_by_layout():
 
 def test_a_layout_verdict_says_whether_it_is_a_proof_or_only_a_test():
     """Distinct codes prove the data movement for every input; a bfloat16 reduce-scatter source past
-    its exact span repeats codes, and the case counts as tested, not proved (docs/proofs.md)."""
+    its exact span repeats codes and gets a second coded run, which tells its elements apart up to
+    the span squared; past that the case counts as tested only (docs/proofs.md)."""
     from fsdp_verify.checks.identity import capacity
     from fsdp_verify.engine.run_case import check_all
     from fsdp_verify.model.case import Case
@@ -239,11 +240,13 @@ def test_a_layout_verdict_says_whether_it_is_a_proof_or_only_a_test():
     assert capacity("fsdp_reduce_scatter", torch.bfloat16, 2) == 127
     small = Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),))))
     large = Case(render(Blueprint(blocks=((ParamDraw((16, 16), dtype="bfloat16"), ParamDraw((3, 2))),))))
-    for case, proved in ((small, True), (large, False)):
+    huge = Case(render(Blueprint(blocks=((ParamDraw((96, 96), dtype="bfloat16"), ParamDraw((3, 2))),))))
+    for case, kind in ((small, "layout_proved"), (large, "layout_two_runs"), (huge, "layout_tested")):
         findings, ctx = check_all(get_target("reference"), case)
         assert not [f for f in findings if f.severity == "error"]
-        assert ctx.metrics["layout"]["proved"] is proved
-        assert proofs_of(ctx.metrics)["layout_proved" if proved else "layout_tested"] == 1
+        assert ctx.metrics["layout"]["proved"] is (kind == "layout_proved")
+        assert ctx.metrics["layout"]["runs"] == (1 if kind == "layout_proved" else 2)
+        assert proofs_of(ctx.metrics)[kind] == 1, kind
 
 
 def test_a_folded_pre_gather_cast_raises_no_layout_finding():
@@ -289,3 +292,18 @@ def test_codes_planted_at_a_parameter_survive_its_narrowing_cast():
     narrowed = held.to(torch.bfloat16)
     assert torch.equal(narrowed.to(torch.float32), held)  # exact: the cast keeps every code
     assert codes.decode(narrowed, 5) == "w (rank 0, element 5)"
+
+
+def test_a_misplacement_by_the_code_period_is_caught_by_the_second_coded_run_alone():
+    """Codes of a bfloat16 reduce-scatter repeat every span; a copy-out that swaps elements one span
+    apart moves equal codes in the shared run, and only the second run's other digit tells."""
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    case = Case(render(Blueprint(blocks=((ParamDraw((16, 16), dtype="bfloat16"),
+                                          ParamDraw((3, 2), dtype="bfloat16")),))))
+    findings, ctx = check_all(get_target("mutant:rs_swaps_at_code_span"), case)
+    errors = [f for f in findings if f.severity == "error"]
+    assert [(f.checker, f.rule) for f in errors] == [("layout", "element_misplaced")]
+    assert errors[0].details["coded_run"] == 2 and ctx.metrics["layout"]["runs"] == 2

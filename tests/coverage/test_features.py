@@ -55,3 +55,10 @@ def test_a_column_major_source_is_non_contiguous_counted_and_gathers_the_same_va
     assert a.keys() == b.keys()
     for rank in a:
         assert all(torch.equal(x, y) for x, y in zip(a[rank], b[rank]))
+
+
+def test_a_reduce_scatter_past_its_exact_span_is_counted_as_wrapped_codes():
+    wide = Case(render(Blueprint(blocks=((ParamDraw((2, 80), dtype="bfloat16"), ParamDraw((3, 2))),))))
+    narrow = Case(render(Blueprint(blocks=((ParamDraw((2, 3), dtype="bfloat16"), ParamDraw((3, 2))),))))
+    assert case_features(wide)["wrapped_codes"] == 1
+    assert not case_features(narrow)["wrapped_codes"]

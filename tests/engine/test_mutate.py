@@ -125,3 +125,14 @@ def test_the_json_report_and_exit_code_say_a_survivor_is_a_blind_spot(tmp_path: 
     assert code == 1
     assert data["counts"]["survived"] == 1 and data["score"] == 0.0
     assert data["results"][0]["outcome"] == "survived" and data["results"][0]["diff"]
+
+
+def test_a_mutant_of_annotations_alone_is_equivalent_only_where_they_are_never_read():
+    future = "from __future__ import annotations\n"
+    body = "def f(x: int | None) -> str | None:\n    return x\n"
+    changed = body.replace("str | None", "str + None")
+    assert mutate.annotation_only(future + body, future + changed)
+    assert not mutate.annotation_only(body, changed)  # evaluated when the function is defined
+    assert not mutate.annotation_only(future + body, future + changed.replace("return x", "return -x"))
+    reader = "import typing\n" + body + "typing.get_type_hints(f)\n"
+    assert not mutate.annotation_only(future + reader, future + reader.replace("str | None", "str + None"))

@@ -117,6 +117,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Killed only on a non-contiguous all-gather source: every contiguous one packs the same.
     Mutant("packs_storage_order", "a fused all-gather's copy-in flattens each member's storage, not its "
            "elements", ("layout", "numerics"), damage=rewrite_bugs.packs_storage_order),
+    # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
+    Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
+           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

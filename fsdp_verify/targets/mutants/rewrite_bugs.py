@@ -97,6 +97,34 @@ def rs_packed_member_major(module: fx.GraphModule, rank: int) -> None:
         return
 
 
+_EXACT_SUMS = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
+
+
+def _swaps_at_span(tensor: torch.Tensor, degree: int) -> torch.Tensor:
+    """``tensor``'s flat elements with the first ones swapped with those one reduce-scatter code
+    span (of a ``degree``-rank sum) further on."""
+    flat = tensor.reshape(-1).clone()
+    span = max(1, (_EXACT_SUMS.get(tensor.dtype, 256) - 1) // degree)
+    count = min(span, flat.numel() - span)
+    if count > 0:
+        first = flat[:count].clone()
+        flat[:count] = flat[span:span + count]
+        flat[span:span + count] = first
+    return flat.reshape(tensor.shape)
+
+
+def rs_swaps_at_code_span(module: fx.GraphModule, rank: int) -> None:
+    """A fused reduce-scatter's copy-out swaps elements of a member that lie one code span apart
+    (a tiling error at that stride): identity codes repeat with that period, so the shared run
+    moves equal codes, and only a second run with codes of another digit tells them apart."""
+    for launch in fused_launches(module, RS):
+        wait = next(iter(launch.users))
+        for out in [u for u in wait.users if u.target is aten.slice.Tensor]:
+            with module.graph.inserting_after(out):
+                swapped = module.graph.call_function(_swaps_at_span, (out, launch.args[2]))
+            out.replace_all_uses_with(swapped, delete_user_cb=lambda user: user is not swapped)
+
+
 def copy_out_reads_launch(module: fx.GraphModule, rank: int) -> None:
     """Copy-out reads the fused launch's handle instead of its wait."""
     for launch in fused_launches(module, AG):
