@@ -492,12 +492,17 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         result.by_checker[checker] += 1
     result.failures.append({"file": None if path is None else str(path), "new": written,
                             **({"case": entry.to_json()} if path is None else {}),
-                            "checkers": list(entry.verdict.checkers),
-                            "message": primary(findings).message, "nodes": len(case.graph.nodes),
-                            "rule": primary(findings).rule,
-                            "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
+                            **_described(entry, findings, kind, why),
                             "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
-                            "class": kind, "class_reasons": why, "target_options": dict(case.target_options)})
+                            "target_options": dict(case.target_options)})
+
+
+def _described(entry: corpus.Entry, findings: list, kind: str, why: list) -> dict:
+    """The fields of a failure's record that its case and findings decide."""
+    return {"checkers": list(entry.verdict.checkers), "message": primary(findings).message,
+            "nodes": len(entry.case.graph.nodes), "rule": primary(findings).rule,
+            "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
+            "class": kind, "class_reasons": why}
 
 
 _EXCUSED_CLASSES = frozenset(kind.value for kind in FailureClass if kind.excused)
@@ -523,11 +528,8 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
     if old is not None and failure["new"] and old != str(path):
         with contextlib.suppress(OSError):
             os.unlink(old)  # written by this run, as met: the shrunk case replaces it
-    failure.update({"file": str(path), "new": written or failure["new"], "checkers": list(entry.verdict.checkers),
-                    "message": primary(findings).message, "nodes": len(case.graph.nodes),
-                    "rule": primary(findings).rule,
-                    "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
-                    "found_while_shrinking": False, "class": kind, "class_reasons": why})
+    failure.update({"file": str(path), "new": written or failure["new"], **_described(entry, findings, kind, why),
+                    "found_while_shrinking": False})
     failure.pop("case", None)
 
 
