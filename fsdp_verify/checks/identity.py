@@ -113,15 +113,19 @@ def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) ->
     the table doubles as needed)."""
     end = base + count
     if end > _TABLE_LIMIT:
-        counters = torch.arange(base, end, dtype=torch.int64)
-        return scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
+        return _direct(kind, dtype, degree, torch.arange(base, end, dtype=torch.int64))
     key = (kind == "fsdp_reduce_scatter", dtype, degree if kind == "fsdp_reduce_scatter" else 0)
     table = _TABLES.get(key)
     if table is None or table.numel() < end:
         size = min(_TABLE_LIMIT, max(1 << 12, 1 << (end - 1).bit_length()))
         counters = torch.arange(size, dtype=torch.int64)
-        table = _TABLES[key] = scatter_codes(counters, dtype, degree) if key[0] else gather_codes(counters, dtype)
+        table = _TABLES[key] = _direct(kind, dtype, degree, counters)
     return table[base:end]
+
+
+def _direct(kind: str, dtype: torch.dtype, degree: int, counters: torch.Tensor) -> torch.Tensor:
+    """The codes of ``counters`` for a source of ``kind``, computed without the table."""
+    return scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
 
 
 class IdentityCodes:
@@ -210,17 +214,16 @@ class IdentityCodes:
         if not self.coded(node, value):
             return value
         param, kind, degree = self.sources[node.name]
-        self.dtypes[node.name] = self._dtype(node.name, value.dtype)
-        if value.numel() > capacity(kind, self.dtypes[node.name], degree):
+        dtype = self.dtypes[node.name] = self._dtype(node.name, value.dtype)
+        if value.numel() > capacity(kind, dtype, degree):
             self.wrapped.add(node.name)
         base = self._base(node.name, param, rank, value.numel())
-        dtype = self._dtype(node.name, value.dtype)
         if self.digit:
             counters = torch.arange(base, base + value.numel(), dtype=torch.int64) // capacity(kind, dtype, degree) ** self.digit
-            made = scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
-            made = made.reshape(value.shape).to(value.dtype)
+            made = _direct(kind, dtype, degree, counters)
         else:
-            made = _codes(kind, dtype, degree, base, value.numel()).reshape(value.shape).to(value.dtype)
+            made = _codes(kind, dtype, degree, base, value.numel())
+        made = made.reshape(value.shape).to(value.dtype)
         if value.is_contiguous():
             return made.clone()  # a fresh tensor: the run may write to it
         # the source's own strides, so that a rewrite's views of it fail or succeed as they would
