@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import hypothesis
 from hypothesis import Phase, find, given, settings
 
@@ -67,9 +69,11 @@ def _has_fused_rs(case) -> bool:
 
 def test_planted_failure_shrinks_to_a_small_graph():
     # A planted "bug": the property fails whenever an RS bucket has two or more members.
+    # Seeded: an unseeded search sometimes ends at a local minimum of the prefix-sharing names
+    # (blocks.1 beside blocks.10.w0, blocks.10.w1), one parameter above the smallest trigger.
     found = find(fsdp_graphs(Size(max_blocks=8, max_params=6)), _has_fused_rs,
                  settings=settings(max_examples=500, database=None, suppress_health_check=SLOW_OK,
-                                   deadline=None))
+                                   deadline=None), random=random.Random(1))
     print(f"shrunk to {len(found.graph.nodes)} nodes, groups {dict(found.graph.groups)}")
     assert len(found.graph.nodes) <= 60
     assert found.graph.world() == (0, 1)
