@@ -7,12 +7,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from fsdp_verify.model.spec_params import CHOICES, SpecParams
+from fsdp_verify.model.spec_params import CHECK_ONLY, CHOICES, SpecParams
 
 
 def spec_settings(pinned: dict[str, Any], draw: bool) -> st.SearchStrategy[SpecParams]:
     """Settings with ``pinned`` fixed and every other one drawn (``draw``) or left at its default."""
     fields = {name: st.just(value) for name, value in pinned.items()}
     if draw:
-        fields.update({name: st.sampled_from(CHOICES[name]) for name in CHOICES if name not in pinned})
+        fields.update({name: st.sampled_from(CHOICES[name]) for name in CHOICES
+                       if name not in pinned and name not in CHECK_ONLY})
     return st.builds(SpecParams, **fields)

@@ -79,6 +79,60 @@ def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
     return "; ".join(wrong) or None
 
 
+def _meta_problem(bucket: dict, launch: fx.Node, degree: int, spec_meta: bool) -> Optional[str]:
+    """The fused launch's tags against its bucket (spec 5.6), and, when it carries them, its
+    ``fsdp_bucket_spec`` and ``fsdp_degree`` against what the plan says it moves ([I])."""
+    first, meta = bucket["members"][0], launch.meta
+    rs = first["kind"] == "fsdp_reduce_scatter"
+    facts = [("comm_type", first["kind"], meta.get("comm_type")), ("comm_group", first["group"], meta.get("comm_group")),
+             ("autograd_backward", bool(first["backward"]), bool(meta.get("autograd_backward", False)))]
+    if bucket.get("bucket_id"):
+        facts.append(("fsdp_bucket_id", bucket["bucket_id"], meta.get("fsdp_bucket_id")))
+    spec = meta.get("fsdp_bucket_spec")
+    if spec_meta and isinstance(spec, dict):
+        packed = sum(m["local_numel"] for m in bucket["members"])
+        sent, got = (packed * degree, packed) if rs else (packed, packed * degree)
+        facts += [("fsdp_bucket_spec input elements", sent, _numel(spec.get("input_shape"))),
+                  ("fsdp_bucket_spec output elements", got, _numel(spec.get("output_shape"))),
+                  ("fsdp_bucket_spec dtype", first["dtype"], str(spec.get("dtype")))]
+    if spec_meta and "fsdp_degree" in meta:
+        facts.append(("fsdp_degree", degree, meta["fsdp_degree"]))
+    wrong = [f"{what} {got!r} (plan: {want!r})" for what, want, got in facts if want != got]
+    return "; ".join(wrong) or None
+
+
+def _numel(shape: Any) -> Optional[int]:
+    if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        return None
+    return math.prod(shape)
+
+
+def _added_nodes(launch: fx.Node, original: set[str]) -> list[fx.Node]:
+    """The nodes the rewrite added around one fused launch: its copy-in (inputs back to nodes the
+    original holds) and its copy-out or split (users on to nodes the original holds)."""
+    seen: set[fx.Node] = set()
+    stack = [*launch.all_input_nodes, *launch.users]
+    while stack:
+        node = stack.pop()
+        if node in seen or node.name in original or node.op in ("placeholder", "output", "get_attr"):
+            continue
+        seen.add(node)
+        stack.extend(node.all_input_nodes)
+        stack.extend(node.users)
+    return sorted(seen, key=lambda n: n.name)
+
+
+def _phase_problem(bucket: dict, launch: fx.Node, original: set[str]) -> Optional[str]:
+    """A node added for the bucket whose phase flag is not the bucket's: a later round reads it
+    (``phase_boundary``), and the phase decides where later passes may move the node."""
+    backward = bool(bucket["members"][0]["backward"])
+    wrong = [n.name for n in _added_nodes(launch, original) if bool(n.meta.get("autograd_backward", False)) != backward]
+    if not wrong:
+        return None
+    return (f"nodes {wrong[:6]}{' ...' if len(wrong) > 6 else ''} added for the bucket are tagged "
+            f"{'forward' if backward else 'backward'}; the bucket is {'backward' if backward else 'forward'}")
+
+
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     ints = _BITS.get(a.element_size())
     return a.dtype == b.dtype and a.shape == b.shape and ints is not None and \
@@ -114,12 +168,15 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
     run = ctx.rewritten_sim
     if not isinstance(run, WorldRun):
         return []  # the numerics checker reports a rewrite that cannot run
+    spec = ctx.case.spec
     findings: list[Finding] = []
     matched: dict[int, list[tuple[dict, str, list[fx.Node]]]] = {}
     for rank in sorted(ctx.plans):
         launches = _launches(ctx, rank)
         index = _by_members(launches)
         records = {record.node: record for record in run.streams.get(rank, [])}
+        rewritten_nodes = {n.name: n for n in ctx.rewritten[rank].graph.nodes}
+        original = {n.name for n in ctx.original[rank].graph.nodes}
         used: set[str] = set()
         for bucket in applied_buckets(ctx.reports(rank)):
             name = _match(bucket, index)
@@ -135,6 +192,17 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
             if problem:
                 findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
                                         rank=rank, rule="launch_stream" if name in records else "launch_never_ran"))
+                continue
+            launch = rewritten_nodes[name]
+            problem = _meta_problem(bucket, launch, degree, spec.fused_spec_describes_launch)
+            if problem:
+                findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: meta {problem}", nodes=(name,),
+                                        rank=rank, rule="launch_meta"))
+                continue
+            problem = _phase_problem(bucket, launch, original) if spec.new_nodes_carry_phase else None
+            if problem:
+                findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
+                                        rank=rank, rule="added_node_phase"))
                 continue
             matched.setdefault(rank, []).append((bucket, name, launches[name]))
         for name in sorted(set(launches) - used):

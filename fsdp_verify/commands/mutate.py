@@ -46,6 +46,10 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                         help="what each mutant's campaign draws from, in turn (repeatable; default "
                              "hazards:tiny then cases:default)")
     mutate.add_argument("--workers", type=options.positive_int, default=1, help="mutants run at once")
+    mutate.add_argument("--only", action="append", metavar="IDENT", default=[],
+                        help="only this mutant (PATH:LINE:OPERATOR#N, as --list prints; repeatable)")
+    mutate.add_argument("--survivors-of", metavar="FILE.json",
+                        help="only the mutants that survived in this file (a --json output or a benchmark list)")
     mutate.add_argument("--operators", metavar="REGEX", help="only cosmic-ray operators whose name matches")
     mutate.add_argument("--equivalent", metavar="FILE.json",
                         help="survivors explained as equivalent: {\"equivalent\": [{path, operator, before, "
@@ -62,9 +66,13 @@ def run(args: argparse.Namespace) -> int:
         options.resolve_target(args.target)
         everything = mutate.enumerate_mutants(args.paths, args.operators)
         equivalences = mutate.load_equivalences(args.equivalent) if args.equivalent else []
+        chosen = mutate.sample(everything, args.sample, args.seed)
+        if args.survivors_of:
+            chosen = mutate.select(chosen, mutate.survivor_idents(args.survivors_of), args.survivors_of)
+        if args.only:
+            chosen = mutate.select(chosen, args.only, "--only")
     except mutate.BadInput as exc:
         raise options.UsageError(str(exc)) from None
-    chosen = mutate.sample(everything, args.sample, args.seed)
     if args.share:
         chosen = chosen[args.share[0]::args.share[1]]
     if args.list:

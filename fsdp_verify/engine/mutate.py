@@ -228,6 +228,42 @@ def sample(mutants: list[Mutant], count: Optional[int], seed: int) -> list[Mutan
     return [m for i, m in enumerate(mutants) if i in chosen]
 
 
+def survivor_idents(path: str) -> list[str]:
+    """The mutants a results file says survived: ``--json`` output (``results`` with an outcome) or
+    a benchmark list (``survivors`` of ``{"ident"}``), so a run can judge only last night's survivors."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict) and isinstance(data.get("results"), list):
+        rows = [r for r in data["results"] if isinstance(r, dict) and r.get("outcome") == Outcome.SURVIVED.value]
+        idents = [r.get("mutant", {}).get("ident") if isinstance(r.get("mutant"), dict) else None for r in rows]
+        field_name = "results[].mutant.ident"
+    elif isinstance(data, dict) and isinstance(data.get("survivors"), list):
+        idents = [r.get("ident") if isinstance(r, dict) else None for r in data["survivors"]]
+        field_name = "survivors[].ident"
+    else:
+        raise BadInput(f"{path}: expected a 'results' list (mutate --json) or a 'survivors' list")
+    for index, ident in enumerate(idents):
+        if not isinstance(ident, str) or not ident:
+            raise BadInput(f"{path}: {field_name} [{index}]: expected a non-empty string")
+    return idents
+
+
+def select(mutants: list[Mutant], idents: Sequence[str], source: str) -> list[Mutant]:
+    """The mutants named, in enumeration order; a name that matches none is bad input (the source
+    changed since the file was written, so its line numbers no longer hold)."""
+    known = {m.ident for m in mutants}
+    missing = [ident for ident in idents if ident not in known]
+    if missing:
+        raise BadInput(f"{source}: {len(missing)} mutant(s) not among this source's mutants "
+                       f"(first: {missing[0]}); the source has changed since")
+    wanted = set(idents)
+    return [m for m in mutants if m.ident in wanted]
+
+
 def mutated_source(mutant: Mutant) -> tuple[str, Optional[str]]:
     """The module's source and the mutant's (None when the operator finds no such occurrence)."""
     import cosmic_ray.plugins

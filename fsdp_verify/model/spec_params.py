@@ -30,6 +30,12 @@ class SpecParams:
         (False: any truthy owner names the chain).
     foreign_waits_are_barriers: the wait of a non-member collective inside a span splits the
         bucket (``effect_or_storage_release``); spec 1.6 leaves it open.
+    fused_spec_describes_launch: a fused launch that carries ``fsdp_bucket_spec`` or
+        ``fsdp_degree`` states what it really moves (spec 1.8 asks only for the tags; the
+        overlap stage and cost models read the spec, so a false one misleads them).
+    new_nodes_carry_phase: every node a rewrite adds for a bucket (copy-in, fused wait,
+        copy-out, RS split) carries the bucket's phase flag (spec 4.3 says it of RS chains; a
+        later round's ``phase_boundary`` rule reads the flag of every node in a span).
     """
 
     launch_namespaces: tuple[str, ...] = ("_c10d_functional",)
@@ -38,6 +44,8 @@ class SpecParams:
     opaque_calls_are_barriers: bool = True
     rs_owner_is_bucket_id: bool = True
     foreign_waits_are_barriers: bool = False
+    fused_spec_describes_launch: bool = True
+    new_nodes_carry_phase: bool = True
 
     def to_json(self) -> dict:
         """The settings that differ from the defaults (an empty dict for the spec's own reading)."""
@@ -53,7 +61,12 @@ CHOICES: dict[str, tuple] = {
     "opaque_calls_are_barriers": (True, False),
     "rs_owner_is_bucket_id": (True, False),
     "foreign_waits_are_barriers": (False, True),
+    "fused_spec_describes_launch": (True, False),
+    "new_nodes_carry_phase": (True, False),
 }
+# Settings only the checkers read: a campaign never draws them (drawing False would only skip a
+# check); a user whose rewriter reads the rule otherwise pins them.
+CHECK_ONLY = frozenset({"fused_spec_describes_launch", "new_nodes_carry_phase"})
 
 _ACTIVE = [SpecParams()]
 

@@ -136,3 +136,23 @@ def test_a_mutant_of_annotations_alone_is_equivalent_only_where_they_are_never_r
     assert not mutate.annotation_only(future + body, future + changed.replace("return x", "return -x"))
     reader = "import typing\n" + body + "typing.get_type_hints(f)\n"
     assert not mutate.annotation_only(future + reader, future + reader.replace("str | None", "str + None"))
+
+
+def test_a_rerun_takes_only_the_survivors_a_results_file_names(tmp_path):
+    everything = mutate.enumerate_mutants(["fsdp_verify/reference/driver.py"])
+    kept = everything[1]
+    results = tmp_path / "night.json"
+    results.write_text(json.dumps({"results": [
+        {"mutant": {"ident": everything[0].ident}, "outcome": "killed"},
+        {"mutant": {"ident": kept.ident}, "outcome": "survived"}]}))
+    assert mutate.select(everything, mutate.survivor_idents(str(results)), str(results)) == [kept]
+    listed = tmp_path / "bench.json"
+    listed.write_text(json.dumps({"survivors": [{"ident": kept.ident}]}))
+    assert mutate.select(everything, mutate.survivor_idents(str(listed)), str(listed)) == [kept]
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps({"survivors": [{"ident": "fsdp_verify/reference/driver.py:999:core/X#0"}]}))
+    with pytest.raises(mutate.BadInput, match="stale.json: 1 mutant"):
+        mutate.select(everything, mutate.survivor_idents(str(stale)), str(stale))
+    with pytest.raises(mutate.BadInput, match=r"survivors\[\].ident \[0\]"):
+        listed.write_text(json.dumps({"survivors": [{"ident": 3}]}))
+        mutate.survivor_idents(str(listed))

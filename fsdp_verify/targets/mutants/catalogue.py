@@ -141,6 +141,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            apply_edit=last_member_left_out),
     Mutant("gather_in_float64", "fused all-gathers send float64 instead of the members' dtype", ("conformance",),
            damage=rewrite_bugs.gather_in_float64),
+    Mutant("fused_spec_from_shard", "a fused all-gather's fsdp_bucket_spec says it outputs its input shape",
+           ("conformance",), damage=rewrite_bugs.fused_spec_from_shard),
+    Mutant("copy_out_tagged_forward", "a backward all-gather bucket's copy-out nodes lose their phase flag",
+           ("conformance",), damage=rewrite_bugs.copy_out_tagged_forward),
     # -- order (values unchanged: only the ordering oracle can tell)
     Mutant("fused_launch_early", "a fused all-gather is placed one step early, across an effect", ("ordering",),
            damage=order_bugs.fused_launch_early),

@@ -266,3 +266,21 @@ def packs_storage_order(module: fx.GraphModule, rank: int) -> None:
         for flat in cat.args[0]:
             if isinstance(flat, fx.Node) and flat.target is aten.reshape.default:
                 flat.target, flat.args = _storage_order_flat, (flat.args[0],)
+
+
+def fused_spec_from_shard(module: fx.GraphModule, rank: int) -> None:
+    """A fused all-gather's ``fsdp_bucket_spec`` gives its output as its input (a cost model would
+    see a gather that moves nothing); the values are untouched."""
+    for launch in fused_launches(module, AG):
+        spec = launch.meta.get("fsdp_bucket_spec")
+        if isinstance(spec, dict):
+            launch.meta["fsdp_bucket_spec"] = {**spec, "output_shape": spec.get("input_shape")}
+
+
+def copy_out_tagged_forward(module: fx.GraphModule, rank: int) -> None:
+    """A backward all-gather bucket's copy-out nodes lose their phase flag (a later round would
+    see a phase boundary; later passes treat them as forward)."""
+    for launch in fused_launches(module, ("fsdp_all_gather_backward",)):
+        for piece in _copy_outs(launch):
+            for node in (piece, *piece.users):
+                node.meta.pop("autograd_backward", None)
