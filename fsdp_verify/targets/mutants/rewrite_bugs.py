@@ -34,6 +34,13 @@ def fused_launches(module: fx.GraphModule, kinds: tuple[str, ...]) -> list[fx.No
             and n.op == "call_function"]
 
 
+def _same_phase(node: fx.Node, like: fx.Node) -> fx.Node:
+    """Tag a node a planted bug adds with its launch's phase, so that only the planted fault shows."""
+    if "autograd_backward" in like.meta:
+        node.meta["autograd_backward"] = like.meta["autograd_backward"]
+    return node
+
+
 AG = ("fsdp_all_gather", "fsdp_all_gather_backward")
 RS = ("fsdp_reduce_scatter",)
 
@@ -78,7 +85,7 @@ def send_buffer_freed_early(module: fx.GraphModule, rank: int) -> None:
     for launch in fused_launches(module, AG):
         if launch.args and isinstance(launch.args[0], fx.Node):
             with module.graph.inserting_after(launch):
-                module.graph.call_function(_free_tensor_storage, (launch.args[0],))
+                _same_phase(module.graph.call_function(_free_tensor_storage, (launch.args[0],)), launch)
             return
 
 
@@ -121,7 +128,7 @@ def rs_swaps_at_code_span(module: fx.GraphModule, rank: int) -> None:
         wait = next(iter(launch.users))
         for out in [u for u in wait.users if u.target is aten.slice.Tensor]:
             with module.graph.inserting_after(out):
-                swapped = module.graph.call_function(_swaps_at_span, (out, launch.args[2]))
+                swapped = _same_phase(module.graph.call_function(_swaps_at_span, (out, launch.args[2])), launch)
             out.replace_all_uses_with(swapped, delete_user_cb=lambda user: user is not swapped)
 
 
@@ -140,7 +147,7 @@ def avg_twice(module: fx.GraphModule, rank: int) -> None:
         if launch.args[1] == "avg":
             wait = next(iter(launch.users))
             with module.graph.inserting_after(wait):
-                divided = module.graph.call_function(aten.div.Tensor, (wait, float(launch.args[2])))
+                divided = _same_phase(module.graph.call_function(aten.div.Tensor, (wait, float(launch.args[2]))), launch)
             wait.replace_all_uses_with(divided, delete_user_cb=lambda user: user is not divided)
             return
 
@@ -230,7 +237,7 @@ def leak_fused_buffers(module: fx.GraphModule, rank: int) -> None:
     for launch in fused_launches(module, AG):
         wait = next(iter(launch.users))
         with module.graph.inserting_after(wait):
-            copies = [module.graph.call_function(aten.clone.default, (wait,)) for _ in range(3)]
+            copies = [_same_phase(module.graph.call_function(aten.clone.default, (wait,)), launch) for _ in range(3)]
         with module.graph.inserting_before(output):
             module.graph.call_function(operator.getitem, (copies, 0))
 
@@ -244,10 +251,11 @@ def gather_in_float64(module: fx.GraphModule, rank: int) -> None:
         if dtype == torch.float64:
             continue
         with module.graph.inserting_before(launch):
-            wide = module.graph.call_function(aten._to_copy.default, (source,), {"dtype": torch.float64})
+            wide = _same_phase(module.graph.call_function(aten._to_copy.default, (source,), {"dtype": torch.float64}),
+                               launch)
         launch.args = (wide, *launch.args[1:])
         with module.graph.inserting_after(wait):
-            narrow = module.graph.call_function(aten._to_copy.default, (wait,), {"dtype": dtype})
+            narrow = _same_phase(module.graph.call_function(aten._to_copy.default, (wait,), {"dtype": dtype}), launch)
         wait.replace_all_uses_with(narrow, delete_user_cb=lambda user: user is not narrow)
 
 
