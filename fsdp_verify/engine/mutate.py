@@ -32,7 +32,7 @@ import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 # Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
 # mutant could change (the project's own modules are imported afresh in each child).
@@ -228,15 +228,20 @@ def sample(mutants: list[Mutant], count: Optional[int], seed: int) -> list[Mutan
     return [m for i, m in enumerate(mutants) if i in chosen]
 
 
-def survivor_idents(path: str) -> list[str]:
-    """The mutants a results file says survived: ``--json`` output (``results`` with an outcome) or
-    a benchmark list (``survivors`` of ``{"ident"}``), so a run can judge only last night's survivors."""
+def _read_json(path: str) -> Any:
+    """A JSON file the user named, or BadInput naming the file and what is wrong."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
     except json.JSONDecodeError as exc:
         raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def survivor_idents(path: str) -> list[str]:
+    """The mutants a results file says survived: ``--json`` output (``results`` with an outcome) or
+    a benchmark list (``survivors`` of ``{"ident"}``), so a run can judge only last night's survivors."""
+    data = _read_json(path)
     if isinstance(data, dict) and isinstance(data.get("results"), list):
         rows = [r for r in data["results"] if isinstance(r, dict) and r.get("outcome") == Outcome.SURVIVED.value]
         idents = [r.get("mutant", {}).get("ident") if isinstance(r.get("mutant"), dict) else None for r in rows]
@@ -317,12 +322,7 @@ def annotation_only(source: str, mutated: str) -> bool:
 def load_equivalences(path: str) -> list[Equivalence]:
     """The equivalence file: ``{"equivalent": [{"path", "operator", "before", "after", "reason"}]}``,
     one entry per survivor claimed equivalent, each with the reason a reader can check."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    data = _read_json(path)
     entries = data.get("equivalent") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         raise BadInput(f"{path}: field 'equivalent': expected a list of entries")
