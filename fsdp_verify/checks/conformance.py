@@ -94,11 +94,16 @@ def _meta_problem(bucket: dict, launch: fx.Node, degree: int, spec_meta: bool) -
         sent, got = (packed * degree, packed) if rs else (packed, packed * degree)
         facts += [("fsdp_bucket_spec input elements", sent, _numel(spec.get("input_shape"))),
                   ("fsdp_bucket_spec output elements", got, _numel(spec.get("output_shape"))),
-                  ("fsdp_bucket_spec dtype", first["dtype"], str(spec.get("dtype")))]
+                  ("fsdp_bucket_spec dtype", _dtype_name(first["dtype"]), _dtype_name(spec.get("dtype")))]
     if spec_meta and "fsdp_degree" in meta:
         facts.append(("fsdp_degree", degree, meta["fsdp_degree"]))
     wrong = [f"{what} {got!r} (plan: {want!r})" for what, want, got in facts if want != got]
     return "; ".join(wrong) or None
+
+
+def _dtype_name(dtype: Any) -> str:
+    """``torch.float32`` and ``"float32"`` alike: a user's rewriter may write either."""
+    return str(dtype).removeprefix("torch.")
 
 
 def _numel(shape: Any) -> Optional[int]:
