@@ -21,7 +21,7 @@ from torch import fx
 
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
-from fsdp_verify.checks.graph_facts import FSDP_KINDS
+from fsdp_verify.checks.graph_facts import FSDP_KINDS, by_name
 from fsdp_verify.checks.registry import Checker
 
 NAME = "conformance"
@@ -180,8 +180,8 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
         launches = _launches(ctx, rank)
         index = _by_members(launches)
         records = {record.node: record for record in run.streams.get(rank, [])}
-        rewritten_nodes = {n.name: n for n in ctx.rewritten[rank].graph.nodes}
-        original = {n.name for n in ctx.original[rank].graph.nodes}
+        rewritten_nodes = by_name(ctx.rewritten[rank])
+        original = set(by_name(ctx.original[rank]))
         used: set[str] = set()
         for bucket in applied_buckets(ctx.reports(rank)):
             name = _match(bucket, index)
