@@ -48,7 +48,8 @@ class Justified:
 
 _SAME_WORLD = ("every rank plans the same graph (only device indices differ, and digests drop them) "
                "with the same deterministic planner, and the driver builds each group's reports from "
-               "the ranks that planned: ")
+               "the ranks that planned, so no case's own plan and rewrite takes it; the exchange checker "
+               "takes it on edited reports and a disagreeing world (checks/exchange.py): ")
 JUSTIFIED: tuple[Justified, ...] = (
     Justified("planner.py", "build_module_bucket_plans", "",
               "takes the nn.Module a caller holds; a case is a graph and planner arguments, and "
@@ -61,8 +62,7 @@ JUSTIFIED: tuple[Justified, ...] = (
               _SAME_WORLD + "a missing report means a rank outside the world (see above)"),
     Justified("planner.py", "validate_group_plans",
               'if (tuple(report["group_ranks"].get(group, ())) != tuple(expected)',
-              _SAME_WORLD + "so reports never disagree; a disagreeing target is what the consistency "
-                            "checker and tests/execute/test_rewrite_world.py exercise"),
+              _SAME_WORLD + "so reports never disagree"),
     Justified("planner.py", "_membership_reason", "if current[-1].key != candidate.key:",
               "incompatible_key: plan_fsdp_buckets groups candidates by key before the greedy pass "
               "(spec 2.7)"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 from torch import fx
 
@@ -35,6 +35,20 @@ class Target(ABC):
     def rewriters(self) -> tuple:
         """The per-round ``apply(module, plan)`` functions, for stale-plan and idempotence checks."""
         return ()
+
+    # True: ``rewrite`` exchanges each round's group reports among the ranks and must refuse a
+    # world whose ranks planned differently (spec 5.4.3), before rewriting any rank
+    exchanges_plans: ClassVar[bool] = False
+
+    def validate_reports(self, reports: Mapping[int, dict], group: str) -> None:
+        """Judge one group's exchanged reports (spec 2.12): return when they agree, raise
+        ValueError when a rank is missing or extra or the ranks or digests disagree."""
+        raise NotImplementedError(f"target {self.name!r} exposes no report validator")
+
+    @property
+    def has_validator(self) -> bool:
+        """Whether ``validate_reports`` is implemented (spec 5.2.14 applies)."""
+        return type(self).validate_reports is not Target.validate_reports
 
     def options(self) -> dict[str, tuple]:
         """The target's configuration space still open (option -> choices): a campaign draws one

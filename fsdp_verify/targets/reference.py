@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from torch import fx
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.reference.driver import ROUNDS, bucket_world
+from fsdp_verify.reference import driver, planner
+from fsdp_verify.reference.driver import ROUNDS
 from fsdp_verify.reference.planner import BucketPlan, BucketPolicy, plan_fsdp_buckets
 from fsdp_verify.targets.base import Target, builtin
 
@@ -26,6 +27,7 @@ class ReferenceTarget(Target):
 
     name = "reference"
     summary = "fsdp-verify's own planner + AG/RS rewriters + two-round driver (spec sections 2-4)"
+    exchanges_plans = True
 
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> BucketPlan:
         return plan_fsdp_buckets(module, **planner_kwargs(case, rank))
@@ -34,4 +36,7 @@ class ReferenceTarget(Target):
         return ROUNDS
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
-        return bucket_world(modules, lambda rank, module: self.plan(case, module, rank))
+        return driver.bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
+
+    def validate_reports(self, reports: Mapping[int, dict], group: str) -> None:
+        planner.validate_group_plans(reports, group)

@@ -89,6 +89,12 @@ PLANTED = [
     ("conformance", "gather_in_float64", "two_block", "dtype torch.float64 (plan: torch.float32)"),
     ("planner", "constant_group_digest", "two_block", "plan group_digests.fsdp is"),
     ("planner", "splits_before_skips", "barrier", "decision order"),
+    ("exchange", "validator_ignores_missing_rank", "two_block", "last rank's report dropped"),
+    ("exchange", "validator_ignores_extra_rank", "expert", "a rank outside the group"),
+    ("exchange", "validator_ignores_rank_order", "four_ranks", "ranks reversed in one report"),
+    ("exchange", "validator_ignores_digest", "two_block", "one rank's digest changed"),
+    ("exchange", "exchange_skipped", "three_ranks", "yet the target rewrote the world"),
+    ("exchange", "rewrite_then_exchange", "two_block", "were rewritten first"),
 ]
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from torch import fx
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.reference import planner
-from fsdp_verify.reference.driver import bucket_world
+from fsdp_verify.reference import driver, planner
 from fsdp_verify.targets.reference import ReferenceTarget
 
 Patch = tuple[Any, str, Any]
@@ -68,8 +67,13 @@ class Mutant(ReferenceTarget):
             return mutated
         return tuple(wrap(apply) for apply in super().rewriters())
 
+    def validate_reports(self, reports: Mapping[int, dict], group: str) -> None:
+        with _patched(self._patches()):
+            super().validate_reports(reports, group)
+
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
-        plans = bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
+        with _patched(self._patches()):  # a bug in the driver's exchange acts here
+            plans = driver.bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())
         if self._damage is not None:
             for rank, module in modules.items():
                 if self._last_rank_only and rank != max(case.graph.world()):  # one rank per process in real mode

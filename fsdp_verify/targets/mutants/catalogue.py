@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fsdp_verify.reference import planner, predicates, rewrite
-from fsdp_verify.targets.mutants import order_bugs, rewrite_bugs
+from fsdp_verify.reference import driver
+from fsdp_verify.targets.mutants import exchange_bugs, order_bugs, rewrite_bugs
 from fsdp_verify.targets.mutants.base import Mutant
 from fsdp_verify.targets.mutants.planner_bugs import (
     _cap_off_by_one,
@@ -100,6 +101,19 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            plan_edit=alternating_plans()),
     Mutant("parameters_counted_per_collective", "summary counts selected collectives as parameters", ("planner",),
            plan_edit=parameters_counted_per_collective),
+    # -- plan exchange: every simulated rank plans alike, so only the exchange checker's edits show these
+    Mutant("validator_ignores_missing_rank", "the report validator compares only the ranks that reported",
+           ("exchange",), lambda: exchange_bugs.validator(exchange_bugs.ignores_missing_rank)),
+    Mutant("validator_ignores_extra_rank", "the report validator drops reports from ranks outside the group",
+           ("exchange",), lambda: exchange_bugs.validator(exchange_bugs.ignores_extra_rank)),
+    Mutant("validator_ignores_rank_order", "the report validator compares the group's ranks as a set",
+           ("exchange",), lambda: exchange_bugs.validator(exchange_bugs.ignores_rank_order)),
+    Mutant("validator_ignores_digest", "the report validator compares ranks, never digests", ("exchange",),
+           lambda: exchange_bugs.validator(exchange_bugs.ignores_digest)),
+    Mutant("exchange_skipped", "the driver never exchanges plans: each rank rewrites with its own",
+           ("exchange",), lambda: [(driver, "exchange_and_validate", exchange_bugs.exchange_skipped)]),
+    Mutant("rewrite_then_exchange", "the driver rewrites every rank, then validates the round's plans",
+           ("exchange",), lambda: [(driver, "bucket_world", exchange_bugs.rewrite_then_exchange)]),
     # -- rewriter contract
     Mutant("stale_plan_accepted", "the rewriter applies plans made for another graph", ("consistency",),
            lambda: [(rewrite, "check_fresh", lambda module, plan: None)]),

@@ -1,0 +1,86 @@
+"""Exchange bugs: the reference validator and driver, each wrong in one way a real one has been.
+
+Each validator bug edits the reports so the spec's own ``validate_group_plans`` sees agreement
+where one kind of disagreement was, then calls it: the bug is exactly one blind rule.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from torch import fx
+
+from fsdp_verify.reference import driver, planner
+
+Validate = Callable[[Mapping[int, dict], str], None]
+VALIDATE = planner.validate_group_plans  # the spec's own, as imported: a patch never wraps a patch
+
+
+def validator(bug: Callable[[Validate], Validate]) -> list:
+    """Patches that make ``bug`` of the spec's validator the one the planner exports and the driver calls."""
+    wrong = bug(VALIDATE)
+    return [(planner, "validate_group_plans", wrong), (driver, "validate_group_plans", wrong)]
+
+
+def _as_reports(plans_by_rank: Mapping[int, object]) -> dict[int, dict]:
+    return {rank: plan.to_dict() if isinstance(plan, planner.BucketPlan) else dict(plan)
+            for rank, plan in plans_by_rank.items()}
+
+
+def ignores_missing_rank(validate: Validate) -> Validate:
+    """Only the ranks that reported are compared: a missing rank's report is made up from the first."""
+    def check(plans_by_rank: Mapping[int, object], group: str) -> None:
+        reports = _as_reports(plans_by_rank)
+        first = next(iter(reports.values()), None)
+        expected = first["group_ranks"].get(group, ()) if first else ()
+        validate({**{rank: first for rank in expected}, **reports} if first else reports, group)
+    return check
+
+
+def ignores_extra_rank(validate: Validate) -> Validate:
+    """Reports from ranks outside the group are dropped instead of refused."""
+    def check(plans_by_rank: Mapping[int, object], group: str) -> None:
+        reports = _as_reports(plans_by_rank)
+        first = next(iter(reports.values()), None)
+        expected = set(first["group_ranks"].get(group, ())) if first else set()
+        validate({rank: report for rank, report in reports.items() if rank in expected} or reports, group)
+    return check
+
+
+def ignores_rank_order(validate: Validate) -> Validate:
+    """The group's ranks are compared as sets: a rank that lists them in another order passes."""
+    def check(plans_by_rank: Mapping[int, object], group: str) -> None:
+        reports = _as_reports(plans_by_rank)
+        for report in reports.values():
+            ranks = report["group_ranks"].get(group)
+            if ranks is not None:
+                report["group_ranks"] = {**report["group_ranks"], group: sorted(ranks)}
+        validate(reports, group)
+    return check
+
+
+def ignores_digest(validate: Validate) -> Validate:
+    """Only the ranks are compared, never the digests."""
+    def check(plans_by_rank: Mapping[int, object], group: str) -> None:
+        reports = _as_reports(plans_by_rank)
+        first = next(iter(reports.values()), {"group_digests": {}})
+        for report in reports.values():
+            report["group_digests"] = {**report["group_digests"], group: first["group_digests"].get(group)}
+        validate(reports, group)
+    return check
+
+
+def exchange_skipped(plans: Mapping[int, planner.BucketPlan]) -> None:
+    """The driver never exchanges: each rank rewrites with its own plan."""
+
+
+def rewrite_then_exchange(modules: Mapping[int, fx.GraphModule], plan_for, rounds: tuple = driver.ROUNDS):
+    """The driver applies each round on every rank, then validates: a refused round is already written."""
+    history: dict[int, list] = {rank: [] for rank in modules}
+    for apply in rounds:
+        plans = {rank: plan_for(rank, module) for rank, module in modules.items()}
+        for rank, module in modules.items():
+            apply(module, plans[rank])
+            history[rank].append(plans[rank])
+        driver.exchange_and_validate(plans)
+    return history

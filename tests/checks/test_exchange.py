@@ -1,0 +1,43 @@
+"""The exchange checker: each planted exchange bug breaks the one rule written for it."""
+
+from __future__ import annotations
+
+import pytest
+
+from fsdp_verify.checks.exchange import EDITS
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.targets import get_target
+from helpers.cases import two_block_case
+
+RULES = {"validator_ignores_missing_rank": {"validator_accepts_missing_rank"},
+         "validator_ignores_extra_rank": {"validator_accepts_extra_rank"},
+         "validator_ignores_rank_order": {"validator_accepts_rank_order"},
+         "validator_ignores_digest": {"validator_accepts_digest"},
+         "exchange_skipped": {"divergent_plans_accepted"},
+         "rewrite_then_exchange": {"divergent_round_applied"}}
+
+
+@pytest.mark.parametrize("mutant", sorted(RULES))
+def test_each_exchange_bug_breaks_its_own_rule(mutant):
+    findings, _ = check_all(get_target(f"mutant:{mutant}"), two_block_case(), only=("exchange",))
+    assert {f.rule for f in findings} == RULES[mutant], [f.message for f in findings]
+
+
+def test_every_edit_has_a_bug_that_only_it_catches():
+    assert {edit.rule for edit in EDITS} <= set().union(*RULES.values())
+
+
+def test_a_validator_that_raises_the_wrong_error_is_named():
+    class Strict(type(get_target("reference"))):
+        def validate_reports(self, reports, group):
+            if len({str(r["group_digests"].get(group)) for r in reports.values()}) > 1 or \
+                    set(reports) != set(next(iter(reports.values()))["group_ranks"][group]):
+                raise KeyError(group)  # refuses, but not as spec 2.12 says
+            super().validate_reports(reports, group)
+    findings, _ = check_all(Strict(), two_block_case(), only=("exchange",))
+    assert {f.rule for f in findings} == {"validator_wrong_error"}
+
+
+def test_a_target_that_exchanges_nothing_is_skipped_with_a_reason():
+    _, ctx = check_all(get_target("torch-inductor"), two_block_case(), only=("exchange",))
+    assert "exchanges no plans" in ctx.skipped["exchange"]
