@@ -45,6 +45,16 @@ class Target(ABC):
         ValueError when a rank is missing or extra or the ranks or digests disagree."""
         raise NotImplementedError(f"target {self.name!r} exposes no report validator")
 
+    def module_plans(self, model: Any, block_module_types: Any, module_bucket_plans: Any) -> tuple:
+        """Module plans for ``model`` (spec 2.2 ``build_module_bucket_plans``): the outermost modules
+        of the block types, then the explicit groups; ValueError for a bad argument."""
+        raise NotImplementedError(f"target {self.name!r} builds no module plans")
+
+    @property
+    def has_module_plans(self) -> bool:
+        """Whether ``module_plans`` is implemented (spec 2.2's model rules apply)."""
+        return type(self).module_plans is not Target.module_plans
+
     @property
     def has_validator(self) -> bool:
         """Whether ``validate_reports`` is implemented (spec 5.2.14 applies)."""

@@ -40,3 +40,7 @@ class ReferenceTarget(Target):
 
     def validate_reports(self, reports: Mapping[int, dict], group: str) -> None:
         planner.validate_group_plans(reports, group)
+
+    def module_plans(self, model: Any, block_module_types: Any, module_bucket_plans: Any) -> tuple:
+        return planner.build_module_bucket_plans(model, block_module_types=block_module_types,
+                                                 module_bucket_plans=module_bucket_plans)

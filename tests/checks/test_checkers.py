@@ -95,6 +95,8 @@ PLANTED = [
     ("exchange", "validator_ignores_digest", "two_block", "one rank's digest changed"),
     ("exchange", "exchange_skipped", "three_ranks", "yet the target rewrote the world"),
     ("exchange", "rewrite_then_exchange", "two_block", "were rewritten first"),
+    ("module_plans", "explicit_scopes_unchecked", "two_block", "a scope the model lacks"),
+    ("module_plans", "nested_blocks_kept", "two_block", "block types"),
 ]
 
 

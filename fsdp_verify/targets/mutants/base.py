@@ -71,6 +71,10 @@ class Mutant(ReferenceTarget):
         with _patched(self._patches()):
             super().validate_reports(reports, group)
 
+    def module_plans(self, model: Any, block_module_types: Any, module_bucket_plans: Any) -> tuple:
+        with _patched(self._patches()):
+            return super().module_plans(model, block_module_types, module_bucket_plans)
+
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         with _patched(self._patches()):  # a bug in the driver's exchange acts here
             plans = driver.bucket_world(modules, lambda rank, module: self.plan(case, module, rank), self.rewriters())

@@ -25,6 +25,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     last_member_left_out,
     members_reversed,
     misreported_skip,
+    module_plans_built,
     module_prefix_without_dot,
     parameters_counted_per_collective,
     skip_listed_twice,
@@ -79,6 +80,16 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
     Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
            ("planner",), module_prefix_without_dot),
+    # -- module plans from a model (spec 2.2): the module_plans checker asks on the case's own names
+    Mutant("nested_blocks_kept", "module plans keep blocks nested inside other blocks", ("module_plans",),
+           lambda: module_plans_built(outermost=False)),
+    Mutant("explicit_scopes_unchecked", "module plans never look explicit scopes up in the model",
+           ("module_plans",), lambda: module_plans_built(scopes_checked=False)),
+    Mutant("block_types_any_sequence", "module plans take block types from a list as from a tuple",
+           ("module_plans",), lambda: module_plans_built(tuple_required=False)),
+    # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
+    Mutant("nested_blocks_by_prefix", "module plans drop a block whose FQN merely starts with an earlier "
+           "block's", ("module_plans",), lambda: module_plans_built(dot_boundary=False)),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),
            lambda: _suppress("repeated_parameter_instance")),
     # -- plan content: the grouping is right, what the plan reports is not

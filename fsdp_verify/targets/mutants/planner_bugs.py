@@ -222,3 +222,32 @@ def barrier_without_writes() -> list[Patch]:
             return False
         return original(node)
     return [(predicates, "is_barrier", is_barrier)]
+
+
+def module_plans_built(*, outermost: bool = True, scopes_checked: bool = True, tuple_required: bool = True,
+                       dot_boundary: bool = True) -> list[Patch]:
+    """``build_module_bucket_plans`` with one of its spec 2.2 rules off: nested blocks kept, explicit
+    scopes never looked up in the model, block types taken from any sequence, or a block's
+    descendants found by a bare prefix (``layers.1`` hides ``layers.10``)."""
+    from torch import nn
+
+    def build(model, *, block_module_types=(), module_bucket_plans=()):
+        if not isinstance(model, nn.Module):
+            raise ValueError("model must be a torch.nn.Module")
+        kinds = block_module_types
+        if (tuple_required and not isinstance(kinds, tuple)) or not all(
+                isinstance(kind, type) and issubclass(kind, nn.Module) for kind in kinds):
+            raise ValueError("block_module_types must be a tuple of torch.nn.Module subclasses")
+        kinds = tuple(kinds)
+        explicit = planner.normalize_module_bucket_plans(module_bucket_plans)
+        modules = dict(model.named_modules())
+        for fqn in (f for group in explicit for f in group):
+            if scopes_checked and fqn not in modules:
+                raise ValueError(f"Module bucket scope does not exist in model: {fqn!r}")
+        blocks: list[str] = []
+        for fqn, module in modules.items():
+            if fqn and kinds and isinstance(module, kinds) and not (outermost and any(
+                    fqn.startswith(parent + "." if dot_boundary else parent) for parent in blocks)):
+                blocks.append(fqn)
+        return planner.normalize_module_bucket_plans([*blocks, *explicit])
+    return [(planner, "build_module_bucket_plans", build)]
