@@ -143,11 +143,13 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
 
 
 MUTATION_KINDS = ("skip", "split", "singleton", "fusion", "args")
-# skip has the most reasons; args has 13 variants whose error branches only it reaches
+# skip has the most reasons; args has 14 variants whose error branches only it reaches
 MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "fusion": 1, "args": 2}
 # Reasons that skip every launch of a case come only from mutated_graphs (hazard_graphs plants
-# per-launch defects), and the parallel-mode rule has several values to reach: they weigh more.
-SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2}
+# per-launch defects), the parallel-mode rule has several values to reach and the shape rule nine
+# branches: they weigh more.
+SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unknown_process_group": 2,
+                "unknown_or_dynamic_shape": 2}
 
 
 def _rule_kind(reason: str) -> str:

@@ -151,6 +151,20 @@ def degree_one(case: Case, launch: str) -> Case:
     return _degree(case, launch, 1)
 
 
+@plants("skip", "group_size_mismatch")
+def degree_off_by_one(case: Case, launch: str) -> Case:
+    """One below the group's size where that is above 1 (a check for too large a degree alone passes
+    it), else one above."""
+    degree = case.graph.node(launch).args[-2]
+    return _degree(case, launch, degree - 1 if degree >= 3 else degree + 1)
+
+
+@plants("skip", "group_size_mismatch")
+def degree_float(case: Case, launch: str) -> Case:
+    """The group's size as a float (``world_size / tp`` is one in Python 3): equal, but no int."""
+    return _degree(case, launch, float(case.graph.node(launch).args[-2]))
+
+
 @plants("skip", "group_metadata_mismatch")
 def group_meta_mismatch(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_group=f"not_{case.graph.node(launch).args[-1]}")
@@ -578,6 +592,7 @@ ARG_MUTATIONS: dict[str, dict] = {
     "module_plans_empty_part": {"module_bucket_plans": ["blocks..0"]},
     "module_plans_whitespace": {"module_bucket_plans": ["blocks. 0"]},
     "module_plans_overlap": {"module_bucket_plans": ["blocks", "blocks.0"]},
+    "module_plans_not_str": {"module_bucket_plans": [["blocks.0", 7]]},
     "policy_cap_zero": {"policy": {"cap_bytes": 0}},
     "policy_bool": {"policy": {"max_input_distance": True}},
     "policy_negative": {"policy": {"max_consumer_distance": -1}},

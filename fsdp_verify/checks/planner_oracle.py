@@ -24,6 +24,7 @@ from fsdp_verify.checks.findings import CheckContext, Finding, Problem
 from fsdp_verify.checks.plan_model import (expected_report, plain_int, resigned, signature_of, signature_records,
                          signatures)
 from fsdp_verify.checks.registry import Checker
+from fsdp_verify.strategies import mutations
 
 NAME = "planner"
 GROUP_ERROR = "group_ranks must map PG names to distinct ordered non-negative global ranks"
@@ -378,6 +379,28 @@ def _exchange_problems(case: Any, plans: dict[int, list[dict]]) -> list[Finding]
     return findings
 
 
+def _argument_probes(ctx: CheckContext, module: fx.GraphModule, rank: int) -> list[Finding]:
+    """Spec 2.1-2.3 on every case, not only on the few drawn with broken arguments: the planner is
+    asked once per broken-argument form of ``mutations.ARG_MUTATIONS`` (the forms the generator
+    plants) and must refuse each with the spec's message. A right planner refuses before it scans,
+    so this costs a few argument checks per case."""
+    findings = []
+    for name, broken in mutations.ARG_MUTATIONS.items():
+        probe = ctx.case.with_args(**broken)
+        expected = expected_argument_error(probe.plan_args, probe.group_ranks(rank))
+        try:
+            ctx.target.plan(probe, module, rank)
+        except Exception as exc:  # noqa: BLE001 - what the planner raised is judged below
+            if expected is not None and (not isinstance(exc, ValueError) or expected not in str(exc)):
+                findings.append(Finding(NAME, f"probe {name}: the planner raised {type(exc).__name__}: {exc}; "
+                                              f"expected {expected!r}", rule="wrong_argument_error"))
+            continue
+        if expected is not None:
+            findings.append(Finding(NAME, f"probe {name}: invalid planner arguments were accepted; expected: "
+                                          f"{expected}", rule="invalid_arguments_accepted"))
+    return findings
+
+
 def check_planner(ctx: CheckContext) -> list[Finding]:
     """Validation, purity, skip/greedy oracles, ids, windows, summary, cross-rank digests."""
     original, plans = ctx.original, ctx.plans
@@ -408,7 +431,7 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     before = expectations.signature(original[first])  # a copy hashes as its original
     plan_a = ctx.target.plan(case, module, first).to_dict()
     plan_b = ctx.target.plan(case, module, first).to_dict()  # two in a row: a period-2 planner shows
-    findings = []
+    findings = _argument_probes(ctx, module, first)
     if signature_of(module) != before:
         findings.append(Finding(NAME, "planning mutated the graph (purity)", rule="purity"))
     # a copy planning left as it was is the fresh original its rank's replay starts from

@@ -51,6 +51,7 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
         if node_spec.op != "output" and node.name != node_spec.name:
             raise SpecError(f"{path}.name", f"FX renamed {node_spec.name!r} to {node.name!r}; pick another name")
         node.meta.update(fresh_copy(dict(node_spec.meta)))
+        _unshare_tags(node)
         env[node_spec.name] = node
     try:
         if lint:
@@ -67,6 +68,25 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
                                "inputs": list(spec.inputs), "attrs": copy.deepcopy(dict(spec.attrs)),
                                "version": spec.version}
     return module
+
+
+# Tag values a planner compares with its own constants. A planner comparing them by identity
+# (``is``) works on graphs tagged from the same interned constants and fails on graphs loaded
+# from disk or another process, whose strings are new objects: every built graph is like those.
+TAG_KEYS = ("comm_type", "comm_group", "param_name")
+
+
+def _unshared(text: str) -> str:
+    """An equal string that is a new object (a one-character string stays CPython's shared one)."""
+    return (text + " ")[:-1]
+
+
+def _unshare_tags(node: fx.Node) -> None:
+    for key in TAG_KEYS:
+        if type(node.meta.get(key)) is str:
+            node.meta[key] = _unshared(node.meta[key])
+    if node.op == "call_function" and any(type(arg) is str for arg in node.args):
+        node.args = tuple(_unshared(arg) if type(arg) is str else arg for arg in node.args)
 
 
 def add_call(graph: fx.Graph, target: object, args: tuple, kwargs: dict, name: Optional[str] = None) -> fx.Node:

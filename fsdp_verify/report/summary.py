@@ -6,6 +6,7 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from fsdp_verify.checks.exchange import DIVERGENT_EVERY
 from fsdp_verify.model import classes
 from fsdp_verify.report.tally import PROOFS, Result
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
@@ -161,7 +162,9 @@ def summary_text(result: Result, target: str) -> str:
              f"{result.proofs['planner_rounds_replayed']} against a replay; layout: "
              f"{result.proofs['layout_proved']} cases proved for every input (distinct codes), "
              f"{result.proofs['layout_two_runs']} told apart by a second coded run (codes wrapped once), "
-             f"{result.proofs['layout_tested']} only tested (codes wrapped past two runs)",
+             f"{result.proofs['layout_tested']} only tested (codes wrapped past two runs); exchange: "
+             f"{result.proofs['exchange_divergent_worlds']} worlds made to disagree (one case in {DIVERGENT_EVERY}, "
+             f"by seed; every case's reports edited)",
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),
@@ -205,7 +208,7 @@ def junit_xml(result: Result, target: str) -> str:
     kinds = [classes.of(f) for f in result.failures]
     for name, value in (("invalid_cases", result.invalid), ("output_elements", result.output_elements),
                         ("judged_elements", result.judged_elements),
-                        *((key, result.proofs[key]) for key in PROOFS),
+                        *((key, result.proofs[key]) for key in PROOFS), ("exchange_divergent_every", DIVERGENT_EVERY),
                         ("bugs", sum(c.is_bug for c in kinds)),
                         ("contract_mismatches", kinds.count(classes.FailureClass.MISMATCH)),
                         ("invalid_inputs", kinds.count(classes.FailureClass.INVALID_INPUT)),

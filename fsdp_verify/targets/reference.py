@@ -14,11 +14,26 @@ from fsdp_verify.targets.base import Target, builtin
 
 
 def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> dict[str, Any]:
-    """``plan_fsdp_buckets`` keyword arguments for ``case`` on ``rank``; may raise ValueError."""
+    """``plan_fsdp_buckets`` keyword arguments for ``case`` on ``rank``; may raise ValueError.
+
+    An optional argument at its spec default is left out: the defaults are part of the planner's
+    signature (spec 2.1), so its own then decide and a wrong one shows. Both forms are ones callers
+    use (the driver passes pp_degree and dp_mode but no policy, spec 3.5)."""
     args = case.plan_args
     policy = policy_type(**args.policy) if isinstance(args.policy, dict) else args.policy
-    return {"group_ranks": case.group_ranks(rank), "module_bucket_plans": args.module_bucket_plans,
-            "policy": policy, "pp_degree": args.pp_degree, "dp_mode": args.dp_mode}
+    optional = {"module_bucket_plans": args.module_bucket_plans, "policy": policy, "pp_degree": args.pp_degree,
+                "dp_mode": args.dp_mode}
+    return {"group_ranks": case.group_ranks(rank),
+            **{name: value for name, value in optional.items() if not _is_default(name, value)}}
+
+
+# The spec's defaults of plan_fsdp_buckets (section 2.1).
+SPEC_DEFAULTS = {"module_bucket_plans": None, "policy": None, "pp_degree": 1, "dp_mode": "fsdp"}
+
+
+def _is_default(name: str, value: Any) -> bool:
+    default = SPEC_DEFAULTS[name]
+    return value is None if default is None else (type(value) is type(default) and value == default)
 
 
 @builtin("reference")

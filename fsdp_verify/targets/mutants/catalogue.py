@@ -19,6 +19,10 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     _marks,
     _OffByOnePlan,
     barrier_without_writes,
+    cap_zero_accepted,
+    degree_rule_weakened,
+    fqn_type_unchecked,
+    kinds_by_identity,
     _shapes_swapped,
     _suppress,
     alternating_plans,
@@ -80,6 +84,24 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
     Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
            ("planner",), module_prefix_without_dot),
+    # Killed only on groups of 3 or more ranks (a degree between 1 and the size).
+    Mutant("degree_checked_above_only", "a degree below its group's size passes (only too large a one is "
+           "skipped)", ("planner",), lambda: degree_rule_weakened(
+               lambda degree, size: isinstance(degree, int) and 1 < degree < size), hunt="skip:group_size_mismatch"),
+    Mutant("float_degree_accepted", "a float degree equal to the group's size passes", ("planner",),
+           lambda: degree_rule_weakened(lambda degree, size: isinstance(degree, float) and degree == size),
+           hunt="skip:group_size_mismatch"),
+    # Killed only because built graphs hold their tags as new string objects (graph/builder.py).
+    Mutant("kinds_by_identity", "tagged launches are recognised by identity (is) with the planner's own "
+           "constants", ("planner",), kinds_by_identity),
+    Mutant("pp_degree_defaults_to_two", "plan_fsdp_buckets defaults pp_degree to 2 (every launch skipped as "
+           "an unsupported mode unless the caller passes 1)", ("planner",),
+           lambda: [(planner.plan_fsdp_buckets, "__kwdefaults__",
+                     {**planner.plan_fsdp_buckets.__kwdefaults__, "pp_degree": 2})]),
+    # -- argument validation (spec 2.1-2.3): the planner oracle probes every case with broken arguments
+    Mutant("cap_zero_accepted", "the policy admits a byte cap of 0", ("planner",), cap_zero_accepted),
+    Mutant("fqn_type_unchecked", "an explicit module FQN that is no string raises TypeError", ("planner",),
+           fqn_type_unchecked),
     # -- module plans from a model (spec 2.2): the module_plans checker asks on the case's own names
     Mutant("nested_blocks_kept", "module plans keep blocks nested inside other blocks", ("module_plans",),
            lambda: module_plans_built(outermost=False)),

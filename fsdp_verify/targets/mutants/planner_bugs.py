@@ -251,3 +251,53 @@ def module_plans_built(*, outermost: bool = True, scopes_checked: bool = True, t
                 blocks.append(fqn)
         return planner.normalize_module_bucket_plans([*blocks, *explicit])
     return [(planner, "build_module_bucket_plans", build)]
+
+
+def cap_zero_accepted() -> list[Patch]:
+    """The policy admits ``cap_bytes=0`` (the floor of the distances applied to the cap too)."""
+    def post_init(self) -> None:
+        for name in ("cap_bytes", "max_input_distance", "max_consumer_distance"):
+            value = getattr(self, name)
+            if value is not None and (not planner._plain_int(value) or value < 0):
+                raise ValueError(planner.POLICY_ERROR.format(name))
+    return [(planner.BucketPolicy, "__post_init__", post_init)]
+
+
+def fqn_type_unchecked() -> list[Patch]:
+    """An explicit FQN is checked for wildcards before its type: an int raises TypeError."""
+    def invalid(fqn) -> bool:
+        if not fqn or any(char in fqn for char in "*?[]"):
+            return True
+        return any(not part or part != part.strip() for part in fqn.split("."))
+    return [(planner, "_invalid_fqn", invalid)]
+
+
+def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
+    """Rule 5 of spec 2.5 passes a degree ``accepts(degree, group size)`` lets through: the launch is
+    judged by the later rules as if its degree were the group's size."""
+    original = planner._identity_reason
+
+    def identity_reason(node, kind, groups):
+        found = original(node, kind, groups)
+        group = node.args[-1] if node.args else None
+        if found != "group_size_mismatch" or group not in groups or not accepts(node.args[-2], len(groups[group])):
+            return found
+        saved = node.args
+        node.args = (*saved[:-2], len(groups[group]), saved[-1])
+        try:
+            return original(node, kind, groups)
+        finally:
+            node.args = saved
+    return [(planner, "_identity_reason", identity_reason)]
+
+
+def kinds_by_identity() -> list[Patch]:
+    """Tagged launches recognised by identity with the planner's own kind constants (``is``): right on
+    graphs tagged from those interned constants, wrong on graphs loaded from disk."""
+    original = planner._identity_reason
+
+    def identity_reason(node, kind, groups):
+        if not any(kind is known for known in planner.KINDS):
+            return "unsupported_signature"
+        return original(node, kind, groups)
+    return [(planner, "_identity_reason", identity_reason)]
