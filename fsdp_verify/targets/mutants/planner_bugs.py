@@ -301,3 +301,18 @@ def kinds_by_identity() -> list[Patch]:
             return "unsupported_signature"
         return original(node, kind, groups)
     return [(planner, "_identity_reason", identity_reason)]
+
+
+def rs_prep_not_excluded() -> list[Patch]:
+    """The span checks of spec 2.7 see an RS bucket's own preparation chains as ordinary nodes: a
+    chain's source carries no phase tag (spec 1.7), so it splits the bucket as a phase flip."""
+    original = planner._span_reason
+
+    def span_reason(current, candidate, nodes, order):
+        saved = planner.helpers.rs_layout_preparation
+        planner.helpers.rs_layout_preparation = lambda launch: []
+        try:
+            return original(current, candidate, nodes, order)
+        finally:
+            planner.helpers.rs_layout_preparation = saved
+    return [(planner, "_span_reason", span_reason)]
