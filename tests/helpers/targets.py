@@ -194,6 +194,9 @@ class Polluting(ReferenceTarget):
     a child that served the first run, the second case would fail for what the first one did."""
 
     name = "polluting"
+    # Its second run in one process raises by design, and the exchange checker runs it a second
+    # time on a disagreeing world: that finding is not what the isolation tests are about.
+    exchanges_plans = False
 
     def rewrite(self, case, modules):
         import os
