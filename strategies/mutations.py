@@ -531,9 +531,38 @@ def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
 
 
+@acts_on(*AG_KINDS)
+def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
+    """The wait of another bucket's last launch moves into this pair's span, right after a copy
+    that B now gathers: the pair's fused launch goes just before that wait, which the other
+    bucket's own fusion erases (a rewriter that fuses the earlier bucket first has lost the node
+    it inserts before). Launches issued ahead of their consumers, as a prefetching schedule has
+    them, give the room: only graphs gathered before the forward (no reshard) fit."""
+    graph = case.graph
+    if _kind(case, b) == RS_KIND:
+        return None
+    at = edit.index_of(graph, a)
+    earlier = [node for node in graph.nodes[:at] if node.meta.get("comm_type") in AG_KINDS]
+    if not earlier or _site_key(earlier[-1]) == _site_key(graph.node(a)):
+        return None
+    other = earlier[-1].name
+    wait = _wait_of(graph, other)
+    if wait is None or not edit.index_of(graph, other) < edit.index_of(graph, wait) < at:
+        return None
+    if any(edit.index_of(graph, user) <= at for user in edit.users_of(graph, wait)):
+        return None  # what reads the wait must stay after it
+    node_b, moved = graph.node(b), graph.node(wait)
+    clone = edit.fresh_name(graph, f"{b}_src")
+    graph = graph.with_nodes([node for node in graph.nodes if node.name != wait])
+    graph = edit.insert_after(graph, a, [edit.call(clone, "aten.clone.default", node_b.args[0], meta=_phase(case, b)),
+                                         moved])
+    return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
-FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,)}
+FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
+                                                      "anchor_on_foreign_wait": (anchor_on_foreign_wait,)}
 
 
 # -- sites ---------------------------------------------------------------------------------
