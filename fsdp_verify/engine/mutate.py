@@ -83,7 +83,7 @@ class Equivalence:
 
     def matches(self, mutant: Mutant, before: str, after: str) -> bool:
         return (Path(self.path).as_posix() == Path(mutant.path).as_posix() and self.operator == mutant.operator
-                and self.before == before and self.after == after)
+                and self.before.strip() == before.strip() and self.after.strip() == after.strip())
 
 
 @dataclass

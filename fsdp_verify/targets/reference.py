@@ -16,15 +16,17 @@ from fsdp_verify.targets.base import Target, builtin
 def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> dict[str, Any]:
     """``plan_fsdp_buckets`` keyword arguments for ``case`` on ``rank``; may raise ValueError.
 
-    An optional argument at its spec default is left out: the defaults are part of the planner's
-    signature (spec 2.1), so its own then decide and a wrong one shows. Both forms are ones callers
-    use (the driver passes pp_degree and dp_mode but no policy, spec 3.5)."""
+    An optional argument at its spec default is left out on cases of odd seed, so the planner's
+    own defaults decide and a wrong one shows; on even seeds it is passed, a string as a new
+    object (as read from a config file), so a planner comparing it with ``is`` shows. Callers use
+    both forms (the driver passes pp_degree and dp_mode but no policy, spec 3.5)."""
     args = case.plan_args
     policy = policy_type(**args.policy) if isinstance(args.policy, dict) else args.policy
     optional = {"module_bucket_plans": args.module_bucket_plans, "policy": policy, "pp_degree": args.pp_degree,
                 "dp_mode": args.dp_mode}
-    return {"group_ranks": case.group_ranks(rank),
-            **{name: value for name, value in optional.items() if not _is_default(name, value)}}
+    passed = {name: (value + " ")[:-1] if type(value) is str else value for name, value in optional.items()
+              if case.seed % 2 == 0 or not _is_default(name, value)}
+    return {"group_ranks": case.group_ranks(rank), **passed}
 
 
 # The spec's defaults of plan_fsdp_buckets (section 2.1).
