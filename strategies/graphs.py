@@ -124,8 +124,8 @@ def plan_args(draw, blueprint: Blueprint) -> PlanArgs:
         plans = [blocks[i:i + 2] for i in range(0, len(blocks), 2)]  # pairs of blocks share buckets
     elif choice == 2:
         plans = [[b] for b in blocks]
-        if draw(st.booleans()):  # a configured scope no parameter lives under (an unsharded head)
-            plans.append(["unsharded_head"])
+    elif choice == 3:  # a configured scope no parameter lives under (an unsharded head) as well
+        plans = [[b] for b in blocks] + [["unsharded_head"]]
     policy = None
     if draw(st.integers(0, 3)) == 0:
         policy = {
