@@ -18,6 +18,7 @@ disagreement itself:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -37,16 +38,16 @@ STATE_IDX_SHIFT = 1_000_003
 DIVERGENT_EVERY = 4
 
 
-def _shared_groups(ctx: CheckContext) -> dict[str, tuple[int, ...]]:
-    """Groups of two or more ranks, as the first rank's planner is told them, whose every rank
-    planned in this world."""
-    first = min(ctx.original)
-    groups = {}
-    for group, ranks in ctx.case.group_ranks(first).items():
-        ranks = tuple(ranks)
-        if len(ranks) >= 2 and all(rank in ctx.original for rank in ranks):
-            groups[group] = ranks
-    return groups
+def _shared_groups(ctx: CheckContext) -> list[tuple[str, tuple[int, ...]]]:
+    """Every (group, ranks) of two or more ranks some rank's planner is told, whose every rank
+    planned in this world: an expert group's every subgroup, not only the first rank's."""
+    found: list[tuple[str, tuple[int, ...]]] = []
+    for rank in sorted(ctx.original):
+        for group, ranks in ctx.case.group_ranks(rank).items():
+            ranks = tuple(ranks)
+            if len(ranks) >= 2 and all(r in ctx.original for r in ranks) and (group, ranks) not in found:
+                found.append((group, ranks))
+    return found
 
 
 # -- 1. the validator on edited reports ------------------------------------------------------------
@@ -99,12 +100,13 @@ def _refusal(ctx: CheckContext, reports: dict, group: str) -> Optional[BaseExcep
     return None
 
 
-def _validator_findings(ctx: CheckContext, groups: dict[str, tuple[int, ...]]) -> list[Finding]:
+def _validator_findings(ctx: CheckContext, groups: list[tuple[str, tuple[int, ...]]]) -> list[Finding]:
     findings = []
-    for group, ranks in groups.items():
+    for group, ranks in groups:
         if not all(ctx.reports(rank) for rank in ranks):
             continue
-        reports = {rank: ctx.reports(rank)[0] for rank in ranks}
+        # copies: spec 2.12 uses a dict report as is, and the other checkers read the shared ones
+        reports = {rank: copy.deepcopy(ctx.reports(rank)[0]) for rank in ranks}
         refused = _refusal(ctx, reports, group)
         if refused is not None:
             findings.append(Finding(NAME, f"group {group} {list(ranks)}: the validator refused the ranks' own "
@@ -112,7 +114,7 @@ def _validator_findings(ctx: CheckContext, groups: dict[str, tuple[int, ...]]) -
                                     rule="validator_refuses_agreement"))
             continue
         for edit in EDITS:
-            refused = _refusal(ctx, edit.apply(reports, group, ranks), group)
+            refused = _refusal(ctx, copy.deepcopy(edit.apply(reports, group, ranks)), group)
             if refused is None:
                 findings.append(Finding(NAME, f"group {group} {list(ranks)}: the validator accepted the reports "
                                               f"with {edit.what} (spec 2.12 refuses them)", rule=edit.rule))
@@ -135,9 +137,10 @@ def _shift_one_launch(module: fx.GraphModule, group: str) -> Optional[str]:
     return None
 
 
-def _divergent_findings(ctx: CheckContext, groups: dict[str, tuple[int, ...]]) -> list[Finding]:
+def _divergent_findings(ctx: CheckContext, groups: list[tuple[str, tuple[int, ...]]]) -> list[Finding]:
     case = ctx.case
-    for group, ranks in groups.items():
+    start = (case.seed // DIVERGENT_EVERY) % len(groups) if groups else 0  # each group and subgroup in turn
+    for group, ranks in groups[start:] + groups[:start]:
         rank = ranks[-1]
         if tuple(case.group_ranks(rank).get(group, ())) != ranks:
             continue  # the ranks are told different groups: not the disagreement this builds
@@ -150,7 +153,10 @@ def _divergent_findings(ctx: CheckContext, groups: dict[str, tuple[int, ...]]) -
         where = f"group {group} {list(ranks)}, rank {rank}'s {shifted} given another state_idx"
         try:
             ctx.target.rewrite(case, modules)
-        except ValueError:
+        except ValueError as exc:
+            if f"{DISAGREE} {group}" not in str(exc):
+                return [Finding(NAME, f"{where}: the target raised ValueError: {exc}; spec 2.12 says "
+                                      f"{DISAGREE + ' ' + group!r}", nodes=(shifted,), rule="divergent_wrong_error")]
             written = sorted(r for r, module in modules.items() if changed(module, before[r]) is not None)
             if written:
                 return [Finding(NAME, f"{where}: the exchange refused the round, but ranks {written} were "
@@ -172,7 +178,9 @@ def check_exchange(ctx: CheckContext) -> list[Finding]:
         return []  # the planner must refuse these arguments before any exchange
     groups = _shared_groups(ctx)
     findings = _validator_findings(ctx, groups) if ctx.target.has_validator and ctx.plans else []
-    if ctx.target.exchanges_plans and not findings and ctx.case.seed % DIVERGENT_EVERY == 0:
+    args = ctx.case.plan_args
+    supported = args.pp_degree == 1 and args.dp_mode == "fsdp"  # else the driver returns untouched (spec 3.2)
+    if ctx.target.exchanges_plans and supported and not findings and ctx.case.seed % DIVERGENT_EVERY == 0:
         findings += _divergent_findings(ctx, groups)
     return findings
 

@@ -95,7 +95,8 @@ def unrunnable(node: Any, ranks: Optional[tuple], rank: int) -> Optional[str]:
     if ranks is None:
         return f"group {group!r} is not a group of rank {rank}"
     position = size_position(node.target)
-    if position is not None and len(node.args) >= 3 and node.args[position] != len(ranks):
+    if position is not None and len(node.args) >= 3 and (type(node.args[position]) is not int
+                                                         or node.args[position] != len(ranks)):
         return f"size argument {node.args[position]!r} on a group of {len(ranks)} ranks"
     return None
 

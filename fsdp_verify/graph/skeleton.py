@@ -24,6 +24,9 @@ class Container(nn.Module):
 
 
 INNER = "inner"
+# A module outside every block that holds no parameter (an unsharded head): explicit groups
+# naming it combine with block groups without overlap, so their order is judged.
+HEAD = "fsdp_verify_head"
 
 
 def _child(parent: nn.Module, name: str) -> nn.Module | None:
@@ -42,9 +45,10 @@ def _child(parent: nn.Module, name: str) -> nn.Module | None:
 
 
 def skeleton(fqns: Iterable[str]) -> nn.Module:
-    """A model whose ``named_modules()`` hold every module prefix of ``fqns``, each parameter an
-    empty tensor at its name; names a module tree cannot hold are left out."""
+    """A model whose ``named_modules()`` hold every module prefix of ``fqns`` and ``HEAD``, each
+    parameter an empty tensor at its name; names a module tree cannot hold are left out."""
     root = Container()
+    root.add_module(HEAD, Container())
     for fqn in fqns:
         parts = fqn.split(".") if isinstance(fqn, str) else []
         if len(parts) < 2 or any(not part for part in parts):

@@ -41,3 +41,26 @@ def test_a_validator_that_raises_the_wrong_error_is_named():
 def test_a_target_that_exchanges_nothing_is_skipped_with_a_reason():
     _, ctx = check_all(get_target("torch-inductor"), two_block_case(), only=("exchange",))
     assert "exchanges no plans" in ctx.skipped["exchange"]
+
+
+def test_a_driver_that_validates_its_first_group_only_is_caught_on_a_second_group():
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.model.case import Case
+    blocks = ((ParamDraw((2, 4)), ParamDraw((2, 4), expert=True)), (ParamDraw((2, 2)), ParamDraw((3,), expert=True)))
+    expert = Case(render(Blueprint(blocks=blocks, expert_degree=2, degree=2)))
+    # the seed picks which group the disagreeing world shifts: seed 4 takes the second one
+    for seed, caught in ((0, False), (4, True)):
+        findings, _ = check_all(get_target("mutant:exchange_first_group_only"), expert.__class__(
+            expert.graph, expert.plan_args, seed=seed), only=("exchange",))
+        assert ({f.rule for f in findings} == {"divergent_plans_accepted"}) is caught, [f.message for f in findings]
+
+
+def test_a_disagreeing_world_must_be_refused_with_the_spec_message():
+    class Vague(type(get_target("reference"))):
+        def rewrite(self, case, modules):
+            try:
+                return super().rewrite(case, modules)
+            except ValueError:
+                raise ValueError("no") from None
+    findings, _ = check_all(Vague(), two_block_case(), only=("exchange",))
+    assert {f.rule for f in findings} == {"divergent_wrong_error"}

@@ -37,6 +37,7 @@ def test_the_spec_answer_takes_outermost_blocks_then_explicit_groups():
     ("explicit_scopes_unchecked", "module_plans_accepted_invalid", ()),
     ("block_types_any_sequence", "module_plans_accepted_invalid", ()),
     ("nested_blocks_by_prefix", "module_plans_differ", PREFIX_NAMES),
+    ("explicit_groups_first", "module_plans_differ", ()),
 ])
 def test_each_module_plan_bug_breaks_its_rule_and_the_reference_none(mutant, rule, names):
     case = two_block_case(block_names=names)

@@ -112,6 +112,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            ("module_plans",), lambda: module_plans_built(scopes_checked=False)),
     Mutant("block_types_any_sequence", "module plans take block types from a list as from a tuple",
            ("module_plans",), lambda: module_plans_built(tuple_required=False)),
+    Mutant("explicit_groups_first", "module plans put the explicit groups before the blocks", ("module_plans",),
+           lambda: module_plans_built(explicit_first=True)),
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
     Mutant("nested_blocks_by_prefix", "module plans drop a block whose FQN merely starts with an earlier "
            "block's", ("module_plans",), lambda: module_plans_built(dot_boundary=False)),
@@ -148,6 +150,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            lambda: exchange_bugs.validator(exchange_bugs.ignores_digest)),
     Mutant("exchange_skipped", "the driver never exchanges plans: each rank rewrites with its own",
            ("exchange",), lambda: [(driver, "exchange_and_validate", exchange_bugs.exchange_skipped)]),
+    # Killed only on cases with a second group or subgroup (expert groups).
+    Mutant("exchange_first_group_only", "the driver validates only its first group and subgroup", ("exchange",),
+           lambda: [(driver, "exchange_and_validate", exchange_bugs.first_group_only)]),
     Mutant("rewrite_then_exchange", "the driver rewrites every rank, then validates the round's plans",
            ("exchange",), lambda: [(driver, "bucket_world", exchange_bugs.rewrite_then_exchange)]),
     # -- rewriter contract

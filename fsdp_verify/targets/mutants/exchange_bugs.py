@@ -74,6 +74,15 @@ def exchange_skipped(plans: Mapping[int, planner.BucketPlan]) -> None:
     """The driver never exchanges: each rank rewrites with its own plan."""
 
 
+def first_group_only(plans: Mapping[int, planner.BucketPlan]) -> None:
+    """The driver validates only the first group in name order, and only its first subgroup."""
+    groups = sorted({group for plan in plans.values() for group in plan.group_ranks})
+    if not groups:
+        return
+    ranks = min(tuple(plan.group_ranks[groups[0]]) for plan in plans.values() if groups[0] in plan.group_ranks)
+    VALIDATE({rank: driver.group_report(plans[rank], groups[0]) for rank in ranks if rank in plans}, groups[0])
+
+
 def rewrite_then_exchange(modules: Mapping[int, fx.GraphModule], plan_for, rounds: tuple = driver.ROUNDS):
     """The driver applies each round on every rank, then validates: a refused round is already written."""
     history: dict[int, list] = {rank: [] for rank in modules}
