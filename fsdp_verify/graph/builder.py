@@ -76,7 +76,7 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
 TAG_KEYS = ("comm_type", "comm_group", "param_name")
 
 
-def _unshared(text: str) -> str:
+def unshared(text: str) -> str:
     """An equal string that is a new object (a one-character string stays CPython's shared one)."""
     return (text + " ")[:-1]
 
@@ -84,9 +84,9 @@ def _unshared(text: str) -> str:
 def _unshare_tags(node: fx.Node) -> None:
     for key in TAG_KEYS:
         if type(node.meta.get(key)) is str:
-            node.meta[key] = _unshared(node.meta[key])
+            node.meta[key] = unshared(node.meta[key])
     if node.op == "call_function" and any(type(arg) is str for arg in node.args):
-        node.args = tuple(_unshared(arg) if type(arg) is str else arg for arg in node.args)
+        node.args = tuple(unshared(arg) if type(arg) is str else arg for arg in node.args)
 
 
 def add_call(graph: fx.Graph, target: object, args: tuple, kwargs: dict, name: Optional[str] = None) -> fx.Node:

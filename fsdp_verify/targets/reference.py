@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from torch import fx
 
+from fsdp_verify.graph.builder import unshared
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference import driver, planner
 from fsdp_verify.reference.driver import ROUNDS
@@ -24,7 +25,7 @@ def planner_kwargs(case: Case, rank: int, policy_type: type = BucketPolicy) -> d
     policy = policy_type(**args.policy) if isinstance(args.policy, dict) else args.policy
     optional = {"module_bucket_plans": args.module_bucket_plans, "policy": policy, "pp_degree": args.pp_degree,
                 "dp_mode": args.dp_mode}
-    passed = {name: (value + " ")[:-1] if type(value) is str else value for name, value in optional.items()
+    passed = {name: unshared(value) if type(value) is str else value for name, value in optional.items()
               if case.seed % 2 == 0 or not _is_default(name, value)}
     return {"group_ranks": case.group_ranks(rank), **passed}
 
