@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fsdp_verify.graph.compose import Composer
 from fsdp_verify.graph.spec import GraphSpec
+from fsdp_verify.graph.values import dtype_from_name
 
 VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain", "pair")
 # How a parameter's RS layout-preparation chain is tagged (spec 1.7): its own, owned by another
@@ -26,6 +27,13 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 # strides swapped (same shape and values, non-contiguous), as a shard on dim 1 gives. A rewriter
 # that packs a source's storage instead of its elements is right on every contiguous source.
 LAYOUTS = ("contiguous", "column_major")
+# What a low-precision all-gather moves (a cast of the parameter before its gather): half and
+# single precision as mixed precision does, float8 as float8 training does, int8 as quantised
+# weights do. A bucket whose members move different dtypes must keep each member's dtype.
+WIRES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "int8")
+# Wires nothing computes in: the gathered tensor is cast back to the parameter's dtype after the
+# wait, before any view (the post-all-gather step of float8 and quantised all-gathers).
+STORAGE_ONLY = frozenset({"float8_e4m3fn", "float8_e5m2", "int8"})
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,7 @@ class ParamDraw:
     expert: bool = False
     own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
     layout: str = "contiguous"  # or "column_major": the all-gather source is a non-contiguous copy (LAYOUTS)
+    wire: str = ""  # a dtype of WIRES: every gather of the parameter moves a cast of it (low precision)
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,23 @@ def _column_major(c: Composer, tensor: str) -> str:
     return c.call("aten.transpose.int", c.call("aten.contiguous.default", flipped), 0, 1)
 
 
+def _gather(c: Composer, fqn: str, draw: ParamDraw, source: str | None, backward: bool = False) -> str:
+    """One gather of ``fqn`` (its wait): with a wire dtype, the gather moves a cast of the parameter
+    (each gather casts afresh, as a recomputed pre-all-gather does)."""
+    if draw.wire:
+        source = c.call("prims.convert_element_type.default", source or c.param_spec(fqn).placeholder,
+                        dtype_from_name(draw.wire), backward=backward)
+    return c.all_gather(fqn, backward=backward, source=source)[1]
+
+
+def _unpacked(c: Composer, draw: ParamDraw, gathered: str, backward: bool) -> str:
+    """What a use of the gathered parameter reads: a storage-only wire is cast back to the
+    parameter's dtype at the use (the post-all-gather step of float8 and quantised gathers)."""
+    if draw.wire not in STORAGE_ONLY:
+        return gathered
+    return c.call("prims.convert_element_type.default", gathered, dtype_from_name(draw.dtype), backward=backward)
+
+
 def _prep_chain(c: Composer, grad: str, fqn: str, kind: str) -> tuple[str, dict]:
     """The RS input and launch meta of a tagged prep chain of ``kind`` (PREP_KINDS)."""
     owner = f"prep:{fqn}"
@@ -142,13 +168,14 @@ def render(bp: Blueprint) -> GraphSpec:
                if draw.layout == "column_major" and len(draw.shard_shape) >= 2}
     waits: dict[str, str] = {}
     if not bp.reshard_after_forward:
-        for fqn, _ in params:
-            waits[fqn] = c.all_gather(fqn, source=sources.get(fqn))[1]
+        for fqn, draw in params:
+            waits[fqn] = _gather(c, fqn, draw, sources.get(fqn))
     h = c.call("aten.sum.default", x)
     for fqn, draw in params:
         if bp.reshard_after_forward:
-            waits[fqn] = c.all_gather(fqn, source=sources.get(fqn))[1]
-        view = _view_chain(c, waits[fqn], draw.view, backward=False, packets=not bp.overload)
+            waits[fqn] = _gather(c, fqn, draw, sources.get(fqn))
+        view = _view_chain(c, _unpacked(c, draw, waits[fqn], backward=False), draw.view, backward=False,
+                           packets=not bp.overload)
         scaled = c.call("aten.mul.Tensor", view, h)
         if bp.reshard_after_forward and draw.regather:
             c.free(waits[fqn], fqn=fqn)
@@ -159,10 +186,11 @@ def render(bp: Blueprint) -> GraphSpec:
     grads: dict[str, str] = {}
     for fqn, draw in reversed(params):
         regather = bp.reshard_after_forward and draw.regather
-        full = c.all_gather(fqn, backward=True, source=sources.get(fqn))[1] if regather else waits[fqn]
-        view = _view_chain(c, full, draw.view, backward=True, packets=not bp.overload)
+        full = _gather(c, fqn, draw, sources.get(fqn), backward=True) if regather else waits[fqn]
+        used = _unpacked(c, draw, full, backward=True)
+        view = _view_chain(c, used, draw.view, backward=True, packets=not bp.overload)
         contribution = c.call("aten.sum.default", c.call("aten.mul.Tensor", view, g, backward=True), backward=True)
-        grads[fqn] = c.call("aten.mul.Tensor", full, g, backward=True)
+        grads[fqn] = c.call("aten.mul.Tensor", used, g, backward=True)
         if regather:
             c.free(full, backward=True, fqn=fqn)
         g = c.call("aten.clamp.default", c.call("aten.add.Tensor", g, contribution, backward=True), -BOUND, BOUND,
@@ -178,4 +206,4 @@ def render(bp: Blueprint) -> GraphSpec:
                                     "state_is_param": [True] * len(fqns)})
 
 
-__all__ = ["DTYPES", "LAYOUTS", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]
+__all__ = ["DTYPES", "LAYOUTS", "STORAGE_ONLY", "WIRES", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "render"]

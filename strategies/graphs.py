@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fsdp_verify.model.case import Case, PlanArgs
 
 from fsdp_verify.strategies import mutations
-from fsdp_verify.strategies.blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, Blueprint, ParamDraw, render
+from fsdp_verify.strategies.blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, WIRES, Blueprint, ParamDraw, render
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,17 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     # every parameter too; shrinking goes to narrow.
     if draw(st.integers(0, 15)) == 15 and size.wide:
         shape = (draw(st.integers(1, 3)), draw(st.integers(48, 160)))
+    view = draw(st.sampled_from(VIEW_KINDS))
+    regather = draw(st.booleans()) if forced_regather is None else forced_regather
+    reduce_op = draw(st.sampled_from(("avg", "sum")))
+    own_scope = not expert or draw(st.integers(0, 3)) > 0
+    # One in eight gathers a cast of itself (a low-precision all-gather: bf16 mixed precision,
+    # float8, int8), so one bucket often moves several dtypes. Both choices are drawn for every
+    # parameter, as above; shrinking goes to no cast.
+    low_precision, wire = draw(st.integers(0, 7)) == 7, draw(st.sampled_from(WIRES))
     return ParamDraw(
-        shard_shape=shape, dtype=dtype, view=draw(st.sampled_from(VIEW_KINDS)),
-        regather=draw(st.booleans()) if forced_regather is None else forced_regather,
-        reduce_op=draw(st.sampled_from(("avg", "sum"))),
-        expert=expert, own_scope=not expert or draw(st.integers(0, 3)) > 0, layout=layout)
+        shard_shape=shape, dtype=dtype, view=view, regather=regather, reduce_op=reduce_op,
+        expert=expert, own_scope=own_scope, layout=layout, wire=wire if low_precision and wire != dtype else "")
 
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6

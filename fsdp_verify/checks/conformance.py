@@ -22,6 +22,7 @@ from torch import fx
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.graph_facts import FSDP_KINDS, by_name
+from fsdp_verify.checks.identity import holds_exactly
 from fsdp_verify.checks.registry import Checker
 
 NAME = "conformance"
@@ -63,18 +64,36 @@ def _match(bucket: dict, index: dict[frozenset, str]) -> Optional[str]:
     return index.get(frozenset(want.items()))
 
 
-def _stream_problems(bucket: dict, record: Any, degree: int) -> Optional[str]:
-    """Kind, group, reduce op, dtype, element count and bytes of the launch against the plan."""
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name.split(".")[-1])
+
+
+def _stream_problems(bucket: dict, record: Any, degree: int, moved: set[str]) -> Optional[str]:
+    """Kind, group, reduce op, dtype, element count and bytes of the launch against the plan.
+
+    The plan's dtype is the parameters' (spec 1.4); what the members' own launches moved
+    (``moved``) is what the fused one must move: a low-precision gather moves a cast of its
+    parameter, and members that moved several dtypes need one that holds each of them exactly."""
     first = bucket["members"][0]
     rs = first["kind"] == "fsdp_reduce_scatter"
     packed = sum(m["local_numel"] for m in bucket["members"])
     numel = packed * degree if rs else packed
     sent = math.prod(record.shape)
-    itemsize = getattr(torch, record.dtype.split(".")[-1]).itemsize
+    itemsize = _dtype(record.dtype).itemsize
+    want_dtype, want_bytes = first["dtype"], bucket["size_bytes"]
+    if moved and moved != {want_dtype}:
+        want_bytes = packed * degree * itemsize
+        if len(moved) == 1:
+            want_dtype = next(iter(moved))
+            want_bytes = packed * degree * _dtype(want_dtype).itemsize
+        elif all(holds_exactly(_dtype(d), _dtype(record.dtype)) for d in moved):
+            want_dtype = record.dtype
+        else:
+            want_dtype = f"one that holds each of {sorted(moved)} exactly"
     facts = [("op", OPS[first["kind"]], record.op), ("group", first["group"], record.group),
              ("reduce op", first["reduce_op"], record.reduce_op if rs else None),
-             ("dtype", first["dtype"], record.dtype), ("elements sent", numel, sent),
-             ("bytes of the full buffer", bucket["size_bytes"], packed * degree * itemsize)]
+             ("dtype", want_dtype, record.dtype), ("elements sent", numel, sent),
+             ("bytes of the full buffer", want_bytes, packed * degree * itemsize)]
     wrong = [f"{what} {got} (plan: {want})" for what, want, got in facts if want != got]
     return "; ".join(wrong) or None
 
@@ -174,12 +193,16 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
     if not isinstance(run, WorldRun):
         return []  # the numerics checker reports a rewrite that cannot run
     spec = ctx.case.spec
+    before = ctx.original_sim
     findings: list[Finding] = []
     matched: dict[int, list[tuple[dict, str, list[fx.Node]]]] = {}
     for rank in sorted(ctx.plans):
         launches = _launches(ctx, rank)
         index = _by_members(launches)
         records = {record.node: record for record in run.streams.get(rank, [])}
+        # what each original launch moved (its source's dtype), from the original's own stream
+        moved_by = {record.node: record.dtype for record in
+                    (before.streams.get(rank, []) if isinstance(before, WorldRun) else [])}
         rewritten_nodes = by_name(ctx.rewritten[rank])
         original = set(by_name(ctx.original[rank]))
         used: set[str] = set()
@@ -193,7 +216,8 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
                 continue
             used.add(name)
             degree = len(bucket["members"][0]["ranks"])
-            problem = _stream_problems(bucket, records[name], degree) if name in records else "never ran"
+            moved = {moved_by[n.name] for n in launches[name] if n.name in moved_by}
+            problem = _stream_problems(bucket, records[name], degree, moved) if name in records else "never ran"
             if problem:
                 findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
                                         rank=rank, rule="launch_stream" if name in records else "launch_never_ran"))

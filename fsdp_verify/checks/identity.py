@@ -38,24 +38,33 @@ from fsdp_verify.execute.world import simulate
 from fsdp_verify.checks.graph_facts import (FSDP_KINDS, alias_class, by_name, has_effect, is_launch, is_wait, real_consumers,
                           storage_root, view_closure)
 
-INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
-# dtype -> (mantissa bits, exponent bias, binades used): about 15k distinct codes for 2-byte types
+# dtype -> (mantissa bits, exponent bias, binades used): about 15k distinct codes for 2-byte types,
+# 48 and 56 for the float8 types (normal binades below 1 only, so no code is NaN or infinite)
 _FORMATS = {torch.float16: (10, 15, 14), torch.bfloat16: (7, 127, 120), torch.float32: (23, 127, 4),
-            torch.float64: (52, 1023, 4)}
+            torch.float64: (52, 1023, 4), torch.float8_e4m3fn: (3, 7, 6), torch.float8_e5m2: (2, 15, 14)}
+# Integer all-gather sources (quantised weights): every bit pattern is a code, spread the same way.
+_INTEGERS = {torch.int8: -128, torch.uint8: 0}  # dtype -> its smallest value
+CODED_DTYPES = frozenset(_FORMATS) | frozenset(_INTEGERS)
 _SPREAD = 0x5BD1E9  # odd: multiplying by it permutes the residues modulo any power of two
 _SIGN = 0x9E3779B1
 
 
 def gather_period(dtype: torch.dtype) -> int:
     """How many counters have distinct all-gather codes in ``dtype``."""
+    if dtype in _INTEGERS:
+        return 1 << (8 * dtype.itemsize)
     mantissa, _, binades = _FORMATS[dtype]
     return binades << mantissa
 
 
 def gather_codes(counters: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The all-gather codes of ``counters`` (int64) as ``dtype``: injective on one period
-    (``gather_period``), finite, nonzero and below 1 in magnitude."""
+    (``gather_period``), finite, nonzero and below 1 in magnitude (integers: every value of the type)."""
+    if dtype in _INTEGERS:
+        spread = (counters % gather_period(dtype) * _SPREAD) % gather_period(dtype)
+        return (spread + _INTEGERS[dtype]).to(dtype)
     mantissa, bias, _ = _FORMATS[dtype]
     width, top = 8 * dtype.itemsize, min(mantissa, 23)
     counters = counters % gather_period(dtype)
@@ -74,6 +83,9 @@ def gather_codes(counters: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 def gather_counter(bits: int, dtype: torch.dtype) -> Optional[int]:
     """The counter (within one period) whose code has these bits (an integer view), or None."""
+    if dtype in _INTEGERS:
+        period = gather_period(dtype)
+        return ((bits - _INTEGERS[dtype]) % period * pow(_SPREAD, -1, period)) % period
     mantissa, bias, binades = _FORMATS[dtype]
     width, top = 8 * dtype.itemsize, min(mantissa, 23)
     bits &= (1 << width) - 1
@@ -206,7 +218,7 @@ class IdentityCodes:
     def coded(self, node: fx.Node, value: Any) -> bool:
         """Whether ``value``, ``node``'s result, is replaced by codes (floating sources of the
         dtypes the codes are defined for, without internal overlap)."""
-        return node.name in self.sources and isinstance(value, torch.Tensor) and value.dtype in _FORMATS and \
+        return node.name in self.sources and isinstance(value, torch.Tensor) and value.dtype in CODED_DTYPES and \
             (value.is_contiguous() or torch._debug_has_internal_overlap(value) == 0)
 
     def value(self, rank: int, node: fx.Node, value: Any) -> Any:
@@ -237,7 +249,7 @@ class IdentityCodes:
     def decode(self, tensor: torch.Tensor, position: int) -> str:
         """Which parameter, rank and element the all-gather code at ``position`` came from."""
         flat = tensor.detach().contiguous().reshape(-1)
-        if position >= flat.numel() or tensor.dtype not in _FORMATS:
+        if position >= flat.numel() or tensor.dtype not in CODED_DTYPES:
             return "?"
         if self.digit:  # a code of a counter's higher digit names a block of elements, not one
             return f"digit-{self.digit} code {float(flat[position])}"
@@ -250,8 +262,16 @@ class IdentityCodes:
 
 
 _CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
+_HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
-          torch.float32: (torch.float64,)}
+          torch.float32: (torch.float64,), torch.float8_e4m3fn: _HALF_AND_UP, torch.float8_e5m2: _HALF_AND_UP,
+          torch.int8: _HALF_AND_UP, torch.uint8: _HALF_AND_UP}
+
+
+def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:
+    """Whether every value of ``narrow`` is a value of ``wide`` (the dtypes codes are made for)."""
+    return narrow == wide or wide in _WIDER.get(narrow, ())
 
 
 def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
@@ -270,7 +290,7 @@ def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
     else:
         narrow = node.args[1] if len(node.args) == 2 else None
     wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype")
-    return narrow if isinstance(narrow, torch.dtype) and narrow in _FORMATS and \
+    return narrow if isinstance(narrow, torch.dtype) and narrow in CODED_DTYPES and \
         (wide is None or wide in _WIDER.get(narrow, ())) else None
 
 

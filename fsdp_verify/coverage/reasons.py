@@ -37,7 +37,7 @@ PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)
 WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
-            "wrapped_codes")
+            "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -123,13 +123,52 @@ def _wrapped_codes(case: Case) -> bool:
     return False
 
 
+_CASTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
+
+
+def _moved_dtypes(case: Case) -> dict[tuple, set]:
+    """All-gathers that one bucket could hold (kind, group, the spec's dtype) -> the dtypes their
+    sources hold: a cast before the gather moves the cast's dtype (a low-precision all-gather)."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    moved: dict[tuple, set] = {}
+    for node in case.graph.nodes:
+        spec = node.meta.get("fsdp_bucket_spec")
+        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.inputs() \
+                or not isinstance(spec, dict):
+            continue
+        source, dtype = nodes.get(node.inputs()[0]), spec.get("dtype")
+        if source is not None and source.target in _CASTS:
+            cast = source.args[1] if len(source.args) == 2 else source.kwargs.get("dtype")
+            dtype = cast if isinstance(cast, torch.dtype) else dtype
+        key = (node.meta.get("comm_type"), node.meta.get("comm_group"), str(spec.get("dtype")))
+        moved.setdefault(key, set()).add(dtype)
+    return moved
+
+
+def _low_precision_gathers(case: Case) -> bool:
+    """An all-gather that moves a cast of its parameter (another dtype than the spec's)."""
+    return any(len(dtypes - {_dtype_named(key[2])}) for key, dtypes in _moved_dtypes(case).items())
+
+
+def _mixed_dtype_gathers(case: Case) -> bool:
+    """All-gathers one bucket could hold that move different dtypes: its copy-in must keep each."""
+    return any(len(dtypes) > 1 for dtypes in _moved_dtypes(case).values())
+
+
+def _dtype_named(name: str) -> Optional[torch.dtype]:
+    value = getattr(torch, name.removeprefix("torch."), None)
+    return value if isinstance(value, torch.dtype) else None
+
+
 def case_features(case: Case) -> Counter:
     """The FEATURES ``case`` has."""
     return Counter(name for name, has in (("prefix_sharing_scopes", _prefix_sharing(case)),
                                           ("dependent_candidates", _dependent_candidates(case)),
                                           ("mutating_ops_in_spans", _mutating_ops_in_spans(case)),
                                           ("non_contiguous_sources", _non_contiguous_sources(case)),
-                                          ("wrapped_codes", _wrapped_codes(case))) if has)
+                                          ("wrapped_codes", _wrapped_codes(case)),
+                                          ("low_precision_gathers", _low_precision_gathers(case)),
+                                          ("mixed_dtype_gathers", _mixed_dtype_gathers(case))) if has)
 
 
 @dataclass

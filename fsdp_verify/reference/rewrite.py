@@ -49,6 +49,46 @@ def _launch_meta(bucket: Bucket, total: int) -> dict:
                                  "dtype": first.dtype, "device": first.device}}
 
 
+_CASTS = (torch.ops.prims.convert_element_type.default, aten._to_copy.default)
+
+
+def moved_dtype(source: fx.Node, spec_dtype: torch.dtype) -> torch.dtype:
+    """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
+    low-precision all-gather gathers a cast of it: the traced value says so, else the cast does."""
+    value = source.meta.get("val")
+    if isinstance(getattr(value, "dtype", None), torch.dtype):
+        return value.dtype
+    if source.target is torch.ops.prims.convert_element_type.default and len(source.args) == 2 and \
+            isinstance(source.args[1], torch.dtype):
+        return source.args[1]
+    if source.target is aten._to_copy.default and isinstance(source.kwargs.get("dtype"), torch.dtype):
+        return source.kwargs["dtype"]
+    return spec_dtype
+
+
+def _holds(narrow: torch.dtype, wide: torch.dtype) -> bool:
+    """Whether every value of ``narrow`` is a value of ``wide`` (so a cast there and back is exact)."""
+    if narrow == wide:
+        return True
+    if not wide.is_floating_point or narrow.is_complex or narrow == torch.bool:
+        return False
+    w = torch.finfo(wide)
+    if not narrow.is_floating_point:
+        return max(-torch.iinfo(narrow).min, torch.iinfo(narrow).max) <= 2 / w.eps
+    n = torch.finfo(narrow)
+    # precision, range, and the smallest subnormal
+    return n.eps >= w.eps and n.max <= w.max and n.smallest_normal * n.eps >= w.smallest_normal * w.eps
+
+
+def wire_dtype(moved: list[torch.dtype], spec_dtype: torch.dtype) -> torch.dtype:
+    """The one dtype a bucket's copy-in packs: what every member moves, or, when members move several
+    (low-precision gathers beside full-precision ones), the first of the parameters' dtype, float32
+    and float64 that holds each exactly. torch.cat would promote them, or refuse float8."""
+    if len(set(moved)) == 1:
+        return moved[0]
+    return next(wide for wide in (spec_dtype, torch.float32, torch.float64) if all(_holds(d, wide) for d in moved))
+
+
 class _Member:
     """A bucket member's nodes in *this* graph (a plan names nodes; equal signatures make names safe)."""
 
@@ -58,6 +98,7 @@ class _Member:
         self.source = by_name[candidate.source.name]
         self.local_numel = packed_numel(candidate)
         self.output_shape = candidate.output_shape
+        self.dtype = moved_dtype(self.source, candidate.dtype)
 
 
 def _anchor(bucket: Bucket, members: list[_Member], nodes: list[fx.Node], order: dict[fx.Node, int]) -> fx.Node:
@@ -86,8 +127,11 @@ def _fuse_ag(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx
     phase = _phase(first.backward)
     total = sum(m.local_numel for m in members)
     moved = [v for m in members for v in _views_before(m.wait, order[anchor], order)]
+    wire = wire_dtype([m.dtype for m in members], first.dtype)
     with graph.inserting_before(anchor):
         flats = [_new(graph, aten.reshape.default, (m.source, [-1]), phase) for m in members]
+        flats = [flat if m.dtype == wire else _new(graph, torch.ops.prims.convert_element_type.default, (flat, wire), phase)
+                 for m, flat in zip(members, flats)]
         packed = _new(graph, aten.cat.default, (flats,), phase)
         launch = _new(graph, members[0].launch.target, (packed, degree, first.group), _launch_meta(bucket, total))
         wait = _new(graph, members[0].wait.target, (launch,), {**phase, "wait_for": launch.name})
@@ -95,7 +139,10 @@ def _fuse_ag(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx
         offset = 0
         for member in members:
             columns = _new(graph, aten.slice.Tensor, (rows, 1, offset, offset + member.local_numel), phase)
-            copy = _new(graph, aten.clone.default, (columns,), phase, {"memory_format": torch.contiguous_format})
+            if member.dtype == wire:
+                copy = _new(graph, aten.clone.default, (columns,), phase, {"memory_format": torch.contiguous_format})
+            else:  # back to what the member moved: a new tensor, exact by the choice of wire
+                copy = _new(graph, torch.ops.prims.convert_element_type.default, (columns, member.dtype), phase)
             result = _new(graph, aten.view.default, (copy, list(member.output_shape)), phase)
             member.wait.replace_all_uses_with(result)
             offset += member.local_numel

@@ -195,6 +195,16 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            apply_edit=members_reversed),
     Mutant("rewrite_leaves_last_member", "the rewriter leaves each bucket's last member unfused", ("conformance",),
            apply_edit=last_member_left_out),
+    # Buckets whose members gather different dtypes (low-precision all-gathers beside others).
+    Mutant("promoted_copy_in", "a fused all-gather packs members of different dtypes as torch.cat promotes "
+           "them and hands each the promoted dtype", ("layout", "numerics"), damage=rewrite_bugs.promoted_copy_in,
+           hunt="cases"),
+    Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
+           ("layout", "numerics"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
+           hunt="cases"),
+    Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
+           ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
+           hunt="cases"),
     Mutant("gather_in_float64", "fused all-gathers send float64 instead of the members' dtype", ("conformance",),
            damage=rewrite_bugs.gather_in_float64),
     Mutant("fused_spec_from_shard", "a fused all-gather's fsdp_bucket_spec says it outputs its input shape",

@@ -259,6 +259,37 @@ def gather_in_float64(module: fx.GraphModule, rank: int) -> None:
         wait.replace_all_uses_with(narrow, delete_user_cb=lambda user: user is not narrow)
 
 
+def _wire_of_first_member(moved: list, spec_dtype: torch.dtype) -> torch.dtype:
+    """A bucket packs in its first member's dtype: a wider member after a low-precision one is
+    rounded (exact whenever the first member is the widest)."""
+    return moved[0]
+
+
+def _wire_is_parameter_dtype(moved: list, spec_dtype: torch.dtype) -> torch.dtype:
+    """A bucket packs in its parameters' dtype wherever that holds each member: low-precision
+    gathers then send full precision (exact values; the dtype and bytes on the wire are not what
+    the members moved)."""
+    from fsdp_verify.reference import rewrite
+    return spec_dtype if all(rewrite._holds(d, spec_dtype) for d in moved) else rewrite.wire_dtype(moved, spec_dtype)
+
+
+def promoted_copy_in(module: fx.GraphModule, rank: int) -> None:
+    """A fused all-gather packs its members as ``torch.cat`` promotes them, and each copy-out keeps
+    the promoted dtype (a bucket that mixes a low-precision gather with a full-precision one hands
+    the low-precision member's consumers another dtype; float8 beside another dtype fails to run)."""
+    convert = torch.ops.prims.convert_element_type.default
+    for launch in fused_launches(module, AG):
+        cat = launch.args[0]
+        if not isinstance(cat, fx.Node) or cat.target is not aten.cat.default:
+            continue
+        cat.args = ([f.args[0] if isinstance(f, fx.Node) and f.target is convert else f for f in cat.args[0]],
+                    *cat.args[1:])
+        for piece in _copy_outs(launch):
+            for copy in [u for u in piece.users if u.target is convert]:
+                copy.target, copy.args, copy.kwargs = aten.clone.default, (piece,), {}
+    module.graph.eliminate_dead_code()
+
+
 def _storage_order_flat(tensor: torch.Tensor) -> torch.Tensor:
     """A member's elements as its storage holds them: its logical order only when it is contiguous."""
     return tensor.as_strided((tensor.numel(),), (1,))

@@ -1,0 +1,88 @@
+"""Buckets whose members gather different dtypes: a cast of the parameter before its gather (bf16
+mixed precision, float8, int8) beside full-precision gathers. The spec's dtype is the parameter's,
+so the planner puts them in one bucket; the rewriter must hand every member its own dtype back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fsdp_verify.checks.identity import CODED_DTYPES, gather_codes, gather_counter, gather_period, INT_VIEW
+from fsdp_verify.coverage.reasons import case_features
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.model.case import Case
+from fsdp_verify.reference.rewrite import wire_dtype
+from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+from fsdp_verify.targets import get_target
+from fsdp_verify.targets.mutants.catalogue import MUTANTS
+
+AG = "_c10d_functional.all_gather_into_tensor"
+
+
+def _case(first: str, second: str, **blueprint) -> Case:
+    """One block of two float32 parameters whose gathers move ``first`` and ``second`` ("" = no cast);
+    gathers up front, so that the forward pair buckets whatever the casts."""
+    blocks = ((ParamDraw((2, 4), view="t", wire=first), ParamDraw((3,), view="flat", wire=second)),)
+    return Case(render(Blueprint(blocks=blocks, reshard_after_forward=False, **blueprint)))
+
+
+def _errors(target_name: str, case: Case):
+    findings, ctx = check_all(get_target(target_name) if ":" not in target_name
+                              else MUTANTS[target_name.split(":", 1)[1]], case)
+    return [f for f in findings if f.severity == "error"], ctx
+
+
+def _fused_moves(ctx) -> set:
+    """The dtypes the rewrite's fused all-gathers move (rank 0's simulated stream)."""
+    fused = {n.name for n in ctx.rewritten[0].graph.nodes if n.meta.get("fsdp_bucket_members")
+             and "all_gather" in str(n.target)}
+    return {r.dtype for r in ctx.rewritten_sim.streams[0] if r.node in fused}
+
+
+@pytest.mark.parametrize("wires, wire", [(("bfloat16", ""), "torch.float32"), (("int8", ""), "torch.float32"),
+                                         (("float8_e4m3fn", "bfloat16"), "torch.float32"),
+                                         (("float8_e5m2", "float8_e5m2"), "torch.float8_e5m2"),
+                                         (("bfloat16", "bfloat16"), "torch.bfloat16")])
+def test_the_reference_buckets_mixed_gathers_and_every_member_keeps_its_dtype(wires, wire):
+    case = _case(*wires)
+    assert case_features(case)["low_precision_gathers"] == 1
+    assert case_features(case)["mixed_dtype_gathers"] == (wires[0] != wires[1])
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {wire}, "each fused gather moves one dtype that holds every member exactly"
+    assert ctx.metrics["layout"]["proved"]
+
+
+def test_the_wire_holds_every_member_exactly():
+    assert wire_dtype([torch.bfloat16, torch.float16], torch.bfloat16) == torch.float32
+    assert wire_dtype([torch.float8_e4m3fn, torch.int8], torch.bfloat16) == torch.bfloat16
+    assert wire_dtype([torch.float32, torch.bfloat16], torch.bfloat16) == torch.float32
+    assert wire_dtype([torch.float8_e4m3fn] * 2, torch.float32) == torch.float8_e4m3fn
+
+
+def test_a_copy_in_that_lets_torch_cat_promote_is_killed_by_layout():
+    """What the reference did before: a bf16 member's consumers received float32."""
+    errors, _ = _errors("mutant:promoted_copy_in", _case("bfloat16", ""))
+    assert any(f.checker == "layout" and f.rule == "consumer_shape" for f in errors), errors
+
+
+def test_packing_in_the_first_members_dtype_is_killed_by_layout():
+    errors, _ = _errors("mutant:wire_of_first_member", _case("bfloat16", ""))
+    assert any(f.checker == "layout" and f.rule == "element_misplaced" for f in errors), errors
+    assert not _errors("mutant:wire_of_first_member", _case("", "bfloat16"))[0], "exact when the widest is first"
+
+
+def test_sending_the_parameters_dtype_for_low_precision_gathers_is_killed_by_conformance_alone():
+    errors, _ = _errors("mutant:wire_is_parameter_dtype", _case("bfloat16", "bfloat16"))
+    assert errors and {f.checker for f in errors} == {"conformance"}, errors
+    assert all(f.rule == "launch_stream" for f in errors)
+
+
+@pytest.mark.parametrize("dtype", sorted(CODED_DTYPES, key=str))
+def test_gather_codes_are_distinct_finite_and_decode_in_every_coded_dtype(dtype):
+    count = min(gather_period(dtype), 1 << 16)  # a whole period of the 1- and 2-byte types
+    codes = gather_codes(torch.arange(count), dtype)
+    bits = codes.view(INT_VIEW[dtype.itemsize]).tolist()
+    assert len(set(bits)) == count
+    assert torch.isfinite(codes.double()).all()
+    assert [gather_counter(b, dtype) for b in bits[:64]] == list(range(min(64, count)))
