@@ -300,6 +300,9 @@ class RealRanks:
         unrunnable = unrunnable_collectives(case, {rank: case.graph for rank in world})
         if unrunnable:
             return [], f"not executed: the original graphs hold collectives no real group can run ({unrunnable[0]})"
+        unmovable = gloo_unmovable(case) if pool.backend == "gloo" else None
+        if unmovable:
+            return [], f"not executed: gloo cannot move {unmovable} (NCCL can; the simulated checks judge it)"
         specs = {rank: graph_from_json(planned[rank]["rewritten"]) for rank in world}
         exact = kept_in_every(exact, specs.values())
         unrunnable = unrunnable_collectives(case, specs)
@@ -356,6 +359,25 @@ def kept_in_every(names: tuple, graphs) -> tuple:
     renamed or replaced would be exact in the original run only, so both runs leave it as it is."""
     present = [{node.name for node in graph.nodes} for graph in graphs]
     return tuple(name for name in names if all(name in names_of for names_of in present))
+
+
+# dtypes gloo's collectives refuse ("Invalid scalar type"); NCCL moves them as bytes
+GLOO_UNMOVABLE = frozenset({"float8_e4m3fn", "float8_e5m2"})
+
+
+def gloo_unmovable(case: Case) -> Optional[str]:
+    """A dtype of ``case`` that gloo cannot move, when one appears: a parameter or input of it, or
+    a cast to it (a float8 all-gather casts its parameter first). Judged on the case, not on a
+    rewrite, so that a case is run on real ranks or not whatever the target does."""
+    for spec in (*case.graph.params, *case.graph.inputs):
+        if spec.dtype in GLOO_UNMOVABLE:
+            return spec.dtype
+    for node in case.graph.nodes:
+        for value in (*node.args, *node.kwargs.values()):
+            name = str(value).removeprefix("torch.") if isinstance(value, torch.dtype) else None
+            if name in GLOO_UNMOVABLE:
+                return name
+    return None
 
 
 def unrunnable_collectives(case: Case, graphs: dict) -> list[str]:

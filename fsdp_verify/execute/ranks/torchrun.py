@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from fsdp_verify.corpus import files as corpus
 from fsdp_verify.checks.numerics import bit_difference
-from fsdp_verify.execute.ranks.judge import HASH_STRIDE, planning, unrunnable_collectives
+from fsdp_verify.execute.ranks.judge import HASH_STRIDE, gloo_unmovable, planning, unrunnable_collectives
 from fsdp_verify.execute.ranks.pool import place, reduce_sources
 from fsdp_verify.execute.inputs import exact_override
 from fsdp_verify.execute.world import build_world, simulate
@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         case = entry.case
         if sorted(case.graph.world()) != list(range(world)):
             other_world += 1
+            continue
+        unmovable = gloo_unmovable(case) if placement.backend == "gloo" else None
+        if unmovable:  # decided on the case alone, so every rank skips it alike
+            if rank == 0:
+                print(f"skip {path}: gloo cannot move {unmovable}")
+            skipped += 1
             continue
         if rank == 0:
             print(f"case {path}", flush=True)  # named before it runs: a hang's tracebacks follow it

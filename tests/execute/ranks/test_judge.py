@@ -164,3 +164,17 @@ def test_the_ranks_rewritten_graphs_are_simulated_in_a_child_under_the_deadline(
     monkeypatch.setattr(real_ranks, "simulate", lambda case, modules, **kw: os._exit(9))
     stage, *_, problem = real_ranks.simulate_isolated(case, specs, (), 20)
     assert stage == "original" and "the simulating process died (exit code 9)" in problem
+
+
+def test_a_float8_gather_is_not_run_on_gloo_and_says_why(real):
+    """gloo refuses float8 ("Invalid scalar type"): a real run would fail on every rank and read as
+    the target's fault. The case is left to the simulated checks, with the reason."""
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    blocks = ((ParamDraw((2, 4), wire="float8_e4m3fn"), ParamDraw((3,), wire="bfloat16")),)
+    case = Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
+    findings, why = real.check(case, "reference")
+    assert findings == [] and "gloo cannot move float8_e4m3fn" in why
+    int8 = Case(render(Blueprint(blocks=((ParamDraw((2, 4), wire="int8"), ParamDraw((3,))),),
+                                 reshard_after_forward=False)))
+    assert real.check(int8, "reference") == ([], None)  # gloo moves int8: run and compared
