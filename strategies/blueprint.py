@@ -50,6 +50,12 @@ class ParamDraw:
     layout: str = "contiguous"  # or "column_major": the all-gather source is a non-contiguous copy (LAYOUTS)
     wire: str = ""  # a dtype of WIRES: every gather of the parameter moves a cast of it (low precision)
 
+    @property
+    def frozen(self) -> bool:
+        """A parameter stored in a dtype nothing computes in (a float8 or int8 weight) gets no
+        gradient: it is gathered as it is and cast to float32 at each use."""
+        return self.dtype in STORAGE_ONLY
+
 
 @dataclass(frozen=True)
 class Blueprint:
@@ -137,6 +143,8 @@ def _gather(c: Composer, fqn: str, draw: ParamDraw, source: str | None, backward
 def _unpacked(c: Composer, draw: ParamDraw, gathered: str, backward: bool) -> str:
     """What a use of the gathered parameter reads: a storage-only wire is cast back to the
     parameter's dtype at the use (the post-all-gather step of float8 and quantised gathers)."""
+    if draw.frozen:
+        return c.call("prims.convert_element_type.default", gathered, dtype_from_name("float32"), backward=backward)
     if draw.wire not in STORAGE_ONLY:
         return gathered
     return c.call("prims.convert_element_type.default", gathered, dtype_from_name(draw.dtype), backward=backward)
@@ -190,16 +198,20 @@ def render(bp: Blueprint) -> GraphSpec:
         used = _unpacked(c, draw, full, backward=True)
         view = _view_chain(c, used, draw.view, backward=True, packets=not bp.overload)
         contribution = c.call("aten.sum.default", c.call("aten.mul.Tensor", view, g, backward=True), backward=True)
-        grads[fqn] = c.call("aten.mul.Tensor", used, g, backward=True)
+        if not draw.frozen:
+            grads[fqn] = c.call("aten.mul.Tensor", used, g, backward=True)
         if regather:
             c.free(full, backward=True, fqn=fqn)
         g = c.call("aten.clamp.default", c.call("aten.add.Tensor", g, contribution, backward=True), -BOUND, BOUND,
                    backward=True)
     outputs = [loss]
+    trained = [fqn for fqn, draw in params if not draw.frozen]
     for fqn, draw in params:
+        if draw.frozen:
+            continue
         source, launch_meta = grads[fqn], {}
         if bp.prep_chains:
-            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == params[-1][0] else "own")
+            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == trained[-1] else "own")
         outputs.append(c.reduce_scatter(source, fqn, reduce_op=draw.reduce_op, launch_meta=launch_meta)[1])
     fqns = [fqn for fqn, _ in params]
     return c.finish(outputs, attrs={"state_fqns": fqns, "num_state_inputs": len(fqns),

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from fsdp_verify.model.case import Case, PlanArgs
 
 from fsdp_verify.strategies import mutations
-from fsdp_verify.strategies.blueprint import DTYPES, PREP_KINDS, VIEW_KINDS, WIRES, Blueprint, ParamDraw, render
+from fsdp_verify.strategies.blueprint import (DTYPES, PREP_KINDS, STORAGE_ONLY, VIEW_KINDS, WIRES, Blueprint, ParamDraw,
+                                             render)
 
 
 @dataclass(frozen=True)
@@ -69,12 +70,17 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     reduce_op = draw(st.sampled_from(("avg", "sum")))
     own_scope = not expert or draw(st.integers(0, 3)) > 0
     # One in eight gathers a cast of itself (a low-precision all-gather: bf16 mixed precision,
-    # float8, int8), so one bucket often moves several dtypes. Both choices are drawn for every
-    # parameter, as above; shrinking goes to no cast.
-    low_precision, wire = draw(st.integers(0, 7)) == 7, draw(st.sampled_from(WIRES))
+    # float8, int8), so one bucket often moves several dtypes; one in sixteen is stored in the
+    # drawn dtype instead, when that is one nothing computes in (a frozen float8 or int8 weight,
+    # gathered as it is). Both choices are drawn for every parameter, as above; shrinking goes to
+    # neither.
+    pick, wire = draw(st.integers(0, 15)), draw(st.sampled_from(WIRES))
+    if pick == 13 and wire in STORAGE_ONLY:
+        dtype = wire
+    wire = wire if pick >= 14 and wire != dtype else ""
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=view, regather=regather, reduce_op=reduce_op,
-        expert=expert, own_scope=own_scope, layout=layout, wire=wire if low_precision and wire != dtype else "")
+        expert=expert, own_scope=own_scope, layout=layout, wire=wire)
 
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import fx
 
+from fsdp_verify.graph.values import nonfinite
 from fsdp_verify.execute.simulated import Deadlock, Desync, ReadAfterFree
 from fsdp_verify.checks.divergence import bit_difference, first_divergence
 from fsdp_verify.checks.findings import INVALID, CheckContext, Finding
@@ -45,7 +46,7 @@ def _nonfinite(outputs: dict[int, list], original: dict[int, fx.GraphModule]) ->
     """``"rank R #I name"`` of the first original output holding a NaN or an infinity, else ""."""
     for rank in sorted(outputs):
         for index, value in enumerate(outputs[rank]):
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(value.isfinite().all()):
+            if nonfinite(value):
                 names = output_names(original[rank])
                 return f"rank {rank} #{index} {names[index] if index < len(names) else '?'}"
     return ""
@@ -54,7 +55,7 @@ def _nonfinite(outputs: dict[int, list], original: dict[int, fx.GraphModule]) ->
 def _nonfinite_source(natural: dict[tuple[int, str], torch.Tensor]) -> str:
     """``"rank R source name"`` of the first original source value holding a NaN or an infinity."""
     for (rank, name), value in sorted(natural.items()):
-        if not bool(value.isfinite().all()):
+        if nonfinite(value):
             return f"rank {rank} source {name}"
     return ""
 

@@ -215,3 +215,11 @@ def fresh_copy(value: Any) -> Any:
 
 
 _IMMUTABLE = (str, int, float, bool, torch.dtype, NodeRef)
+
+
+def nonfinite(value: Any) -> bool:
+    """Whether ``value`` is a floating tensor holding a NaN or an infinity (float8 has no isfinite
+    of its own; its values are read as float32, which holds each exactly)."""
+    if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        return False
+    return not bool((value.float() if value.element_size() == 1 else value).isfinite().all())

@@ -86,3 +86,24 @@ def test_gather_codes_are_distinct_finite_and_decode_in_every_coded_dtype(dtype)
     assert len(set(bits)) == count
     assert torch.isfinite(codes.double()).all()
     assert [gather_counter(b, dtype) for b in bits[:64]] == list(range(min(64, count)))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float8_e4m3fn"])
+def test_a_frozen_weight_stored_in_float8_or_int8_is_gathered_as_it_is_and_judged(dtype):
+    """Without a cast: the weight itself is stored so (no gradient); the planner leaves it alone
+    (spec 2.5 rule 9) and every checker still judges the case (float8 values included)."""
+    blocks = ((ParamDraw((2, 4), view="t", dtype=dtype), ParamDraw((3,), view="flat")),)
+    case = Case(render(Blueprint(blocks=blocks)))
+    assert sum("reduce_scatter" in n.target for n in case.graph.nodes) == 1
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    skipped = [d for r in ctx.reports(0) for d in r["decisions"] if d["action"] == "skip"]
+    assert skipped and {d["reason"] for d in skipped} == {"unsupported_dtype"}
+    assert ctx.metrics["layout"]["proved"]
+
+
+def test_a_float8_nan_is_seen_as_not_finite():
+    from fsdp_verify.graph.values import nonfinite
+    assert nonfinite(torch.tensor([1.0, float("nan")]).to(torch.float8_e4m3fn))
+    assert not nonfinite(torch.tensor([1.0, -2.0]).to(torch.float8_e5m2))
+    assert not nonfinite(torch.tensor([1, 2], dtype=torch.int8))

@@ -47,6 +47,7 @@ from typing import Optional
 
 import torch
 
+from fsdp_verify.graph.values import nonfinite
 from fsdp_verify.model.case import Case
 from fsdp_verify.model.names import RANK_MODES
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankFailure, RankPool, exit_reason, place, reduce_sources
@@ -491,7 +492,7 @@ def _nonfinite(outputs: dict, where: str) -> str:
     """``"real rank R #I"`` of the first output holding a NaN or an infinity, else ""."""
     for rank, values in sorted(outputs.items()):
         for index, value in enumerate(values):
-            if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(value.isfinite().all()):
+            if nonfinite(value):
                 return f"{where} rank {rank} #{index}"
     return ""
 

@@ -33,6 +33,7 @@ from types import SimpleNamespace
 import torch
 import torch.distributed as dist
 
+from fsdp_verify.graph.values import nonfinite
 from fsdp_verify.corpus import files as corpus
 from fsdp_verify.checks.numerics import bit_difference
 from fsdp_verify.execute.ranks.judge import HASH_STRIDE, gloo_unmovable, planning, unrunnable_collectives
@@ -58,7 +59,7 @@ def _same(a: list, b: list) -> bool:
 
 
 def _nonfinite(outputs: list) -> bool:
-    return any(isinstance(v, torch.Tensor) and v.is_floating_point() and not bool(v.isfinite().all()) for v in outputs)
+    return any(nonfinite(v) for v in outputs)
 
 
 def replay_case(case_doc: dict, case, target: str, rank: int, world: int, device: str, staged: bool,
