@@ -5,6 +5,10 @@ the corpus and example database folders. A table for benchmarks/README.md comes 
 
     python benchmarks/bench_soak.py [--minutes 60] [--window 5] [--workers 2] [--target reference]
 
+The growth line by process follows the main process and each worker by pid (they live the whole
+run) and the whole family's sum; the ranked line mixes processes (a child re-forked at one window
+ranks where a grown one did at another).
+
 Goals (issue: reliability): RSS growth under 10% between the second and the last window, no
 descriptor growth, examples/s within noise of the first windows. Each window also gives examples
 per CPU-second of the campaign's processes and the cores they and everything else used: on a
@@ -123,6 +127,12 @@ def main() -> None:
             now = time.monotonic() - began
             family = [pid for pid in _family(process.pid)]
             rss = sorted((round(_rss_mb(pid)) for pid in family), reverse=True)
+            # by process, for growth: the main process and each worker keep their pid for the whole
+            # run; isolation children are forked from their worker and replaced (every 1,000 cases),
+            # so their size at a window is their worker's at the fork, not a growth of their own
+            workers = {pid: round(_rss_mb(pid)) for pid in _children().get(process.pid, [])}
+            by_pid = {"main": round(_rss_mb(process.pid)), **{f"worker {pid}": mb for pid, mb in workers.items()},
+                      "total": round(sum(_rss_mb(pid) for pid in family))}
             fds = sorted((_fds(pid) for pid in family), reverse=True)
             rate = (examples[0] - last[1]) / (now - last[0]) if now > last[0] else 0.0
             ours, busy = sum(_cpu_seconds(pid) for pid in family), _machine_busy_seconds()
@@ -133,7 +143,7 @@ def main() -> None:
             row = (f"{now / 60:6.1f} min | {rate:6.2f} ex/s | {per_cpu:5.2f} ex/CPU-s | cores ours {cores:.2f}, "
                    f"others {other_cores:.2f} | processes {len(family)} | RSS MB {rss} | "
                    f"fds {fds} | corpus {_size_mb(corpus):.2f} MB | db {_size_mb(db):.2f} MB")
-            rows.append((now, rate, rss, fds, per_cpu))
+            rows.append((now, rate, rss, fds, per_cpu, by_pid))
             print(row, flush=True)
         reader.join(5)
         print(f"campaign exit code {process.wait()}, {examples[0]} examples")
@@ -144,6 +154,9 @@ def main() -> None:
               f"{', '.join(f'{g:+.1f}%' for g in growth)}; fds {second[3]} -> {final[3]}; "
               f"examples/s {rows[0][1]:.2f} (first) {final[1]:.2f} (last); examples per CPU-s "
               f"{rows[0][4]:.2f} (first) {final[4]:.2f} (last)")
+        same = [(name, second[5][name], final[5][name]) for name in second[5] if name in final[5] and second[5][name]]
+        print("RSS growth, second to last window, by process: " +
+              ", ".join(f"{name} {a} -> {b} MB ({100 * (b / a - 1):+.1f}%)" for name, a, b in same))
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ NAME = "conformance"
 ROUND_KINDS = (("fsdp_all_gather", "fsdp_all_gather_backward"), ("fsdp_reduce_scatter",))  # AG round, RS round
 OPS = {"fsdp_all_gather": "all_gather_into_tensor", "fsdp_all_gather_backward": "all_gather_into_tensor",
        "fsdp_reduce_scatter": "reduce_scatter_tensor"}
-_BITS = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _key(param: Any, kind: Any, index: Any) -> tuple:
@@ -177,6 +177,9 @@ def _offset_problem(bucket: dict, sent: torch.Tensor, sources: list[Optional[tor
             placed = flat.numel() == degree * packed and own.numel() == degree * numel and \
                 _same_bits(flat.reshape(degree, packed)[:, offset:offset + numel], own.reshape(degree, numel))
         else:
+            # a member packed in a wider wire dtype (members of several dtypes) is compared as the
+            # wire holds it: exact where the wire holds it, other bits where it does not
+            own = own.to(flat.dtype) if own.dtype != flat.dtype else own
             placed = offset + numel <= flat.numel() and _same_bits(flat[offset:offset + numel], own)
         if not placed:
             return (f"member {member['param_name']} is not sent at its plan offset {offset} "
@@ -243,6 +246,17 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
     return _offset_findings(ctx, matched)
 
 
+def _sent_codes(seen: Any, rank: int, source: fx.Node, cast_nodes: frozenset) -> Optional[torch.Tensor]:
+    """The codes a member's launch sent: its source's, or, for a low-precision gather coded at its
+    parameter (``identity``), the parameter's codes in the cast's dtype (which holds them exactly)."""
+    if source.name in cast_nodes and source.args and isinstance(source.args[0], fx.Node):
+        coded = seen.sources.get((rank, source.args[0].name))
+        narrow = source.args[1] if len(source.args) > 1 and isinstance(source.args[1], torch.dtype) \
+            else source.kwargs.get("dtype")
+        return coded.to(narrow) if coded is not None and isinstance(narrow, torch.dtype) else None
+    return seen.sources.get((rank, source.name))
+
+
 def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str, list[fx.Node]]]]) -> list[Finding]:
     """Each member's codes where the plan's offset puts them in what its fused launch sent (the
     shared identity run of the rewrite; a member whose source has no codes is counted unverified)."""
@@ -255,8 +269,8 @@ def _offset_findings(ctx: CheckContext, matched: dict[int, list[tuple[dict, str,
             by_key = {_key(n.meta.get("param_name"), n.meta.get("comm_type"), n.meta.get("state_idx")): n
                       for n in nodes}
             members = [by_key[_key(m["param_name"], m["kind"], m["state_idx"])] for m in bucket["members"]]
-            values = [seen.sources.get((rank, n.args[0].name)) if n.args and isinstance(n.args[0], fx.Node)
-                      else None for n in members]
+            values = [_sent_codes(seen, rank, n.args[0], ctx.identity_codes.cast_nodes)
+                      if n.args and isinstance(n.args[0], fx.Node) else None for n in members]
             unverified += sum(v is None for v in values)
             sent = (seen.inputs.get((rank, name)) or [None])[0]
             if sent is None:

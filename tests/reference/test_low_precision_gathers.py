@@ -51,6 +51,18 @@ def test_the_reference_buckets_mixed_gathers_and_every_member_keeps_its_dtype(wi
     assert not errors, errors
     assert _fused_moves(ctx) == {wire}, "each fused gather moves one dtype that holds every member exactly"
     assert ctx.metrics["layout"]["proved"]
+    assert ctx.metrics["conformance"]["members_unverified"] == 0, "every member's codes found where it was sent"
+
+
+def test_half_precision_members_packed_in_float32_are_sent_where_the_plan_says():
+    """fp16 beside a bf16 cast of fp16 is packed in float32: conformance compares each member's
+    codes as float32 holds them (it once compared fp16 codes with float32 bits: a false alarm)."""
+    blocks = ((ParamDraw((2, 4), dtype="float16"), ParamDraw((3,), dtype="float16", wire="bfloat16")),)
+    case = Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    assert "torch.float32" in _fused_moves(ctx)
+    assert ctx.metrics["conformance"]["members_unverified"] == 0
 
 
 def test_the_wire_holds_every_member_exactly():

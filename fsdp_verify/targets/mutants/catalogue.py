@@ -200,7 +200,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "them and hands each the promoted dtype", ("layout", "numerics"), damage=rewrite_bugs.promoted_copy_in,
            hunt="cases"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
-           ("layout", "numerics"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
+           ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
     Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
            ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
