@@ -12,6 +12,7 @@ from typing import Optional
 
 from hypothesis import strategies as st
 
+from fsdp_verify.graph import edit
 from fsdp_verify.model.case import Case, PlanArgs
 
 from fsdp_verify.strategies import mutations
@@ -205,7 +206,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         return replace(case, label="fsdp_graphs")
     site = sites[draw(st.integers(0, len(sites) - 1))]
     mutated = variant(case, *site) if isinstance(site, tuple) else variant(case, site)
-    if mutated is None:
+    if mutated is None or not edit.in_order(mutated.graph):  # a planted defect never breaks the graph itself
         return replace(case, label="fsdp_graphs")
     where = "/".join(site) if isinstance(site, tuple) else site
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
@@ -234,7 +235,7 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 8, **kw
             continue
         site = sites[draw(st.integers(0, len(sites) - 1))]
         mutated = variant(case, *site) if isinstance(site, tuple) else variant(case, site)
-        if mutated is not None:
+        if mutated is not None and edit.in_order(mutated.graph):
             case = mutated
             used |= set(site if isinstance(site, tuple) else (site,))
             labels.append(f"{reason}:{variant.__name__}")

@@ -423,6 +423,9 @@ def dependent_source(case: Case, a: str, b: str) -> Optional[Case]:
         return None
     if not edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b):
         return None
+    graph = _source_ready(graph, b, wait_a)
+    if graph is None:
+        return None
     node_b = graph.node(b)
     meta = {"autograd_backward": True} if node_b.meta.get("autograd_backward") else {}
     total, shifted = edit.fresh_name(graph, f"{a}_sum"), edit.fresh_name(graph, f"{b}_src")
@@ -525,10 +528,22 @@ def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
             or edit.index_of(case.graph, view) > edit.index_of(case.graph, b)):
         return None
     node_b = case.graph.node(b)
-    clone = edit.fresh_name(case.graph, f"{b}_src")
-    graph = edit.insert_after(case.graph, view, [edit.call(clone, "aten.clone.default", node_b.args[0],
-                                                           meta=_phase(case, b))])
+    graph = _source_ready(case.graph, b, view)
+    if graph is None:
+        return None
+    clone = edit.fresh_name(graph, f"{b}_src")
+    graph = edit.insert_after(graph, view, [edit.call(clone, "aten.clone.default", node_b.args[0],
+                                                      meta=_phase(case, b))])
     return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
+
+
+def _source_ready(graph, launch: str, before: str):
+    """``graph`` with ``launch``'s source computed before node ``before``, after which a mutation
+    inserts what reads it (a low-precision gather's
+    cast sits right before its launch: it moves up, since it reads only the parameter), or None
+    where the source cannot move there."""
+    source = graph.node(launch).args[0]
+    return edit.hoisted(graph, source.name, before) if isinstance(source, NodeRef) else graph
 
 
 @acts_on(*AG_KINDS)
@@ -552,6 +567,9 @@ def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
     if any(edit.index_of(graph, user) <= at for user in edit.users_of(graph, wait)):
         return None  # what reads the wait must stay after it
     node_b, moved = graph.node(b), graph.node(wait)
+    graph = _source_ready(graph, b, a)
+    if graph is None:
+        return None
     clone = edit.fresh_name(graph, f"{b}_src")
     graph = graph.with_nodes([node for node in graph.nodes if node.name != wait])
     graph = edit.insert_after(graph, a, [edit.call(clone, "aten.clone.default", node_b.args[0], meta=_phase(case, b)),

@@ -77,3 +77,27 @@ def tagged_launches(spec: GraphSpec, kinds: tuple[str, ...] | None = None) -> li
 def call(name: str, target: str, *args: Any, meta: dict | None = None, **kwargs: Any) -> NodeSpec:
     """A call_function NodeSpec; string args naming nodes must be given as NodeRef."""
     return NodeSpec(name, "call_function", target, tuple(args), dict(kwargs), dict(meta or {}))
+
+
+def in_order(spec: GraphSpec) -> bool:
+    """Whether every node reads only nodes before it (what ``validate`` requires of a graph)."""
+    seen: set[str] = set()
+    for node in spec.nodes:
+        if any(ref not in seen for ref in node.inputs()):
+            return False
+        seen.add(node.name)
+    return True
+
+
+def hoisted(spec: GraphSpec, name: str, before: str) -> GraphSpec | None:
+    """``spec`` with node ``name`` moved to just before ``before`` when it sits later and reads
+    only earlier nodes (a cast of a parameter before its gather), so that a node inserted there may
+    read it; unchanged when it is already earlier; None when it cannot move."""
+    at, here = index_of(spec, before), index_of(spec, name)
+    if here < at:
+        return spec
+    earlier = {node.name for node in spec.nodes[:at]}
+    node = spec.node(name)
+    if node.op != "call_function" or any(ref not in earlier for ref in node.inputs()):
+        return None
+    return insert_before(spec.with_nodes([n for n in spec.nodes if n.name != name]), before, [node])

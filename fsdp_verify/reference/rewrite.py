@@ -54,16 +54,56 @@ _CASTS = (torch.ops.prims.convert_element_type.default, aten._to_copy.default)
 
 def moved_dtype(source: fx.Node, spec_dtype: torch.dtype) -> torch.dtype:
     """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
-    low-precision all-gather gathers a cast of it: the traced value says so, else the cast does."""
-    value = source.meta.get("val")
+    low-precision all-gather gathers a cast of it: the traced value says so where the graph has
+    one; else the dtype is followed back to a cast or to the parameter (``_traced_dtype``)."""
+    return _traced_dtype(source, spec_dtype, 0) or spec_dtype
+
+
+# Ops whose result has their (first) tensor input's dtype.
+_SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpose", "permute", "slice", "expand",
+                         "neg", "_unsafe_view", "view_as", "unsqueeze", "squeeze", "select", "alias",
+                         "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor", "all_reduce"})
+_PROMOTING = frozenset({"add", "mul", "sub", "div"})
+
+
+def _traced_dtype(node: fx.Node, spec_dtype: torch.dtype, depth: int) -> torch.dtype | None:
+    value = node.meta.get("val")
     if isinstance(getattr(value, "dtype", None), torch.dtype):
         return value.dtype
-    if source.target is torch.ops.prims.convert_element_type.default and len(source.args) == 2 and \
-            isinstance(source.args[1], torch.dtype):
-        return source.args[1]
-    if source.target is aten._to_copy.default and isinstance(source.kwargs.get("dtype"), torch.dtype):
-        return source.kwargs["dtype"]
-    return spec_dtype
+    if depth > 32 or node.op != "call_function":
+        return None  # a placeholder without a traced value: the caller's spec dtype
+    if node.target is torch.ops.prims.convert_element_type.default and len(node.args) == 2 and \
+            isinstance(node.args[1], torch.dtype):
+        return node.args[1]
+    if node.target is aten._to_copy.default and isinstance(node.kwargs.get("dtype"), torch.dtype):
+        return node.kwargs["dtype"]
+    packet = getattr(node.target, "overloadpacket", node.target)  # the FSDP pass calls packets
+    name = str(getattr(packet, "__name__", "")).split(".")[-1]
+    inputs = [a for a in node.args if isinstance(a, fx.Node)]
+    if name in _SAME_DTYPE and inputs:
+        return _traced_dtype(inputs[0], spec_dtype, depth + 1) or _param_dtype(inputs[0], spec_dtype)
+    if name in _PROMOTING and inputs:
+        found = [_traced_dtype(i, spec_dtype, depth + 1) or _param_dtype(i, spec_dtype) for i in inputs]
+        if all(found):
+            try:
+                out = found[0]
+                for other in found[1:]:
+                    out = torch.promote_types(out, other)
+                return out
+            except RuntimeError:  # float8 does not promote
+                return None
+    return None
+
+
+def _param_dtype(node: fx.Node, spec_dtype: torch.dtype) -> torch.dtype | None:
+    """A parameter placeholder's dtype: the spec dtype of a gather that names it (``param_node``)."""
+    if node.op != "placeholder":
+        return None
+    for user in node.users:
+        if user.meta.get("param_node") == node.name:
+            dtype = (user.meta.get("fsdp_bucket_spec") or {}).get("dtype")
+            return dtype if isinstance(dtype, torch.dtype) else None
+    return None
 
 
 def _holds(narrow: torch.dtype, wide: torch.dtype) -> bool:

@@ -119,3 +119,37 @@ def test_a_float8_nan_is_seen_as_not_finite():
     assert nonfinite(torch.tensor([1.0, float("nan")]).to(torch.float8_e4m3fn))
     assert not nonfinite(torch.tensor([1.0, -2.0]).to(torch.float8_e5m2))
     assert not nonfinite(torch.tensor([1, 2], dtype=torch.int8))
+
+
+def test_a_fusion_mutation_on_a_cast_member_moves_the_cast_and_keeps_the_graph_valid():
+    """``source_after_view`` copies B's source after A's view; a low-precision B's source is its
+    cast, right before B: the cast moves up (it reads only the parameter) rather than the copy
+    reading a later node (an invalid graph once blamed on the target)."""
+    from fsdp_verify.graph import edit
+    from fsdp_verify.graph.spec import validate
+    from fsdp_verify.strategies import mutations
+    blocks = ((ParamDraw((2, 4), view="flat"), ParamDraw((3,), view="flat", wire="bfloat16")),)
+    case = Case(render(Blueprint(blocks=blocks)))
+    found = 0
+    for a, b in mutations.sibling_pairs(case.graph):
+        for variant in (mutations.source_after_view, mutations.anchor_on_foreign_wait, mutations.dependent_source):
+            mutated = variant(case, a, b) if mutations.fits(variant, case, (a, b)) else None
+            if mutated is not None:
+                assert edit.in_order(mutated.graph)
+                validate(mutated.graph)
+                found += variant is mutations.source_after_view
+    assert found
+    errors, _ = _errors("reference", mutated)
+    assert not errors, errors
+
+
+def test_the_reference_follows_a_copied_cast_back_to_its_dtype():
+    """A source computed from a cast (a copy of it) moves the cast's dtype, not the parameter's."""
+    from torch import fx
+    from fsdp_verify.reference.rewrite import moved_dtype
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.bfloat16))
+    copy = graph.call_function(torch.ops.aten.clone.default, (cast,))
+    assert moved_dtype(copy, torch.float32) == torch.bfloat16
+    assert moved_dtype(p, torch.float32) == torch.float32
