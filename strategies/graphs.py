@@ -50,8 +50,9 @@ def _size(size: Size | str) -> Size:
 
 
 @st.composite
-def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None = None) -> ParamDraw:
-    """One parameter of a block (its dtype usually the block's)."""
+def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None = None,
+                wire: str = "") -> ParamDraw:
+    """One parameter of a block (its dtype and gather cast usually the block's)."""
     dims = draw(st.integers(1, size.max_dims))
     shape = tuple(draw(st.lists(st.integers(1, size.max_dim), min_size=dims, max_size=dims)))
     if draw(st.integers(0, 9)) == 0:
@@ -75,10 +76,12 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     # drawn dtype instead, when that is one nothing computes in (a frozen float8 or int8 weight,
     # gathered as it is). Both choices are drawn for every parameter, as above; shrinking goes to
     # neither.
-    pick, wire = draw(st.integers(0, 15)), draw(st.sampled_from(WIRES))
-    if pick == 13 and wire in STORAGE_ONLY:
-        dtype = wire
-    wire = wire if pick >= 14 and wire != dtype else ""
+    pick, own = draw(st.integers(0, 15)), draw(st.sampled_from(WIRES))
+    if pick == 13 and own in STORAGE_ONLY:
+        dtype, wire = own, ""
+    elif pick >= 14:
+        wire = own
+    wire = wire if wire != dtype else ""
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=view, regather=regather, reduce_op=reduce_op,
         expert=expert, own_scope=own_scope, layout=layout, wire=wire)
@@ -112,7 +115,10 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
             continue
         dtype = draw(st.sampled_from(DTYPES))
         count = draw(st.integers(size.min_params, size.max_params))
-        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size))
+        # One block in six casts every gather to one dtype, as a module's mixed-precision policy does
+        # (each parameter may still draw its own cast, or none).
+        wire = draw(st.sampled_from(WIRES)) if draw(st.integers(0, 5)) == 5 else ""
+        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size, wire=wire))
                             for _ in range(count)))
     prep_chains = draw(st.integers(0, 4)) == 0
     # Sometimes blocks named so that one FQN is a prefix of another without a dot boundary

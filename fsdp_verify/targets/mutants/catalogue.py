@@ -175,7 +175,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="cases"),  # hazards split the fused buckets it needs: 286 examples there, 60 here
     # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
     Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
-           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span),
+           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="mutations"),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

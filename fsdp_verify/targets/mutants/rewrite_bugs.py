@@ -10,6 +10,8 @@ from torch import fx
 
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
+# the correct rules, bound before a planted bug patches the module's own names
+from fsdp_verify.reference.rewrite import _holds, wire_dtype as _correct_wire
 
 aten = torch.ops.aten
 
@@ -269,8 +271,7 @@ def _wire_is_parameter_dtype(moved: list, spec_dtype: torch.dtype) -> torch.dtyp
     """A bucket packs in its parameters' dtype wherever that holds each member: low-precision
     gathers then send full precision (exact values; the dtype and bytes on the wire are not what
     the members moved)."""
-    from fsdp_verify.reference import rewrite
-    return spec_dtype if all(rewrite._holds(d, spec_dtype) for d in moved) else rewrite.wire_dtype(moved, spec_dtype)
+    return spec_dtype if all(_holds(d, spec_dtype) for d in moved) else _correct_wire(moved, spec_dtype)
 
 
 def promoted_copy_in(module: fx.GraphModule, rank: int) -> None:
@@ -282,12 +283,14 @@ def promoted_copy_in(module: fx.GraphModule, rank: int) -> None:
         cat = launch.args[0]
         if not isinstance(cat, fx.Node) or cat.target is not aten.cat.default:
             continue
-        cat.args = ([f.args[0] if isinstance(f, fx.Node) and f.target is convert else f for f in cat.args[0]],
-                    *cat.args[1:])
+        casts = [f for f in cat.args[0] if isinstance(f, fx.Node) and f.target is convert]
+        cat.args = ([f.args[0] if f in casts else f for f in cat.args[0]], *cat.args[1:])
+        for cast in casts:
+            if not cast.users:
+                module.graph.erase_node(cast)
         for piece in _copy_outs(launch):
             for copy in [u for u in piece.users if u.target is convert]:
                 copy.target, copy.args, copy.kwargs = aten.clone.default, (piece,), {}
-    module.graph.eliminate_dead_code()
 
 
 def _storage_order_flat(tensor: torch.Tensor) -> torch.Tensor:
