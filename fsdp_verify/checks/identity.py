@@ -261,7 +261,7 @@ class IdentityCodes:
         return f"value {float(flat[position])}"
 
 
-_CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
+CAST_TARGETS = ("aten._to_copy.default", "prims.convert_element_type.default")
 _HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
@@ -278,7 +278,7 @@ def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
     """The dtype ``node`` casts a floating parameter placeholder to, when it is only that cast (no
     device, layout or memory-format change) and the placeholder's dtype holds the target's values
     exactly; else None."""
-    if node.op != "call_function" or str(node.target) not in _CASTS or not node.args:
+    if node.op != "call_function" or str(node.target) not in CAST_TARGETS or not node.args:
         return None
     source = node.args[0]
     if not isinstance(source, fx.Node) or source.op != "placeholder":

@@ -18,7 +18,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.checks.identity import capacity
+from fsdp_verify.checks.identity import CAST_TARGETS, capacity
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import resolve_target
 from fsdp_verify.graph.values import SpecError
@@ -123,9 +123,6 @@ def _wrapped_codes(case: Case) -> bool:
     return False
 
 
-_CASTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
-
-
 def _moved_dtypes(case: Case) -> dict[tuple, set]:
     """All-gathers that one bucket could hold (kind, group, the spec's dtype) -> the dtypes their
     sources hold: a cast before the gather moves the cast's dtype (a low-precision all-gather)."""
@@ -137,7 +134,7 @@ def _moved_dtypes(case: Case) -> dict[tuple, set]:
                 or not isinstance(spec, dict):
             continue
         source, dtype = nodes.get(node.inputs()[0]), spec.get("dtype")
-        if source is not None and source.target in _CASTS:
+        if source is not None and source.target in CAST_TARGETS:
             cast = source.args[1] if len(source.args) == 2 else source.kwargs.get("dtype")
             dtype = cast if isinstance(cast, torch.dtype) else dtype
         key = (node.meta.get("comm_type"), node.meta.get("comm_group"), str(spec.get("dtype")))

@@ -49,9 +49,6 @@ def _launch_meta(bucket: Bucket, total: int) -> dict:
                                  "dtype": first.dtype, "device": first.device}}
 
 
-_CASTS = (torch.ops.prims.convert_element_type.default, aten._to_copy.default)
-
-
 def moved_dtype(source: fx.Node, spec_dtype: torch.dtype) -> torch.dtype:
     """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
     low-precision all-gather gathers a cast of it: the traced value says so where the graph has
