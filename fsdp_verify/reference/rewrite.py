@@ -53,7 +53,7 @@ def moved_dtype(source: fx.Node, spec_dtype: torch.dtype) -> torch.dtype:
     """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
     low-precision all-gather gathers a cast of it: the traced value says so where the graph has
     one; else the dtype is followed back to a cast or to the parameter (``_traced_dtype``)."""
-    return _traced_dtype(source, spec_dtype, 0) or spec_dtype
+    return _traced_dtype(source, 0) or spec_dtype
 
 
 # Ops whose result has their (first) tensor input's dtype.
@@ -63,7 +63,7 @@ _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpo
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
 
 
-def _traced_dtype(node: fx.Node, spec_dtype: torch.dtype, depth: int) -> torch.dtype | None:
+def _traced_dtype(node: fx.Node, depth: int) -> torch.dtype | None:
     value = node.meta.get("val")
     if isinstance(getattr(value, "dtype", None), torch.dtype):
         return value.dtype
@@ -78,9 +78,9 @@ def _traced_dtype(node: fx.Node, spec_dtype: torch.dtype, depth: int) -> torch.d
     name = str(getattr(packet, "__name__", "")).split(".")[-1]
     inputs = [a for a in node.args if isinstance(a, fx.Node)]
     if name in _SAME_DTYPE and inputs:
-        return _traced_dtype(inputs[0], spec_dtype, depth + 1) or _param_dtype(inputs[0], spec_dtype)
+        return _traced_dtype(inputs[0], depth + 1) or _param_dtype(inputs[0])
     if name in _PROMOTING and inputs:
-        found = [_traced_dtype(i, spec_dtype, depth + 1) or _param_dtype(i, spec_dtype) for i in inputs]
+        found = [_traced_dtype(i, depth + 1) or _param_dtype(i) for i in inputs]
         if all(found):
             try:
                 out = found[0]
@@ -92,7 +92,7 @@ def _traced_dtype(node: fx.Node, spec_dtype: torch.dtype, depth: int) -> torch.d
     return None
 
 
-def _param_dtype(node: fx.Node, spec_dtype: torch.dtype) -> torch.dtype | None:
+def _param_dtype(node: fx.Node) -> torch.dtype | None:
     """A parameter placeholder's dtype: the spec dtype of a gather that names it (``param_node``)."""
     if node.op != "placeholder":
         return None
