@@ -49,6 +49,10 @@ class ParamDraw:
     own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
     layout: str = "contiguous"  # or "column_major": the all-gather source is a non-contiguous copy (LAYOUTS)
     wire: str = ""  # a dtype of WIRES: every gather of the parameter moves a cast of it (low precision)
+    # The cast is multiplied by a 0-dim float32 factor of the parameter (its amax) before the gather,
+    # as a learned or computed scalar gain is: torch keeps the cast's dtype (a 0-dim tensor does not
+    # widen a dimensioned one of its kind), so a dtype walk must follow torch's promotion rules.
+    scaled: bool = False
 
     @property
     def frozen(self) -> bool:
@@ -135,8 +139,13 @@ def _gather(c: Composer, fqn: str, draw: ParamDraw, source: str | None, backward
     """One gather of ``fqn`` (its wait): with a wire dtype, the gather moves a cast of the parameter
     (each gather casts afresh, as a recomputed pre-all-gather does)."""
     if draw.wire:
-        source = c.call("prims.convert_element_type.default", source or c.param_spec(fqn).placeholder,
-                        dtype_from_name(draw.wire), backward=backward)
+        param = source or c.param_spec(fqn).placeholder
+        source = c.call("prims.convert_element_type.default", param, dtype_from_name(draw.wire), backward=backward)
+        if draw.scaled:
+            amax = c.call("aten.amax.default", c.call("aten.abs.default", param, backward=backward), [],
+                          backward=backward)
+            gain = c.call("prims.convert_element_type.default", amax, dtype_from_name("float32"), backward=backward)
+            source = c.call("aten.mul.Tensor", source, gain, backward=backward)
     return c.all_gather(fqn, backward=backward, source=source)[1]
 
 

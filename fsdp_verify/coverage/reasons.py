@@ -37,7 +37,7 @@ PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)
 WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
-            "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers")
+            "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -123,6 +123,10 @@ def _wrapped_codes(case: Case) -> bool:
     return False
 
 
+# Arithmetic a gather source may apply to a cast (a gain); the 0-dim factor keeps the cast's dtype.
+_ARITHMETIC = frozenset({"aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.div.Tensor"})
+
+
 def _moved_dtypes(case: Case) -> dict[tuple, set]:
     """All-gathers that one bucket could hold (kind, group, the spec's dtype) -> the dtypes their
     sources hold: a cast before the gather moves the cast's dtype (a low-precision all-gather)."""
@@ -134,6 +138,9 @@ def _moved_dtypes(case: Case) -> dict[tuple, set]:
                 or not isinstance(spec, dict):
             continue
         source, dtype = nodes.get(node.inputs()[0]), spec.get("dtype")
+        if source is not None and source.target in _ARITHMETIC:  # a scaled cast moves the cast's dtype
+            source = next((nodes[i] for i in source.inputs() if i in nodes and nodes[i].target in CAST_TARGETS),
+                          source)
         if source is not None and source.target in CAST_TARGETS:
             cast = source.args[1] if len(source.args) == 2 else source.kwargs.get("dtype")
             dtype = cast if isinstance(cast, torch.dtype) else dtype
@@ -152,6 +159,20 @@ def _mixed_dtype_gathers(case: Case) -> bool:
     return any(len(dtypes) > 1 for dtypes in _moved_dtypes(case).values())
 
 
+def _scaled_casts(case: Case) -> bool:
+    """An all-gather whose source is arithmetic on a cast (a low-precision gather scaled by a gain):
+    its dtype is what torch's promotion rules make of the cast and the other operand."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for node in case.graph.nodes:
+        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.inputs():
+            continue
+        source = nodes.get(node.inputs()[0])
+        if source is not None and source.target in _ARITHMETIC and \
+                any(nodes[i].target in CAST_TARGETS for i in source.inputs() if i in nodes):
+            return True
+    return False
+
+
 def _dtype_named(name: str) -> Optional[torch.dtype]:
     value = getattr(torch, name.removeprefix("torch."), None)
     return value if isinstance(value, torch.dtype) else None
@@ -165,7 +186,8 @@ def case_features(case: Case) -> Counter:
                                           ("non_contiguous_sources", _non_contiguous_sources(case)),
                                           ("wrapped_codes", _wrapped_codes(case)),
                                           ("low_precision_gathers", _low_precision_gathers(case)),
-                                          ("mixed_dtype_gathers", _mixed_dtype_gathers(case))) if has)
+                                          ("mixed_dtype_gathers", _mixed_dtype_gathers(case)),
+                                          ("scaled_casts", _scaled_casts(case))) if has)
 
 
 @dataclass

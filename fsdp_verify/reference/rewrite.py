@@ -9,6 +9,9 @@ signature does not match the graph is rejected before anything changes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Iterable
+
 import torch
 from torch import fx
 
@@ -49,58 +52,115 @@ def _launch_meta(bucket: Bucket, total: int) -> dict:
                                  "dtype": first.dtype, "device": first.device}}
 
 
-def moved_dtype(source: fx.Node, spec_dtype: torch.dtype) -> torch.dtype:
+@dataclass
+class DtypeWalk:
+    """One graph's dtype walk: each parameter placeholder's dtype (``param_dtypes``) and the answer
+    for every node walked so far. Sharing it between a graph's members is sound while the graph
+    is unchanged: ``_apply`` makes every member before it fuses any bucket."""
+
+    params: dict[str, torch.dtype]
+    seen: dict[fx.Node, tuple[torch.dtype, bool] | None] = field(default_factory=dict)
+
+
+def moved_dtype(source: fx.Node, spec_dtype: torch.dtype, walk: DtypeWalk | None = None) -> torch.dtype:
     """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
     low-precision all-gather gathers a cast of it: the traced value says so where the graph has
-    one; else the dtype is followed back to a cast or to the parameter (``_traced_dtype``)."""
-    return _traced_dtype(source, 0) or spec_dtype
+    one; else the dtype is followed back to a cast or to a parameter."""
+    found = _traced(source, 0, walk or DtypeWalk(param_dtypes(source.graph.nodes)))
+    return found[0] if found else spec_dtype
 
 
-# Ops whose result has their (first) tensor input's dtype.
+def param_dtypes(nodes: Iterable[fx.Node]) -> dict[str, torch.dtype]:
+    """Each parameter placeholder's dtype, as the spec dtype of a collective that names it
+    (``param_node``): one scan per graph, shared by every member's walk."""
+    found = {}
+    for node in nodes:
+        dtype = (node.meta.get("fsdp_bucket_spec") or {}).get("dtype")
+        if isinstance(node.meta.get("param_node"), str) and isinstance(dtype, torch.dtype):
+            found.setdefault(node.meta["param_node"], dtype)
+    return found
+
+
+# Ops whose result has their (first) tensor input's dtype and rank.
 _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpose", "permute", "slice", "expand",
-                         "neg", "_unsafe_view", "view_as", "unsqueeze", "squeeze", "select", "alias",
+                         "neg", "abs", "_unsafe_view", "view_as", "unsqueeze", "squeeze", "select", "alias",
                          "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor", "all_reduce"})
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
+# Reductions that, over every dim (no dims given, or an empty list), give a 0-dim result of the
+# input's dtype.
+_FULL_REDUCTIONS = frozenset({"sum", "amax", "amin", "max", "min", "prod"})
 
 
-def _traced_dtype(node: fx.Node, depth: int) -> torch.dtype | None:
+def _op_name(node: fx.Node) -> str:
+    packet = getattr(node.target, "overloadpacket", node.target)  # the FSDP pass calls packets
+    return str(getattr(packet, "__name__", "")).split(".")[-1]
+
+
+def _traced(node: fx.Node, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+    """A node's dtype and whether it is 0-dim (torch promotes a 0-dim tensor beside a dimensioned
+    one of the same kind to the dimensioned one's dtype: bf16 (2,) + float32 () is bf16), from its
+    traced value, else followed back; None where the walk cannot tell. Each node is walked once
+    (``walk.seen``): arithmetic that shares inputs would otherwise be walked exponentially often."""
+    if node not in walk.seen:
+        walk.seen[node] = _walk(node, depth, walk)
+    return walk.seen[node]
+
+
+def _walk(node: fx.Node, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     value = node.meta.get("val")
     if isinstance(getattr(value, "dtype", None), torch.dtype):
-        return value.dtype
+        return value.dtype, value.dim() == 0
+    if node.op == "placeholder":
+        return (walk.params[node.name], False) if node.name in walk.params else None  # a shard is never 0-dim
     if depth > 32 or node.op != "call_function":
-        return None  # a placeholder without a traced value: the caller's spec dtype
+        return None
+    inputs = [a for a in node.args if isinstance(a, fx.Node)]
+
+    def first() -> tuple[torch.dtype, bool] | None:
+        return _traced(inputs[0], depth + 1, walk) if inputs else None
+
     if node.target is torch.ops.prims.convert_element_type.default and len(node.args) == 2 and \
             isinstance(node.args[1], torch.dtype):
-        return node.args[1]
+        return node.args[1], bool(inputs and _zero_dim(inputs[0], depth, walk))
     if node.target is aten._to_copy.default and isinstance(node.kwargs.get("dtype"), torch.dtype):
-        return node.kwargs["dtype"]
-    packet = getattr(node.target, "overloadpacket", node.target)  # the FSDP pass calls packets
-    name = str(getattr(packet, "__name__", "")).split(".")[-1]
-    inputs = [a for a in node.args if isinstance(a, fx.Node)]
-    if name in _SAME_DTYPE and inputs:
-        return _traced_dtype(inputs[0], depth + 1) or _param_dtype(inputs[0])
+        return node.kwargs["dtype"], bool(inputs and _zero_dim(inputs[0], depth, walk))
+    name = _op_name(node)
+    if name in _SAME_DTYPE:
+        return first()
+    if name in _FULL_REDUCTIONS and not node.kwargs and (len(node.args) == 1 or node.args[1:] in (([],), ((),))):
+        found = first()
+        return (found[0], True) if found else None
     if name in _PROMOTING and inputs:
-        found = [_traced_dtype(i, depth + 1) or _param_dtype(i) for i in inputs]
-        if all(found):
-            try:
-                out = found[0]
-                for other in found[1:]:
-                    out = torch.promote_types(out, other)
-                return out
-            except RuntimeError:  # float8 does not promote
+        return _promoted(name, node.args, depth, walk)
+    return None
+
+
+def _zero_dim(node: fx.Node, depth: int, walk: DtypeWalk) -> bool:
+    """Whether a cast's input is 0-dim (a cast keeps the rank); an input the walk cannot follow is
+    taken as dimensioned, as every parameter shard is."""
+    found = _traced(node, depth + 1, walk)
+    return bool(found and found[1])
+
+
+def _promoted(name: str, args: tuple, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+    """The op's result dtype as torch computes it: the op itself on meta tensors of each input's
+    dtype and rank (python scalars as they are), so every promotion rule is torch's own."""
+    operands = []
+    for arg in args[:2]:
+        if isinstance(arg, fx.Node):
+            found = _traced(arg, depth + 1, walk)
+            if found is None:
                 return None
-    return None
-
-
-def _param_dtype(node: fx.Node) -> torch.dtype | None:
-    """A parameter placeholder's dtype: the spec dtype of a gather that names it (``param_node``)."""
-    if node.op != "placeholder":
+            operands.append(torch.empty(() if found[1] else (1,), dtype=found[0], device="meta"))
+        elif isinstance(arg, (bool, int, float)):
+            operands.append(arg)
+        else:
+            return None
+    try:
+        out = getattr(torch, name)(*operands)
+    except (RuntimeError, TypeError):  # float8 does not promote
         return None
-    for user in node.users:
-        if user.meta.get("param_node") == node.name:
-            dtype = (user.meta.get("fsdp_bucket_spec") or {}).get("dtype")
-            return dtype if isinstance(dtype, torch.dtype) else None
-    return None
+    return out.dtype, out.dim() == 0
 
 
 def _holds(narrow: torch.dtype, wide: torch.dtype) -> bool:
@@ -129,13 +189,13 @@ def wire_dtype(moved: list[torch.dtype], spec_dtype: torch.dtype) -> torch.dtype
 class _Member:
     """A bucket member's nodes in *this* graph (a plan names nodes; equal signatures make names safe)."""
 
-    def __init__(self, candidate, by_name: dict[str, fx.Node]):
+    def __init__(self, candidate, by_name: dict[str, fx.Node], walk: DtypeWalk):
         self.launch = by_name[candidate.launch.name]
         self.wait = by_name[candidate.wait.name]
         self.source = by_name[candidate.source.name]
         self.local_numel = packed_numel(candidate)
         self.output_shape = candidate.output_shape
-        self.dtype = moved_dtype(self.source, candidate.dtype)
+        self.dtype = moved_dtype(self.source, candidate.dtype, walk)
 
 
 def _anchor(bucket: Bucket, members: list[_Member], nodes: list[fx.Node], order: dict[fx.Node, int]) -> fx.Node:
@@ -224,9 +284,10 @@ def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...
     nodes = list(graph.nodes)
     order = {node: index for index, node in enumerate(nodes)}
     by_name = {node.name: node for node in nodes}
+    walk = DtypeWalk(param_dtypes(nodes))  # shared by every member: no bucket is fused yet
     jobs = []
     for bucket in buckets:
-        members = [_Member(candidate, by_name) for candidate in bucket.members]
+        members = [_Member(candidate, by_name, walk) for candidate in bucket.members]
         jobs.append((bucket, members, _anchor(bucket, members, nodes, order)))
     # Latest first: an earlier bucket's fusion may erase the node a later bucket inserts before.
     for bucket, members, anchor in sorted(jobs, key=lambda job: order[job[2]], reverse=True):

@@ -153,3 +153,26 @@ def test_the_reference_follows_a_copied_cast_back_to_its_dtype():
     copy = graph.call_function(torch.ops.aten.clone.default, (cast,))
     assert moved_dtype(copy, torch.float32) == torch.bfloat16
     assert moved_dtype(p, torch.float32) == torch.float32
+
+
+def _dependent_bf16_case() -> Case:
+    """B's gather moves a bf16 cast of its shard plus the 0-dim sum of what A gathered: torch keeps
+    bf16 (a 0-dim float32 does not widen a dimensioned bf16); B and C then share a bucket."""
+    from fsdp_verify.strategies import mutations
+    blocks = ((ParamDraw((3,), view="flat"), ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((2, 2), view="flat")),)
+    case = Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
+    return mutations.dependent_source(case, "ag_blocks_0_w0", "ag_blocks_0_w1")
+
+
+def test_a_member_dtype_through_arithmetic_follows_torchs_promotion_rules():
+    # found by the 60-minute soak of 2026-12-04 on hazard graphs: the reference took B for float32
+    case = _dependent_bf16_case()
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}  # B (bf16) beside C (float32): packed in float32, handed back bf16
+
+
+def test_promotion_by_type_alone_is_killed_by_layout_and_numerics():
+    errors, _ = _errors("mutant:promotion_ignores_rank", _dependent_bf16_case())
+    assert any(f.key == ("layout", "consumer_shape") for f in errors), errors
+    assert any(f.checker == "numerics" for f in errors), errors

@@ -199,6 +199,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("promoted_copy_in", "a fused all-gather packs members of different dtypes as torch.cat promotes "
            "them and hands each the promoted dtype", ("layout", "numerics"), damage=rewrite_bugs.promoted_copy_in,
            hunt="cases"),
+    Mutant("promotion_ignores_rank", "a member's dtype through arithmetic is promoted by type alone, so a bf16 "
+           "cast times a 0-dim float32 gain is packed and handed back as float32", ("layout", "numerics"),
+           lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="cases"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),

@@ -274,6 +274,23 @@ def _wire_is_parameter_dtype(moved: list, spec_dtype: torch.dtype) -> torch.dtyp
     return spec_dtype if all(_holds(d, spec_dtype) for d in moved) else _correct_wire(moved, spec_dtype)
 
 
+def _promoted_by_type(name: str, args: tuple, depth: int, walk) -> tuple[torch.dtype, bool] | None:
+    """A member's dtype through arithmetic by ``torch.promote_types`` alone: a bf16 cast times a
+    0-dim float32 gain is taken for float32 (torch gives bf16), so the member is packed and handed
+    back in float32."""
+    from fsdp_verify.reference import rewrite
+    found = [rewrite._traced(a, depth + 1, walk) for a in args[:2] if isinstance(a, fx.Node)]
+    if not found or not all(found):
+        return None
+    try:
+        out = found[0][0]
+        for other in found[1:]:
+            out = torch.promote_types(out, other[0])
+    except RuntimeError:  # float8 does not promote
+        return None
+    return out, False
+
+
 def promoted_copy_in(module: fx.GraphModule, rank: int) -> None:
     """A fused all-gather packs its members as ``torch.cat`` promotes them, and each copy-out keeps
     the promoted dtype (a bucket that mixes a low-precision gather with a full-precision one hands
