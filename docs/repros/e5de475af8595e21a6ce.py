@@ -54,7 +54,7 @@ INPUTS = {
 # nodes whose floating values become exact dyadics, so every summation order gives the same bits
 EXACT = ['contiguous']
 # torch._inductor.config options the case was judged under (bucket_cap_mb: both size determinators)
-CONFIG = {'aten_distributed_optimizations.bucket_exposed_first': None, 'aten_distributed_optimizations.bucket_mode': None, 'aten_distributed_optimizations.bucket_only_internode_comms': False, 'aten_distributed_optimizations.collective_bucketing': None, 'aten_distributed_optimizations.collective_estimator': 'analytical', 'aten_distributed_optimizations.compute_estimator': 'analytical', 'aten_distributed_optimizations.compute_overlap_multipler': None, 'aten_distributed_optimizations.enable_fusion_regions': True, 'aten_distributed_optimizations.enable_overlap_scheduling': False, 'aten_distributed_optimizations.insert_overlap_deps': None, 'aten_distributed_optimizations.max_coll_distance': None, 'aten_distributed_optimizations.max_compute_pre_fetch': None, 'aten_distributed_optimizations.max_in_flight_gb': None, 'aten_distributed_optimizations.max_memory_increase_gb': None, 'aten_distributed_optimizations.max_memory_increase_ratio': None, 'aten_distributed_optimizations.overlap_scheduling_autofix_cycles': False, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives': True, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_bucket_cap_mb': None, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_max_bucket_cap_mb': 500.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_min_bucket_cap_mb': 10.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_saturation_calibration_multiplier': 1.0, 'aten_distributed_optimizations.prioritize_bucketing_during_scheduling': True, 'bucket_all_gathers_bucket_mode': 'default', 'bucket_all_gathers_fx': 'all', 'bucket_all_reduces_fx': 'none', 'bucket_cap_mb': None, 'bucket_reduce_scatters_bucket_mode': 'default', 'bucket_reduce_scatters_fx': 'all', 'dedup_reduce_scatters': False}
+CONFIG = {'aten_distributed_optimizations.bucket_exposed_first': None, 'aten_distributed_optimizations.bucket_mode': None, 'aten_distributed_optimizations.bucket_only_internode_comms': False, 'aten_distributed_optimizations.collective_bucketing': None, 'aten_distributed_optimizations.collective_estimator': 'analytical', 'aten_distributed_optimizations.compute_estimator': 'analytical', 'aten_distributed_optimizations.compute_overlap_multipler': None, 'aten_distributed_optimizations.enable_fusion_regions': True, 'aten_distributed_optimizations.enable_overlap_scheduling': False, 'aten_distributed_optimizations.insert_overlap_deps': None, 'aten_distributed_optimizations.max_coll_distance': None, 'aten_distributed_optimizations.max_compute_pre_fetch': None, 'aten_distributed_optimizations.max_in_flight_gb': None, 'aten_distributed_optimizations.max_memory_increase_gb': None, 'aten_distributed_optimizations.max_memory_increase_ratio': None, 'aten_distributed_optimizations.overlap_scheduling_autofix_cycles': False, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives': True, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_bucket_cap_mb': None, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_max_bucket_cap_mb': 500.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_min_bucket_cap_mb': 10.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_saturation_calibration_multiplier': 1.0, 'aten_distributed_optimizations.prioritize_bucketing_during_scheduling': True, 'bucket_all_gathers_bucket_mode': 'default', 'bucket_all_gathers_fx': 'all', 'bucket_all_reduces_fx': 'none', 'bucket_cap_mb': None, 'bucket_reduce_scatters_bucket_mode': 'default', 'bucket_reduce_scatters_fx': 'all', 'dedup_reduce_scatters': False, 'manual_bucket_mode': None, 'manual_bucket_plans': 'off', 'manual_insert_overlap_deps': False}
 
 
 # --- copied from fsdp_verify/execute/inputs.py: the harness's input values, bit for bit ---
@@ -169,18 +169,113 @@ def cost_model() -> Iterator[None]:
             holder.get_gpu_dram_gbps = function
 
 
+# Harness options of the manual scheduler (``overlap_manual_scheduling.manual_overlap_bucketing``):
+# no inductor option routes to it; frameworks call it themselves (torchtitan's SimpleFSDP
+# ``transformer_block_bucketing`` as its fw/bw compiler or a ``post_grad_custom_post_pass``).
+MANUAL = "manual_bucket_plans"
+MANUAL_DEPS = "manual_insert_overlap_deps"
+MANUAL_MODE = "manual_bucket_mode"
+# Options of the space that are no ``torch._inductor.config`` name: never patched into the config.
+HARNESS_OPTIONS = ("bucket_cap_mb", MANUAL, MANUAL_DEPS, MANUAL_MODE)
+
+
+def _module_of(node: fx.Node) -> str | None:
+    name = node.meta.get("param_name")
+    return name.rsplit(".", 1)[0] if isinstance(name, str) and "." in name else None
+
+
+def param_module_stack(node: fx.Node) -> list[tuple[str, type]]:
+    """A node's module for the manual scheduler's graph view: a node tagged with a parameter
+    belongs to that parameter's module, as the all-gather of a SimpleFSDP parametrisation runs
+    inside the module that owns the parameter; a node without the tag takes the ``module_path``
+    it was annotated with in a compile (``torch.fx.traceback.annotate``), else dynamo's
+    ``nn_module_stack``, else no module."""
+    import torch
+    module = _module_of(node)
+    if module is not None:
+        return [(module, torch.nn.Module)]
+    annotated = node.meta.get("custom", {}).get("module_path")  # torch.fx.traceback.annotate
+    if isinstance(annotated, str) and annotated:
+        return [(annotated, torch.nn.Module)]
+    from torch._inductor.fx_passes.graph_view import _clean_stack_name, _get_module_stack
+    return [(_clean_stack_name(path), klass) for path, klass in _get_module_stack(node)]
+
+
+def _unit(module: str) -> str:
+    """The FSDP unit a module belongs to: the path through its first numbered part (a repeated
+    block, ``layers.3``), else its top-level module (``embed``)."""
+    parts = module.split(".")
+    for index, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:index + 1])
+    return parts[0]
+
+
+def _launch(node: fx.Node) -> bool:
+    return node.op == "call_function" and any(
+        op in str(node.target) for op in ("all_gather_into_tensor", "reduce_scatter_tensor"))
+
+
+def module_bucket_plans(graph: fx.Graph, form: str) -> list:
+    """The ``module_bucket_plans`` a user of the manual scheduler writes for this graph, from the
+    modules its gathers and reduce-scatters belong to, in graph order: ``blocks`` names each unit
+    (torchtitan's per-transformer-block plan), ``pairs`` groups two consecutive units in one list
+    entry (the entry form that buckets several modules together)."""
+    units: list[str] = []
+    for node in graph.nodes:
+        stack = param_module_stack(node) if _launch(node) else []
+        if stack and stack[-1][0] and _unit(stack[-1][0]) not in units:
+            units.append(_unit(stack[-1][0]))
+    if form == "pairs":
+        return [units[i:i + 2] if len(units[i:i + 2]) > 1 else units[i] for i in range(0, len(units), 2)]
+    return units
+
+
+def manual_route(module: fx.GraphModule, config: dict) -> fx.GraphModule:
+    """The manual scheduler as frameworks call it (before inductor's own bucketing, as a
+    ``post_grad_custom_post_pass`` runs), with its ordering wrappers inlined."""
+    from torch._inductor.fx_passes.overlap_manual_scheduling import manual_overlap_bucketing
+    plans = module_bucket_plans(module.graph, config[MANUAL])
+    with cost_model():
+        module = manual_overlap_bucketing(module, plans, insert_overlap_deps=bool(config.get(MANUAL_DEPS)),
+                                          module_stack_fn=param_module_stack, bucket_mode=config.get(MANUAL_MODE))
+    inline_control_deps(module)
+    return module
+
+
+def manual_post_pass(config: dict) -> Any:
+    """The manual scheduler as a compile installs it: a ``post_grad_custom_post_pass`` (a
+    ``CustomGraphPass``, which inductor hands the graph) that runs ``manual_route`` on the graph's
+    module; None when ``config`` does not draw it."""
+    if config.get(MANUAL, "off") == "off":
+        return None
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+
+    class ManualPass(CustomGraphPass):
+        def __call__(self, graph: fx.Graph) -> None:
+            manual_route(graph.owning_module, config)
+
+        def uuid(self) -> Any:
+            return repr(sorted((k, v) for k, v in config.items() if k in HARNESS_OPTIONS))
+
+    return ManualPass()
+
+
 def inductor_route(module: fx.GraphModule, config: dict) -> fx.GraphModule:
-    """Inductor's post-grad routing (post_grad.py): dedup, then RS, AR and AG bucketing, the stable
-    topological sort, then the overlap scheduler (which may bucket too), each pass reading the
-    patched config as it would in a compile. ``config`` holds ``torch._inductor.config`` options
-    (dotted for ``aten_distributed_optimizations``) plus ``bucket_cap_mb``; returns the module the
-    passes leave (the overlap scheduler may hand back another)."""
+    """Inductor's post-grad routing (post_grad.py): the manual scheduler where drawn (as a custom
+    post pass, which runs first), dedup, then RS, AR and AG bucketing, the stable topological sort,
+    then the overlap scheduler (which may bucket too), each pass reading the patched config as it
+    would in a compile. ``config`` holds ``torch._inductor.config`` options (dotted for
+    ``aten_distributed_optimizations``) plus ``HARNESS_OPTIONS``; returns the module the passes
+    leave (the overlap scheduler may hand back another)."""
     import torch._inductor.config as inductor_config
     from torch._inductor.fx_passes import bucketing, fsdp
     from torch._inductor.pattern_matcher import stable_topological_sort
     determinator = bucket_cap(config.get("bucket_cap_mb"))
-    patch = {name: value for name, value in config.items() if name != "bucket_cap_mb"}
+    patch = {name: value for name, value in config.items() if name not in HARNESS_OPTIONS}
     with inductor_config.patch(patch):
+        if config.get(MANUAL, "off") != "off":
+            module = manual_route(module, config)
         if config["dedup_reduce_scatters"]:
             fsdp.dedup_fsdp_reduce_scatter(module)
         if config["bucket_reduce_scatters_fx"] != "none":

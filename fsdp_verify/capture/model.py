@@ -190,7 +190,12 @@ class SimpleFSDPModel(nn.Module):
         self.names = {name: name.replace(".", "_") for name in params}
 
     def _full(self, fqn: str) -> torch.Tensor:
-        return self.gather(fqn, self.params[self.names[fqn]])
+        # SimpleFSDP gathers in the parametrisation of the module that owns the parameter; the
+        # annotation is that module's path on every node the gather traces to (``meta["custom"]``),
+        # which a compile keeps through to post-grad graphs, where the manual scheduler reads it.
+        from torch.fx.traceback import annotate
+        with annotate({"module_path": fqn.rsplit(".", 1)[0]}):
+            return self.gather(fqn, self.params[self.names[fqn]])
 
     def _layer(self, index: int, x: torch.Tensor) -> torch.Tensor:
         layer = self.desc.layers[index]

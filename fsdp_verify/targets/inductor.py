@@ -19,10 +19,11 @@ from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.targets.base import Target, TargetNotFound, family
-from fsdp_verify.targets.post_grad import inductor_route, post_grad_pass
+from fsdp_verify.targets.post_grad import MANUAL, MANUAL_DEPS, MANUAL_MODE, inductor_route, post_grad_pass
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
-ENTRY_POINTS = ("bucket", "fsdp")  # bucketing.bucket_all_gather, or fsdp.bucket_fsdp_all_gather
+# bucketing.bucket_all_gather, fsdp.bucket_fsdp_all_gather, or the manual scheduler alone
+ENTRY_POINTS = ("bucket", "fsdp", "manual")
 
 
 # Inductor's own options (torch._inductor.config) that route post-grad graphs to the passes that
@@ -40,6 +41,11 @@ CONFIG_SPACE: dict[str, tuple] = {
     "bucket_all_reduces_fx": ("none", "all"),
     "dedup_reduce_scatters": (False, True),
     "bucket_cap_mb": (None, 0.001),
+    # overlap_manual_scheduling.manual_overlap_bucketing, as frameworks call it (no config routes
+    # there): off, one plan entry per FSDP unit, or two units per entry; its own two arguments.
+    MANUAL: ("off", "blocks", "pairs"),
+    MANUAL_DEPS: (False, True),
+    MANUAL_MODE: (None, "default", "custom_ops_multidtype"),
     _AO + "enable_overlap_scheduling": (False, True),
     _AO + "collective_bucketing": (None, True, False),
     _AO + "insert_overlap_deps": (None, False),  # None: inductor inserts them (True)
@@ -101,7 +107,12 @@ def _pins(mode: str, entry: str) -> dict[str, Any]:
     pins: dict[str, Any] = {}
     if mode:
         pins.update(bucket_all_gathers_bucket_mode=mode, bucket_reduce_scatters_bucket_mode=mode)
-    if entry:
+    if entry == "manual":  # the manual scheduler with inductor's own bucketing off
+        pins.update({MANUAL: "blocks", "bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none",
+                     _AO + "enable_overlap_scheduling": False})
+        if mode:
+            pins[MANUAL_MODE] = mode
+    elif entry:
         pins["bucket_all_gathers_fx"] = "only_fsdp" if entry == "fsdp" else "all"
     return pins
 
@@ -142,16 +153,48 @@ _REORDERED = {("ordering", "group_order"), ("ordering", "fused_window")}
 
 
 def _overlap_mismatches(findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
-    """The overlap scheduler reorders collectives within a group by design (to overlap them with
-    compute), and buckets across whatever lies between: the FSDP planner's issue-order and span
+    """The overlap scheduler and the manual one reorder collectives within a group by design (to
+    overlap them with compute), and bucket across whatever lies between: the FSDP planner's issue-order and span
     rules are not its contract. Excused only when every finding is one of those two rules (the
     ordering checker's cross-rank streams and deadlock verdicts are never excused, so a reorder
     that differs between ranks still fails)."""
-    if not options.get(_AO + "enable_overlap_scheduling") or not findings:
+    overlap, manual = options.get(_AO + "enable_overlap_scheduling"), options.get(MANUAL, "off") != "off"
+    if not (overlap or manual) or not findings:
         return []
     if all(f.key in _REORDERED for f in findings):
-        return ["inductor's overlap scheduler reorders and buckets collectives across compute by design; every rank "
+        which = "overlap scheduler" if overlap else "manual scheduler (per module plan)"
+        return [f"inductor's {which} reorders and buckets collectives across compute by design; every rank "
                 "issues the same order (the cross-rank streams and deadlock checks found nothing)"]
+    return []
+
+
+def _chained_gathers(case: Case) -> bool:
+    """A gather whose input is another gather's result (through its wait and views): a parameter
+    sharded on both dims of a 2-D mesh, as DTensor gathers ``(Shard(0), Shard(0))``."""
+    nodes = {n.name: n for n in case.graph.nodes}
+
+    def from_gather(name: str, depth: int = 0) -> bool:
+        node = nodes.get(name)
+        if node is None or node.op != "call_function" or depth > 8:
+            return False
+        if "wait_tensor" in node.target:
+            return any("all_gather" in nodes[i].target for i in node.inputs() if i in nodes)
+        return len(node.inputs()) == 1 and from_gather(node.inputs()[0], depth + 1)
+
+    return any("all_gather" in n.target and n.inputs() and from_gather(n.inputs()[0]) for n in case.graph.nodes)
+
+
+def _manual_mismatches(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
+    """The manual scheduler is written for SimpleFSDP's placements (``(Shard(0),)`` on a flattened
+    mesh, or HSDP's ``(Replicate(), Shard(0))``): one gather per parameter. On a parameter sharded
+    on both mesh dims (gathered twice, chained) it buckets the outer gathers before the inner
+    bucket's wait and crashes on its own graph lint (docs/findings.md, F10): real, but on input
+    SimpleFSDP never hands it, so it is counted apart. Only a crash is excused, never a wrong result."""
+    if options.get(MANUAL, "off") == "off" or not findings or not _chained_gathers(case):
+        return []
+    if all(f.key == ("target", "raised") for f in findings):
+        return ["the manual scheduler assumes one gather per parameter (SimpleFSDP's placements); a parameter "
+                "sharded on both mesh dims is gathered twice, which it does not support (F10)"]
     return []
 
 
@@ -170,6 +213,8 @@ class TorchInductorTarget(Target):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})
         modes = {self.pins.get("bucket_all_gathers_bucket_mode")} - {None}
         entry = "@fsdp" if self.pins.get("bucket_all_gathers_fx") == "only_fsdp" else ""
+        if self.pins.get(MANUAL, "off") != "off":
+            entry = "@manual"
         self.name = "torch-inductor" + (f":{modes.pop()}" if modes else "") + entry
 
     @property
@@ -222,6 +267,7 @@ class TorchInductorTarget(Target):
         options = {**DEFAULTS, **dict(case.target_options), **self.pins}
         found += _captured_mismatches(case, findings, options)
         found += _overlap_mismatches(findings, options)
+        found += _manual_mismatches(case, findings, options)
         waited = Counter(n.inputs()[0] for n in case.graph.nodes if "wait_tensor" in n.target and n.inputs())
         if any(count > 1 for count in waited.values()):
             found.append("a launch with several waits (make_fx emits one wait per launch)")
@@ -242,8 +288,9 @@ def make(spec: str = "") -> TorchInductorTarget:
     return TorchInductorTarget(_pins(mode, entry))
 
 
-@family("torch-inductor[:mode][@fsdp]", "PyTorch's inductor bucketing passes; modes default, custom_ops, "
-        "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp",
+@family("torch-inductor[:mode][@fsdp|@manual]", "PyTorch's inductor bucketing passes; modes default, custom_ops, "
+        "custom_ops_multidtype, coalesced; @fsdp uses fx_passes.fsdp; @manual runs the manual scheduler "
+        "(overlap_manual_scheduling) on per-block plans with inductor's own bucketing off",
         claims=lambda name: name == "torch-inductor" or name.startswith(("torch-inductor:", "torch-inductor@")))
 def named(name: str) -> TorchInductorTarget:
     """``torch-inductor[:mode][@entry]`` as the target list names it."""

@@ -147,7 +147,9 @@ def test_every_option_the_collective_passes_read_is_drawn_or_excluded_with_a_rea
     assert not missing, f"read by torch's collective passes, neither drawn nor excluded with a reason: {missing}"
     assert all(reason.strip() for reason in EXCLUDED.values())
     known = set(inductor_config.get_config_copy())
-    stale = sorted(o for o in [*CONFIG_SPACE, *EXCLUDED] if o != "bucket_cap_mb" and o not in known)
+    from fsdp_verify.targets.post_grad import HARNESS_OPTIONS
+    stale = sorted(o for o in [*CONFIG_SPACE, *EXCLUDED] if o not in HARNESS_OPTIONS and o not in known)
+    assert not set(HARNESS_OPTIONS) & known  # a harness option never shadows one of inductor's
     assert not stale, f"not an option of this torch's inductor config: {stale}"
     assert not set(CONFIG_SPACE) & set(EXCLUDED)
 

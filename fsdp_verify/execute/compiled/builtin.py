@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.func import functional_call
 
-from fsdp_verify.targets.post_grad import cost_model
+from fsdp_verify.targets.post_grad import HARNESS_OPTIONS, cost_model, manual_post_pass
 from fsdp_verify.graph import collectives
 
 OFF = {"bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
@@ -100,7 +100,9 @@ def compiled_step(model: nn.Module, inputs: tuple, options: dict[str, Any]) -> R
     ``bucket_cap_mb`` sets both bucket-size determinators)."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    patch = {k: v for k, v in options.items() if k != "bucket_cap_mb"}
+    patch = {k: v for k, v in options.items() if k not in HARNESS_OPTIONS}
+    if manual_post_pass(options) is not None:  # as torchtitan installs the manual scheduler
+        patch["post_grad_custom_post_pass"] = manual_post_pass(options)
     cap = options.get("bucket_cap_mb")
     if cap is not None:
         patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap

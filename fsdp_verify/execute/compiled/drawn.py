@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import fx, nn
 
-from fsdp_verify.targets.post_grad import cost_model
+from fsdp_verify.targets.post_grad import HARNESS_OPTIONS, cost_model, manual_post_pass
 from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
 from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, gloo_world
 
@@ -115,7 +115,9 @@ def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None
     names a planted fault), with a fresh dynamo and the launches after post-grad passes counted."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    patch = {k: v for k, v in options.items() if k not in ("bucket_cap_mb", "plant")}
+    patch = {k: v for k, v in options.items() if k not in (*HARNESS_OPTIONS, "plant")}
+    if manual_post_pass(options) is not None:  # as torchtitan installs the manual scheduler
+        patch["post_grad_custom_post_pass"] = manual_post_pass(options)
     cap = options.get("bucket_cap_mb")
     if cap is not None:
         patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap

@@ -1,0 +1,94 @@
+"""The manual scheduler (``overlap_manual_scheduling.manual_overlap_bucketing``) as a configuration of
+``torch-inductor``: plans from the graph's modules, bucketing per plan entry, the triage of what it
+does by design, and the crash it has on parameters sharded on both dims of a 2-D mesh (F10)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from fsdp_verify.capture import Layer, ModelDesc, capture
+from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.engine.triage import CANDIDATE, MISMATCH, classify
+from fsdp_verify.graph.builder import build_module
+from fsdp_verify.model.case import Case
+from fsdp_verify.targets import get_target
+from fsdp_verify.targets.inductor import CONFIG_SPACE
+from fsdp_verify.targets.post_grad import MANUAL, MANUAL_DEPS, MANUAL_MODE, module_bucket_plans
+
+ONE_D = ModelDesc((Layer("linear", 8), Layer("linear", 4), Layer("linear", 6)), mesh=(4,))
+
+
+@pytest.fixture(scope="module")
+def captured():
+    return capture(ONE_D)
+
+
+def _launches(module) -> Counter:
+    return Counter(str(n.target).split(".")[1] for n in module.graph.nodes
+                   if n.op == "call_function" and "_c10d_functional" in str(n.target) and "wait" not in str(n.target))
+
+
+def test_the_name_pins_the_manual_scheduler_with_inductors_own_bucketing_off():
+    target = get_target("torch-inductor@manual")
+    assert target.name == "torch-inductor@manual"
+    assert target.config[MANUAL] == "blocks" and target.config["bucket_all_gathers_fx"] == "none"
+    assert target.config["bucket_reduce_scatters_fx"] == "none"
+    assert MANUAL not in target.options() and MANUAL_DEPS in target.options()
+    assert get_target("torch-inductor:custom_ops_multidtype@manual").config[MANUAL_MODE] == "custom_ops_multidtype"
+    assert CONFIG_SPACE[MANUAL][0] == "off"  # an unpinned campaign draws it, off by default
+
+
+def test_plans_name_each_unit_in_graph_order_and_pairs_group_two(captured):
+    target = get_target("torch-inductor@manual")
+    forward = build_module(target.normalise(Case(captured.forward)).graph).graph
+    backward = build_module(target.normalise(Case(captured.backward)).graph).graph
+    assert module_bucket_plans(forward, "blocks") == ["layers.0", "layers.1", "layers.2"]
+    assert module_bucket_plans(forward, "pairs") == [["layers.0", "layers.1"], "layers.2"]
+    assert module_bucket_plans(backward, "blocks") == ["layers.2", "layers.1", "layers.0"]
+
+
+@pytest.mark.parametrize("options", [{}, {MANUAL_DEPS: True}, {MANUAL: "pairs"}, {MANUAL_MODE: "default"}],
+                         ids=["blocks", "deps", "pairs", "default_mode"])
+@pytest.mark.parametrize("phase", ["forward", "backward"])
+def test_each_unit_is_bucketed_and_every_checker_passes(captured, phase, options):
+    # the unpinned target, configured as @manual pins it, so that ``pairs`` can be drawn
+    options = {MANUAL: "blocks", "bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none", **options}
+    target = get_target("torch-inductor")
+    case = target.normalise(Case(getattr(captured, phase)))
+    case = replace(case, target_options=tuple(sorted(options.items())))
+    findings, ctx = check_all(target.configure(options), case)
+    assert [f for f in findings if f.severity == "error"] == []
+    before, after = _launches(build_module(case.graph)), _launches(ctx.run.rewritten[0])
+    units = 2 if options.get(MANUAL) == "pairs" else 3
+    assert sum(before.values()) == 6 and sum(after.values()) == units  # weight and bias of each unit in one launch
+
+
+def test_a_reorder_by_design_is_a_contract_mismatch_but_a_wrong_value_is_not():
+    from fsdp_verify.checks.findings import Finding
+    target = get_target("torch-inductor@manual")
+    case = target.normalise(Case(capture(ONE_D).backward))
+    reorder = Finding("ordering", "sinks below", rule="fused_window")
+    assert classify(target, case, ("ordering",), [reorder])[0] == MISMATCH
+    off = replace(case, target_options=((MANUAL, "off"),))
+    assert classify(get_target("torch-inductor"), off, ("ordering",), [reorder])[0] == CANDIDATE
+    wrong = Finding("numerics", "output differs", rule="output_differs")
+    assert classify(target, case, ("numerics", "ordering"), [reorder, wrong])[0] == CANDIDATE
+
+
+def test_a_parameter_sharded_on_both_mesh_dims_crashes_it_and_is_counted_apart():
+    # F10: the outer gathers of two parameters of one module are bucketed right after the first
+    # of them, before the inner bucket's wait that the second one's input comes from.
+    target = get_target("torch-inductor@manual")
+    desc = ModelDesc((Layer("linear", 4, placement="shard2d"),), mesh=(2, 2))
+    case = target.normalise(Case(capture(desc).forward))
+    findings, _ = check_all(target, case)
+    assert [f.key for f in findings] == [("target", "raised")]
+    assert "used before it has been defined" in findings[0].message
+    kind, why = classify(target, case, ("target",), findings)
+    assert kind == MISMATCH and "F10" in why[0]
+    # the same crash on a 1-D graph is no such excuse
+    flat = target.normalise(Case(capture(ONE_D).forward))
+    assert classify(target, flat, ("target",), findings)[0] == CANDIDATE
