@@ -66,19 +66,22 @@ def moved_dtype(source: fx.Node, spec_dtype: torch.dtype, walk: DtypeWalk | None
     """What a gather of ``source`` moves. The spec's dtype is the parameter's (spec 1.4, S4), but a
     low-precision all-gather gathers a cast of it: the traced value says so where the graph has
     one; else the dtype is followed back to a cast or to a parameter."""
+    if source.op == "placeholder" and "val" not in source.meta:  # the parameter itself: its own spec
+        return spec_dtype
     found = _traced(source, 0, walk or DtypeWalk(param_dtypes(source.graph.nodes)))
     return found[0] if found else spec_dtype
 
 
 def param_dtypes(nodes: Iterable[fx.Node]) -> dict[str, torch.dtype]:
-    """Each parameter placeholder's dtype, as the spec dtype of a collective that names it
-    (``param_node``): one scan per graph, shared by every member's walk."""
-    found = {}
+    """Each parameter placeholder's dtype, as the spec dtype of the collectives that name it
+    (``param_node``): one scan per graph, shared by every member's walk. A placeholder whose
+    collectives disagree (malformed metadata) is left out: the walk cannot tell its dtype."""
+    seen: dict[str, set] = {}
     for node in nodes:
         dtype = (node.meta.get("fsdp_bucket_spec") or {}).get("dtype")
         if isinstance(node.meta.get("param_node"), str) and isinstance(dtype, torch.dtype):
-            found.setdefault(node.meta["param_node"], dtype)
-    return found
+            seen.setdefault(node.meta["param_node"], set()).add(dtype)
+    return {name: dtypes.pop() for name, dtypes in seen.items() if len(dtypes) == 1}
 
 
 # Ops whose result has their (first) tensor input's dtype and rank.

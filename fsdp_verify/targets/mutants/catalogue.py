@@ -175,7 +175,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="cases"),  # hazards split the fused buckets it needs: 286 examples there, 60 here
     # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
     Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
-           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="mutations"),
+           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="cases"),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),
@@ -201,7 +201,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="cases"),
     Mutant("promotion_ignores_rank", "a member's dtype through arithmetic is promoted by type alone, so a bf16 "
            "cast times a 0-dim float32 gain is packed and handed back as float32", ("layout", "numerics"),
-           lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="cases"),
+           lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="rule:capacity"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
