@@ -19,9 +19,11 @@ EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r !
 
 
 def test_2000_examples_reach_every_reason_and_sub_condition():
-    reach = measure(cases("tiny"), examples=2000, seed=0)
+    # 3,000 examples, not 2,000: the rarest sub-conditions got 0-3 hits in 2,000, and which one
+    # missed moved with the process's earlier tests (the seeded stream is not independent of them).
+    reach = measure(cases("tiny"), examples=3000, seed=0)
     print(format_reach(reach, EXPECTED))
-    assert reach.cases == 2000
+    assert reach.cases == 3000
     assert not unreached(reach, EXPECTED)
     assert not reach.unexplained  # every decision is explained by a sub-condition of its reason
     assert ("split", "incompatible_key") not in reach.decisions  # unreachable from plan_fsdp_buckets (spec 2.7)
