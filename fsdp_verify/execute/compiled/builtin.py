@@ -95,21 +95,30 @@ def _step(module: nn.Module, inputs: tuple, params: nn.Module) -> Run:
                                        if p.grad is not None})
 
 
-def compiled_step(model: nn.Module, inputs: tuple, options: dict[str, Any]) -> Run:
-    """One step of ``model`` compiled by inductor under ``options`` (``torch._inductor.config`` names;
-    ``bucket_cap_mb`` sets both bucket-size determinators)."""
-    import torch._dynamo
-    import torch._inductor.config as inductor_config
-    patch = {k: v for k, v in options.items() if k not in HARNESS_OPTIONS}
-    if manual_post_pass(options) is not None:  # as torchtitan installs the manual scheduler
-        patch["post_grad_custom_post_pass"] = manual_post_pass(options)
+def config_patch(options: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``options`` as a ``torch._inductor.config.patch``: harness options (and ``skip``) left out,
+    ``bucket_cap_mb`` as the three bucket-size determinators, the manual scheduler installed as
+    a ``post_grad_custom_post_pass`` where drawn (as torchtitan installs it), and no FX graph
+    cache, so every compile runs the passes again."""
+    patch = {k: v for k, v in options.items() if k not in HARNESS_OPTIONS and k not in skip}
+    manual = manual_post_pass(options)
+    if manual is not None:
+        patch["post_grad_custom_post_pass"] = manual
     cap = options.get("bucket_cap_mb")
     if cap is not None:
         patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
         patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
         patch["bucket_all_reduces_fx_bucket_size_determinator"] = lambda index: cap
+    patch["fx_graph_cache"] = False
+    return patch
+
+
+def compiled_step(model: nn.Module, inputs: tuple, options: dict[str, Any]) -> Run:
+    """One step of ``model`` compiled by inductor under ``options`` (``config_patch``)."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+    patch = config_patch(options)
     launches: dict[str, int] = {}
-    patch["fx_graph_cache"] = False  # every compile must run the passes again
     torch._dynamo.reset()
     with gloo_world() as group, inductor_config.patch(patch), cost_model(), _counting(launches):
         run = _step(torch.compile(Gathered(model, group), backend="inductor", fullgraph=True), inputs, model)

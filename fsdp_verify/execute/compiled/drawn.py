@@ -21,9 +21,9 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from torch import fx, nn
 
-from fsdp_verify.targets.post_grad import HARNESS_OPTIONS, cost_model, manual_post_pass
+from fsdp_verify.targets.post_grad import cost_model
 from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
-from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, gloo_world
+from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, config_patch, gloo_world
 
 Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
 
@@ -115,15 +115,7 @@ def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None
     names a planted fault), with a fresh dynamo and the launches after post-grad passes counted."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    patch = {k: v for k, v in options.items() if k not in (*HARNESS_OPTIONS, "plant")}
-    if manual_post_pass(options) is not None:  # as torchtitan installs the manual scheduler
-        patch["post_grad_custom_post_pass"] = manual_post_pass(options)
-    cap = options.get("bucket_cap_mb")
-    if cap is not None:
-        patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
-        patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
-        patch["bucket_all_reduces_fx_bucket_size_determinator"] = lambda index: cap
-    patch["fx_graph_cache"] = False  # every compile must run the passes again
+    patch = config_patch(options, skip=("plant",))
     if options.get("plant"):
         patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
     torch._dynamo.reset()

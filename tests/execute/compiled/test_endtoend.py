@@ -24,6 +24,15 @@ def test_a_correct_configuration_is_bitwise_equal_to_the_unbucketed_compile_and_
     assert good["exercised"] and not idle["exercised"]  # equal because nothing was bucketed: counted apart
 
 
+def test_the_manual_scheduler_buckets_each_block_in_a_real_compile():
+    # installed as post_grad_custom_post_pass; it finds each gather's module by the model's annotation
+    off = {"bucket_all_gathers_fx": "none", "bucket_reduce_scatters_fx": "none"}
+    blocks, pairs = sweep(TWO_LAYERS, [{**off, "manual_bucket_plans": "blocks"}, {**off, "manual_bucket_plans": "pairs"}])
+    assert blocks["launches"] == {"all_gather_into_tensor": 2, "reduce_scatter_tensor": 2}  # weight + bias per layer
+    assert pairs["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}
+    assert failed(blocks) is None and failed(pairs) is None and blocks["eager_difference"] is None
+
+
 def test_a_tensor_only_one_run_produced_is_a_difference():
     import torch
     base = {"output": torch.zeros(2), "grad:w": torch.ones(2)}
