@@ -9,6 +9,8 @@ Mutations return None where a site does not fit (the strategy then picks another
 
 from __future__ import annotations
 
+from collections import Counter
+
 import math
 import zlib
 from dataclasses import replace
@@ -44,6 +46,13 @@ def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
         fn.acts_on = frozenset(kinds)
         return fn
     return declare
+
+
+def gathered_ahead(fn: Callable) -> Callable:
+    """Declare a mutation that needs launches issued ahead of their consumers, as a prefetching
+    schedule (no reshard after forward) has them: its draw renders the blueprint so."""
+    fn.gathered_ahead = True
+    return fn
 
 
 def _wait_of(spec: GraphSpec, launch: str) -> Optional[str]:
@@ -318,13 +327,25 @@ def bad_reduce_op(case: Case, launch: str) -> Optional[Case]:
 @plants("skip", "non_output_rs_consumer")
 @acts_on(RS_KIND)
 def rs_extra_consumer(case: Case, launch: str) -> Optional[Case]:
+    return _rs_read_by(case, launch, "aten.neg.default")
+
+
+@plants("skip", "non_output_rs_consumer")
+@acts_on(RS_KIND)
+def rs_python_consumer(case: Case, launch: str) -> Optional[Case]:
+    """The gradient read by Python's ``-`` (``operator.neg``, as a symbolic trace records it): a call
+    with no schema is no view, so it is a consumer other than the output."""
+    return _rs_read_by(case, launch, "operator.neg")
+
+
+def _rs_read_by(case: Case, launch: str, target: str) -> Optional[Case]:
     if _kind(case, launch) != RS_KIND:
         return None
     wait = _wait_of(case.graph, launch)
     graph = case.graph
     output = graph.nodes[-1]
     neg = edit.fresh_name(graph, f"{wait}_neg")
-    graph = edit.insert_before(graph, output.name, [edit.call(neg, "aten.neg.default", NodeRef(wait),
+    graph = edit.insert_before(graph, output.name, [edit.call(neg, target, NodeRef(wait),
                                                               meta={"autograd_backward": True})])
     outs = list(output.args[0]) + [NodeRef(neg)]
     return replace(case, graph=edit.update_node(graph, output.name, args=(outs,)))
@@ -546,6 +567,7 @@ def _source_ready(graph, launch: str, before: str):
     return edit.hoisted(graph, source.name, before) if isinstance(source, NodeRef) else graph
 
 
+@gathered_ahead
 @acts_on(*AG_KINDS)
 def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
     """The wait of another bucket's last launch moves into this pair's span, right after a copy
@@ -557,8 +579,11 @@ def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
     if _kind(case, b) == RS_KIND:
         return None
     at = edit.index_of(graph, a)
-    earlier = [node for node in graph.nodes[:at] if node.meta.get("comm_type") in AG_KINDS]
-    if not earlier or _site_key(earlier[-1]) == _site_key(graph.node(a)):
+    keys = Counter(_site_key(node) for node in edit.tagged_launches(graph) if node.op == "call_function")
+    # the other launch needs a sibling: a bucket of one is never fused, so its wait is never erased
+    earlier = [node for node in graph.nodes[:at] if node.meta.get("comm_type") in AG_KINDS
+               and _site_key(node) != _site_key(graph.node(a)) and keys[_site_key(node)] > 1]
+    if not earlier:
         return None
     other = earlier[-1].name
     wait = _wait_of(graph, other)

@@ -1,5 +1,5 @@
-"""Data dependencies: the rewrite keeps every node and data edge, reads collective results only
-through waits, and never reads storage after a free released it.
+"""Data dependencies: the rewrite defines every value above its readers, keeps every node and data
+edge, reads collective results only through waits, and never reads storage after a free released it.
 
 Original nodes are matched to rewritten ones by name (FX keeps names; only collective launches
 and waits may disappear, replaced by fused collectives). Each violation names the broken edge.
@@ -81,15 +81,21 @@ def reads_after_free(module: fx.GraphModule) -> list[Finding]:
     return findings
 
 
+def _unordered(pairs: list[tuple[str, str]]) -> list[Finding]:
+    return [Finding(NAME, f"{reader!r} reads {source!r}, which is not defined above it (a later node or one "
+                          f"no longer in the graph)", nodes=(source, reader), rule="read_before_definition")
+            for reader, source in pairs]
+
+
 def check_dependencies(ctx: CheckContext) -> list[Finding]:
-    """Data edges, effect order, real-node order, waits before reads, and no read after free."""
+    """Every read below its input's definition, data edges kept, waits before reads, no read after free."""
     original, rewritten = ctx.original, ctx.rewritten
     findings: list[Finding] = []
     for rank in sorted(rewritten):
         orig, new = original[rank], rewritten[rank]
         names = by_name(new)
         rank_findings = (
-            _lost_nodes(orig, names) + _edges(orig, names)
+            _unordered(ctx.unordered_reads.get(rank, [])) + _lost_nodes(orig, names) + _edges(orig, names)
             + _unwaited_reads(new, orig) + reads_after_free(new))
         findings.extend(f.at_rank(rank) for f in rank_findings)
         if findings:

@@ -14,6 +14,7 @@ from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.execute.world import simulate
 from fsdp_verify.targets.outcome import TargetRun
 from fsdp_verify.checks.identity import IdentityCodes, IdentityRun, identity_run, watched_consumers
+from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.checks.refinement import Refinement, refine
 
 class Severity(str, Enum):
@@ -119,6 +120,19 @@ class CheckContext:
         if rank not in self._refinements:
             self._refinements[rank] = refine(self.original[rank], self.rewritten[rank])
         return self._refinements[rank]
+
+    @cached_property
+    def unordered_reads(self) -> dict[int, list[tuple[str, str]]]:
+        """rank -> (reader, input) pairs of its rewrite whose input is not defined above the reader:
+        ``dependencies`` reports them; checkers that need a schedule skip such a case, saying why."""
+        found = {rank: reads_before_definition(module) for rank, module in self.rewritten.items()}
+        return {rank: pairs for rank, pairs in found.items() if pairs}
+
+    def unscheduled(self) -> Optional[str]:
+        """Why the rewrite has no schedule to judge (a read above its input's definition), or None."""
+        if not self.unordered_reads:
+            return None
+        return "the rewrite reads a value above its definition (a dependencies finding): no schedule to judge"
 
     def reports(self, rank: int) -> list[dict]:
         """``to_dict()`` of each of ``rank``'s plans, asked once per case and shared by the checkers

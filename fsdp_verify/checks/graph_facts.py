@@ -133,6 +133,19 @@ def alias_class(node: fx.Node) -> list[fx.Node]:
     return [root, *view_closure(root)[0]]
 
 
+def reads_before_definition(module: fx.GraphModule) -> list[tuple[str, str]]:
+    """(reader, input) for every input that is not defined above its reader: a later node or one
+    no longer in the graph. FX runs nodes in list order, so such a graph has no schedule; a
+    rewriter that inserts before a node another fusion erased leaves exactly this when it does
+    not lint."""
+    defined: set[fx.Node] = set()
+    found = []
+    for node in module.graph.nodes:
+        found += [(node.name, source.name) for source in node.all_input_nodes if source not in defined]
+        defined.add(node)
+    return found
+
+
 def positions(module: fx.GraphModule) -> dict[str, int]:
     """Node name -> index."""
     return {node.name: index for index, node in enumerate(module.graph.nodes)}

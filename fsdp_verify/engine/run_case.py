@@ -23,6 +23,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
 from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rounds
+from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
 from fsdp_verify.engine.stages import Stage
 from fsdp_verify.execute.isolation import Child, ChildDied, Served
@@ -70,7 +71,12 @@ def _is(message: Any, kind: Sent) -> bool:
 
 
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
+    """FX's own checks of each rewrite; a rewrite that reads a value above its definition is left to
+    ``dependencies`` (rule ``read_before_definition`` names the nodes, where lint's error would
+    make it a crash of the target)."""
     for rank, module in modules.items():
+        if reads_before_definition(module):
+            continue
         try:
             module.graph.lint()
         except Exception as exc:  # noqa: BLE001 - FX raises plain errors

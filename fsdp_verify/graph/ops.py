@@ -38,6 +38,11 @@ FUNCTIONS: dict[str, Callable] = {
     "fsdp_verify.free_tensor_storage": _free_tensor_storage,
     "fsdp_verify.effect_barrier": effect_barrier,
     "operator.getitem": operator.getitem,
+    # Python's operators on tensors, as torch.fx's symbolic trace records ``-x``, ``x + y`` and
+    # ``x * y``: calls with no operator schema (a view test must not take them for views).
+    "operator.neg": operator.neg,
+    "operator.add": operator.add,
+    "operator.mul": operator.mul,
 }
 FUNCTION_NAMES = {fn: name for name, fn in FUNCTIONS.items()}
 

@@ -278,6 +278,12 @@ def _fuse_rs(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx
         graph.erase_node(member.launch)
 
 
+def _fusion_order(jobs: list[tuple], order: dict[fx.Node, int]) -> list[tuple]:
+    """(bucket, members, anchor) jobs, latest anchor first: an earlier bucket's fusion may erase the
+    node (a member wait) that a later bucket inserts before."""
+    return sorted(jobs, key=lambda job: order[job[2]], reverse=True)
+
+
 def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...]) -> fx.GraphModule:
     check_fresh(graph_module, plan)
     buckets = [b for b in plan.buckets if len(b.members) > 1 and b.members[0].kind in kinds]
@@ -292,8 +298,7 @@ def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...
     for bucket in buckets:
         members = [_Member(candidate, by_name, walk) for candidate in bucket.members]
         jobs.append((bucket, members, _anchor(bucket, members, nodes, order)))
-    # Latest first: an earlier bucket's fusion may erase the node a later bucket inserts before.
-    for bucket, members, anchor in sorted(jobs, key=lambda job: order[job[2]], reverse=True):
+    for bucket, members, anchor in _fusion_order(jobs, order):
         if bucket.members[0].kind == RS_KIND:
             _fuse_rs(graph, bucket, members, anchor)
         else:

@@ -43,7 +43,8 @@ TEMPLATES = Path(__file__).parent / "templates"
 _ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_trailing_newline=True,
                    trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
 _HARNESS_FUNCTIONS = {"fsdp_verify.free_tensor_storage": "_free_tensor_storage",
-                      "fsdp_verify.effect_barrier": "effect_barrier", "operator.getitem": "operator.getitem"}
+                      "fsdp_verify.effect_barrier": "effect_barrier", "operator.getitem": "operator.getitem",
+                      "operator.neg": "operator.neg", "operator.add": "operator.add", "operator.mul": "operator.mul"}
 _DEVICE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")
 
 

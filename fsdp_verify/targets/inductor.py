@@ -92,6 +92,9 @@ EXCLUDED: dict[str, str] = {
 }
 DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}
 _HARNESS_ONLY = ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
+# Python operators as a symbolic trace records them, and the aten op make_fx lowers each to.
+PYTHON_OPERATORS = {"operator.neg": "aten.neg.default", "operator.add": "aten.add.Tensor",
+                    "operator.mul": "aten.mul.Tensor"}
 
 
 def _packet(target: str) -> bool:
@@ -232,8 +235,8 @@ class TorchInductorTarget(Target):
         return TorchInductorTarget(self.pins, options)
 
     def normalise(self, case: Case) -> Case:
-        """What make_fx/aot_autograd hand inductor: ``.default`` overloads, positional group names, and
-        no storage frees or barriers (post-grad graphs are functional)."""
+        """What make_fx/aot_autograd hand inductor: ``.default`` overloads, positional group names, aten
+        ops for Python's operators, and no storage frees or barriers (post-grad graphs are functional)."""
         kept = {n.name for n in case.graph.nodes if n.target not in _HARNESS_ONLY}
         nodes = []
         for node in case.graph.nodes:
@@ -242,6 +245,7 @@ class TorchInductorTarget(Target):
             target, args, kwargs = node.target, node.args, dict(node.kwargs)
             if _packet(target):
                 target += ".default"
+            target = PYTHON_OPERATORS.get(target, target)
             if collectives.op_name(target, (collectives.NAMESPACE,)) and "group_name" in kwargs:
                 args = (*args, kwargs.pop("group_name"))
             nodes.append(replace(node, target=target, args=args, kwargs=kwargs))
@@ -261,6 +265,8 @@ class TorchInductorTarget(Target):
             found.append("op packets (inductor only sees .default overloads)")
         if any(t in _HARNESS_ONLY for t in targets):
             found.append("storage frees or effect barriers (post-grad graphs are functional)")
+        if any(t in PYTHON_OPERATORS for t in targets):
+            found.append("Python operator calls (post-grad graphs hold aten ops only)")
         if any(collectives.op_name(n.target, (collectives.NAMESPACE,)) and "group_name" in n.kwargs
                for n in case.graph.nodes):
             found.append("group_name passed by keyword (make_fx passes it positionally)")

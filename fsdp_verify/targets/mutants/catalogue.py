@@ -32,6 +32,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     module_plans_built,
     module_prefix_without_dot,
     rs_prep_not_excluded,
+    schemaless_calls_are_views,
     parameters_counted_per_collective,
     skip_listed_twice,
     size_from_shard_by_shift,
@@ -53,6 +54,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("mutating_ops_crossable", "in-place and out= ops inside a span are crossed (only FX side effects "
            "and frees count as barriers)", ("planner", "ordering", "numerics"), barrier_without_writes,
            hunt="rule:effect_or_storage_release"),
+    Mutant("schemaless_calls_are_views", "a call with no operator schema (a Python operator) is taken for a view, "
+           "so a reduce-scatter read by one looks read by the output only", ("planner",),
+           schemaless_calls_are_views, hunt="skip:non_output_rs_consumer"),
     Mutant("foreign_collective_ignored", "a foreign collective inside a span is ignored", ("planner", "ordering"),
            lambda: _suppress("intervening_collective")),
     Mutant("foreign_free_ignored", "a free of a non-member inside a span is ignored", ("planner", "ordering"),
@@ -190,6 +194,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.rank_dependent_packing),
     Mutant("leaked_buffers", "fused AG buffers are copied and kept alive to the end", ("memory",),
            damage=rewrite_bugs.leak_fused_buffers),
+    Mutant("fuses_earliest_first", "the rewriter fuses the earliest bucket first and does not lint: a later "
+           "bucket inserts before a member wait an earlier fusion erased", ("dependencies",),
+           rewrite_bugs.fuses_earliest_first, hunt="rule:anchor_on_foreign_wait"),
     # -- plan conformance (values unchanged: the rewrite does other than the plan it reported)
     Mutant("rewrite_packs_reversed", "the rewriter packs bucket members in reverse plan order", ("conformance",),
            apply_edit=members_reversed),

@@ -317,3 +317,11 @@ def rs_prep_not_excluded() -> list[Patch]:
         finally:
             planner.helpers.rs_layout_preparation = saved
     return [(planner, "_span_reason", span_reason)]
+
+
+def schemaless_calls_are_views() -> list[Patch]:
+    """``is_view`` that takes a call with no operator schema (Python's ``operator.neg``) for a view:
+    the walk to consumers passes through it, so what reads a gradient through ``-`` looks unread."""
+    from fsdp_verify.reference import predicates
+    original = predicates._aliases_without_write
+    return [(predicates, "_aliases_without_write", lambda schema: True if schema is None else original(schema))]

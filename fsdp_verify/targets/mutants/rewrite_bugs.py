@@ -343,3 +343,17 @@ def copy_out_tagged_forward(module: fx.GraphModule, rank: int) -> None:
         for piece in _copy_outs(launch):
             for node in (piece, *piece.users):
                 node.meta.pop("autograd_backward", None)
+
+
+def _earliest_first(jobs: list[tuple], order: dict) -> list[tuple]:
+    """Fusion jobs in anchor order, earliest first: a later bucket may then insert before a member
+    wait that the earlier bucket's fusion erased."""
+    return sorted(jobs, key=lambda job: order[job[2]])
+
+
+def fuses_earliest_first() -> list[tuple]:
+    """Earliest-first fusion in a rewriter that does not lint what it built (FX's lint is what
+    stops the reference's own graph there), so the graph it hands back reads values it defines
+    later or no longer holds."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_fusion_order", _earliest_first), (fx.Graph, "lint", lambda graph: None)]
