@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks.identity import CAST_TARGETS, capacity
 from fsdp_verify.graph import collectives
-from fsdp_verify.graph.ops import resolve_target
+from fsdp_verify.graph.ops import PYTHON_OPERATORS, resolve_target
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
@@ -37,7 +37,8 @@ PARALLEL_VALUES = {"pp_degree": (1, *PP_DEGREES), "dp_mode": ("fsdp", *DP_MODES)
 WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
-            "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts")
+            "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
+            "schemaless_consumers", "interleaved_gathers")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -173,6 +174,28 @@ def _scaled_casts(case: Case) -> bool:
     return False
 
 
+def _schemaless_consumers(case: Case) -> bool:
+    """A collective's result read by a call with no operator schema (Python's ``-``, ``+``, ``*``,
+    as a symbolic trace records them): a view test that passes through it loses a consumer."""
+    waits = {node.name for node in case.graph.nodes if collectives.is_wait(node.target)}
+    return any(node.op == "call_function" and node.target in PYTHON_OPERATORS and waits & set(node.inputs())
+               for node in case.graph.nodes)
+
+
+def _interleaved_gathers(case: Case) -> bool:
+    """An all-gather waited for only after a later all-gather of another module was issued (a
+    prefetch): one bucket's insertion point can then be a wait that another bucket's fusion erases."""
+    launched: dict[str, tuple[int, str]] = {}
+    for index, node in enumerate(case.graph.nodes):
+        if collectives.kind(node.target) is collectives.Kind.ALL_GATHER:
+            launched[node.name] = (index, (node.meta.get("param_name") or "").rpartition(".")[0])
+        elif collectives.is_wait(node.target) and node.inputs() and node.inputs()[0] in launched:
+            at, scope = launched[node.inputs()[0]]
+            if any(at < other < index and other_scope != scope for other, other_scope in launched.values()):
+                return True
+    return False
+
+
 def _dtype_named(name: str) -> Optional[torch.dtype]:
     value = getattr(torch, name.removeprefix("torch."), None)
     return value if isinstance(value, torch.dtype) else None
@@ -187,7 +210,9 @@ def case_features(case: Case) -> Counter:
                                           ("wrapped_codes", _wrapped_codes(case)),
                                           ("low_precision_gathers", _low_precision_gathers(case)),
                                           ("mixed_dtype_gathers", _mixed_dtype_gathers(case)),
-                                          ("scaled_casts", _scaled_casts(case))) if has)
+                                          ("scaled_casts", _scaled_casts(case)),
+                                          ("schemaless_consumers", _schemaless_consumers(case)),
+                                          ("interleaved_gathers", _interleaved_gathers(case))) if has)
 
 
 @dataclass

@@ -45,6 +45,7 @@ FUNCTIONS: dict[str, Callable] = {
     "operator.mul": operator.mul,
 }
 FUNCTION_NAMES = {fn: name for name, fn in FUNCTIONS.items()}
+PYTHON_OPERATORS = ("operator.neg", "operator.add", "operator.mul")  # no schema: arithmetic a trace records
 
 
 def is_free_target(target: Any) -> bool:

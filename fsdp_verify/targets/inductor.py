@@ -93,8 +93,8 @@ EXCLUDED: dict[str, str] = {
 DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}
 _HARNESS_ONLY = ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
 # Python operators as a symbolic trace records them, and the aten op make_fx lowers each to.
-PYTHON_OPERATORS = {"operator.neg": "aten.neg.default", "operator.add": "aten.add.Tensor",
-                    "operator.mul": "aten.mul.Tensor"}
+ATEN_OF_PYTHON_OPERATOR = {"operator.neg": "aten.neg.default", "operator.add": "aten.add.Tensor",
+                            "operator.mul": "aten.mul.Tensor"}
 
 
 def _packet(target: str) -> bool:
@@ -245,7 +245,7 @@ class TorchInductorTarget(Target):
             target, args, kwargs = node.target, node.args, dict(node.kwargs)
             if _packet(target):
                 target += ".default"
-            target = PYTHON_OPERATORS.get(target, target)
+            target = ATEN_OF_PYTHON_OPERATOR.get(target, target)
             if collectives.op_name(target, (collectives.NAMESPACE,)) and "group_name" in kwargs:
                 args = (*args, kwargs.pop("group_name"))
             nodes.append(replace(node, target=target, args=args, kwargs=kwargs))
@@ -265,7 +265,7 @@ class TorchInductorTarget(Target):
             found.append("op packets (inductor only sees .default overloads)")
         if any(t in _HARNESS_ONLY for t in targets):
             found.append("storage frees or effect barriers (post-grad graphs are functional)")
-        if any(t in PYTHON_OPERATORS for t in targets):
+        if any(t in ATEN_OF_PYTHON_OPERATOR for t in targets):
             found.append("Python operator calls (post-grad graphs hold aten ops only)")
         if any(collectives.op_name(n.target, (collectives.NAMESPACE,)) and "group_name" in n.kwargs
                for n in case.graph.nodes):

@@ -52,6 +52,7 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.unused_gather: "no_consumer/wait_has_no_consumer",
     M.bad_reduce_op: "unsupported_reduce_op/reduce_op_not_sum_or_avg",
     M.rs_extra_consumer: "non_output_rs_consumer/consumer_not_output",
+    M.rs_python_consumer: "non_output_rs_consumer/consumer_not_output",
     M.outside_plan: "outside_module_plan/no_plan_group_matches",
     M.repeated_state_idx: "repeated_parameter_instance/state_idx",
     M.repeated_param_name: "repeated_parameter_instance/param_name",

@@ -48,3 +48,16 @@ def test_inductor_receives_the_aten_op_make_fx_lowers_it_to():
     targets = {n.target for n in normal.graph.nodes}
     assert "operator.neg" not in targets and "aten.neg.default" in targets
     assert not inductor.contract_mismatches(normal)
+
+
+def test_every_python_operator_a_graph_may_hold_has_its_aten_op_for_inductor():
+    from fsdp_verify.graph.ops import FUNCTIONS, PYTHON_OPERATORS
+    from fsdp_verify.targets.inductor import ATEN_OF_PYTHON_OPERATOR
+    assert set(ATEN_OF_PYTHON_OPERATOR) == set(PYTHON_OPERATORS) <= set(FUNCTIONS)
+
+
+def test_the_shape_is_counted_by_coverage():
+    from fsdp_verify.coverage.reasons import case_features
+    case, _ = _case()
+    assert case_features(case)["schemaless_consumers"] == 1
+    assert not case_features(two_block_case())["schemaless_consumers"]

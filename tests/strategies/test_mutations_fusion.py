@@ -60,3 +60,9 @@ def test_the_draw_plants_the_shape_whatever_the_blueprint_drew():
     draw()
     planted = [label for label in labels if label.startswith("fusion:anchor_on_foreign_wait")]
     assert len(planted) >= len(labels) // 4, labels
+
+
+def test_the_shape_is_counted_by_coverage():
+    from fsdp_verify.coverage.reasons import case_features
+    assert case_features(_case())["interleaved_gathers"] == 1
+    assert not case_features(two_block_case(reshard_after_forward=False))["interleaved_gathers"]
