@@ -602,10 +602,54 @@ def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, b, args=(NodeRef(clone), *node_b.args[1:])))
 
 
+FAR = 40  # copies between a cast and its gather: past any small bound on a dtype walk
+
+
+@acts_on(*AG_KINDS)
+def cast_far_up_the_chain(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's source is its low-precision cast followed by FAR copies (a long elementwise prologue
+    before the gather): the pair still fuses, and A must still be packed and handed back in the
+    cast's dtype, however far up the chain the cast is."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    if _kind(case, b) == RS_KIND or not isinstance(source, NodeRef) or \
+            graph.node(source.name).target not in ("prims.convert_element_type.default", "aten._to_copy.default"):
+        return None
+    meta = _phase(case, a)
+    previous, chain = source.name, []
+    for index in range(FAR):
+        name = edit.fresh_name(graph, f"{a}_far_{index}")
+        chain.append(edit.call(name, "aten.clone.default", NodeRef(previous), meta=meta))
+        previous = name
+    graph = edit.insert_after(graph, source.name, chain)
+    node_a = graph.node(a)
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(previous), *node_a.args[1:])))
+
+
+@acts_on(*AG_KINDS)
+def cast_scaled_twice(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast (a half-precision cast times a 0-dim float32 gain) is scaled again by the same
+    gain, as a recipe that applies its scale in two steps does: torch keeps the cast's dtype at each
+    step, so only a walk that knows the first product is dimensioned gets the second right."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    if _kind(case, b) == RS_KIND or not isinstance(source, NodeRef) or graph.node(source.name).target != "aten.mul.Tensor":
+        return None
+    scaled = graph.node(source.name)
+    if len(scaled.args) != 2 or not all(isinstance(arg, NodeRef) for arg in scaled.args):
+        return None
+    again = edit.fresh_name(graph, f"{a}_rescaled")
+    graph = edit.insert_after(graph, source.name, [edit.call(again, "aten.mul.Tensor", NodeRef(source.name),
+                                                             scaled.args[1], meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(again), *graph.node(a).args[1:])))
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
-                                                      "anchor_on_foreign_wait": (anchor_on_foreign_wait,)}
+                                                      "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
+                                                      "cast_far_up_the_chain": (cast_far_up_the_chain,),
+                                                      "cast_scaled_twice": (cast_scaled_twice,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

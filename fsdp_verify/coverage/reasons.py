@@ -38,7 +38,7 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
-            "schemaless_consumers", "interleaved_gathers")
+            "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -196,6 +196,41 @@ def _interleaved_gathers(case: Case) -> bool:
     return False
 
 
+FAR_STEPS = 32  # a walk bounded at this many steps loses a cast further up
+
+
+def _far_casts(case: Case) -> bool:
+    """An all-gather whose source reaches its cast only through more than FAR_STEPS single-input
+    ops: what it moves is decided far up the chain."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for node in case.graph.nodes:
+        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.inputs():
+            continue
+        current, steps = nodes.get(node.inputs()[0]), 0
+        while current is not None and current.target not in CAST_TARGETS and len(current.inputs()) == 1 \
+                and steps <= len(nodes):  # a chain is at most the graph long
+            current, steps = nodes.get(current.inputs()[0]), steps + 1
+        if current is not None and current.target in CAST_TARGETS and steps > FAR_STEPS:
+            return True
+    return False
+
+
+def _twice_scaled_casts(case: Case) -> bool:
+    """An all-gather whose source is arithmetic on arithmetic on a cast: the dtype of the second
+    product depends on whether the first is 0-dim."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for node in case.graph.nodes:
+        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.inputs():
+            continue
+        outer = nodes.get(node.inputs()[0])
+        inner = nodes.get(outer.inputs()[0]) if outer is not None and outer.target in _ARITHMETIC and outer.inputs() \
+            else None
+        if inner is not None and inner.target in _ARITHMETIC and \
+                any(nodes[i].target in CAST_TARGETS for i in inner.inputs() if i in nodes):
+            return True
+    return False
+
+
 def _dtype_named(name: str) -> Optional[torch.dtype]:
     value = getattr(torch, name.removeprefix("torch."), None)
     return value if isinstance(value, torch.dtype) else None
@@ -212,7 +247,9 @@ def case_features(case: Case) -> Counter:
                                           ("mixed_dtype_gathers", _mixed_dtype_gathers(case)),
                                           ("scaled_casts", _scaled_casts(case)),
                                           ("schemaless_consumers", _schemaless_consumers(case)),
-                                          ("interleaved_gathers", _interleaved_gathers(case))) if has)
+                                          ("interleaved_gathers", _interleaved_gathers(case)),
+                                          ("far_casts", _far_casts(case)),
+                                          ("twice_scaled_casts", _twice_scaled_casts(case))) if has)
 
 
 @dataclass

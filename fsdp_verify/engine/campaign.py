@@ -235,6 +235,7 @@ class Runner:
     shrinking: Shrinking = field(default_factory=Shrinking)
     pending: dict = field(default_factory=dict)  # signature -> (case, findings) of bugs met while shrinking another
     unshrunk: dict = field(default_factory=dict)  # signature -> index in result.failures, saved as met
+    seen: dict = field(default_factory=dict)  # signature -> (examples, seconds) when first met
     chunk: int = 0
 
     # -- the budget ---------------------------------------------------------------------------
@@ -325,7 +326,7 @@ class Runner:
             _fail(self.shrinking.signature)
         if verdict is Verdict.KEPT:
             with self.clock.local(Stage.REPORTING):
-                _record(config, self.target, result, case, errors)  # not the target's bug: kept as found
+                _record(config, self.target, result, case, errors, seen=self.seen)  # not the target's bug: kept as found
         if verdict is Verdict.PASSED and self.progress is not None:
             with self.clock.local(Stage.REPORTING):
                 self.progress(result.examples, len(result.failures))
@@ -350,6 +351,7 @@ class Runner:
         if not errors:
             return Verdict.PASSED
         signature = bug_signature(errors)
+        self.seen.setdefault(signature, (result.examples, round(time.monotonic() - self.start, 3)))
         excused = _excused(self.target, case, errors)
         if shrinking.active:
             # A smaller case that is a contract mismatch or invalid input is no step: the shrinker
@@ -383,7 +385,8 @@ class Runner:
         if self.shrinking.active and not self.shrinking.recorded:
             index = self.unshrunk.pop(self.shrinking.signature, None)
             if index is None:
-                _record(self.config, self.target, self.result, self.shrinking.case, self.shrinking.findings)
+                _record(self.config, self.target, self.result, self.shrinking.case, self.shrinking.findings,
+                        seen=self.seen)
             else:
                 _replace(self.config, self.target, self.result, index, self.shrinking.case, self.shrinking.findings)
             self.shrinking.recorded = True
@@ -392,7 +395,7 @@ class Runner:
         """Save the other bugs met while shrinking (as found), and say where the run stands."""
         for signature, (case, errors) in self.pending.items():
             before = len(self.result.failures)
-            _record(self.config, self.target, self.result, case, errors, while_shrinking=True)
+            _record(self.config, self.target, self.result, case, errors, while_shrinking=True, seen=self.seen)
             if len(self.result.failures) > before and self.result.failures[-1]["class"] not in _EXCUSED_CLASSES:
                 self.unshrunk[signature] = before
         self.pending.clear()
@@ -464,10 +467,11 @@ def _known(result: Result, signature: Any, excused: bool) -> bool:
 
 
 def _record(config: Config, target: Any, result: Result, case: Case, findings: list,
-            while_shrinking: bool = False) -> None:
+            while_shrinking: bool = False, seen: Optional[dict] = None) -> None:
     """Save one failure per bug signature to the corpus (the shrunk case, or one met while shrinking
     another bug, saved as found); an excused failure's signature is saved again once it is seen on
-    input the target accepts."""
+    input the target accepts. ``seen``: when each signature was first met (examples, seconds into
+    the worker's run), recorded as the failure's ``found_at``."""
     signature = bug_signature(findings)
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
     excused = FailureClass(kind).excused
@@ -494,6 +498,7 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
                             **({"case": entry.to_json()} if path is None else {}),
                             **_described(entry, findings, kind, why),
                             "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
+                            "found_at": list((seen or {}).get(signature) or ()),
                             "target_options": dict(case.target_options)})
 
 

@@ -68,7 +68,7 @@ def moved_dtype(source: fx.Node, spec_dtype: torch.dtype, walk: DtypeWalk | None
     one; else the dtype is followed back to a cast or to a parameter."""
     if source.op == "placeholder" and "val" not in source.meta:  # the parameter itself: its own spec
         return spec_dtype
-    found = _traced(source, 0, walk or DtypeWalk(param_dtypes(source.graph.nodes)))
+    found = _traced(source, walk or DtypeWalk(param_dtypes(source.graph.nodes)))
     return found[0] if found else spec_dtype
 
 
@@ -99,59 +99,72 @@ def _op_name(node: fx.Node) -> str:
     return str(getattr(packet, "__name__", "")).split(".")[-1]
 
 
-def _traced(node: fx.Node, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+def _traced(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     """A node's dtype and whether it is 0-dim (torch promotes a 0-dim tensor beside a dimensioned
     one of the same kind to the dimensioned one's dtype: bf16 (2,) + float32 () is bf16), from its
     traced value, else followed back; None where the walk cannot tell. Each node is walked once
-    (``walk.seen``): arithmetic that shares inputs would otherwise be walked exponentially often."""
-    if node not in walk.seen:
-        walk.seen[node] = _walk(node, depth, walk)
+    (``walk.seen``): arithmetic that shares inputs would otherwise be walked exponentially often.
+    The walk keeps its own stack, so a chain of any length is followed: a bound on its depth would
+    fall back to the spec dtype past it, wrong for a cast far up the chain."""
+    stack, entered = [node], set()
+    while stack:
+        top = stack[-1]
+        if top in walk.seen:
+            stack.pop()
+            continue
+        waiting = [n for n in _read_by(top) if n not in walk.seen]
+        if waiting and top not in entered:  # an input still waiting once entered is a cycle: unknown
+            entered.add(top)
+            stack.extend(waiting)
+            continue
+        walk.seen[top] = _walk(top, walk)
+        stack.pop()
     return walk.seen[node]
 
 
-def _walk(node: fx.Node, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+def _read_by(node: fx.Node) -> list[fx.Node]:
+    """The inputs ``_walk`` reads of ``node``: the first tensor input, and for arithmetic both operands."""
+    if node.op != "call_function" or isinstance(getattr(node.meta.get("val"), "dtype", None), torch.dtype):
+        return []
+    inputs = [a for a in node.args if isinstance(a, fx.Node)]
+    return list(dict.fromkeys(inputs[:1] + [a for a in node.args[:2] if isinstance(a, fx.Node)]))
+
+
+def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+    """One node's answer from its inputs' answers (``walk.seen``, filled by ``_traced``)."""
     value = node.meta.get("val")
     if isinstance(getattr(value, "dtype", None), torch.dtype):
         return value.dtype, value.dim() == 0
     if node.op == "placeholder":
         return (walk.params[node.name], False) if node.name in walk.params else None  # a shard is never 0-dim
-    if depth > 32 or node.op != "call_function":
+    if node.op != "call_function":
         return None
     inputs = [a for a in node.args if isinstance(a, fx.Node)]
-
-    def first() -> tuple[torch.dtype, bool] | None:
-        return _traced(inputs[0], depth + 1, walk) if inputs else None
-
+    first = walk.seen.get(inputs[0]) if inputs else None
+    # a cast keeps its input's rank; an input the walk cannot follow is taken as dimensioned, as
+    # every parameter shard is
     if node.target is torch.ops.prims.convert_element_type.default and len(node.args) == 2 and \
             isinstance(node.args[1], torch.dtype):
-        return node.args[1], bool(inputs and _zero_dim(inputs[0], depth, walk))
+        return node.args[1], bool(first and first[1])
     if node.target is aten._to_copy.default and isinstance(node.kwargs.get("dtype"), torch.dtype):
-        return node.kwargs["dtype"], bool(inputs and _zero_dim(inputs[0], depth, walk))
+        return node.kwargs["dtype"], bool(first and first[1])
     name = _op_name(node)
     if name in _SAME_DTYPE:
-        return first()
+        return first
     if name in _FULL_REDUCTIONS and not node.kwargs and (len(node.args) == 1 or node.args[1:] in (([],), ((),))):
-        found = first()
-        return (found[0], True) if found else None
+        return (first[0], True) if first else None
     if name in _PROMOTING and inputs:
-        return _promoted(name, node.args, depth, walk)
+        return _promoted(name, node.args, walk)
     return None
 
 
-def _zero_dim(node: fx.Node, depth: int, walk: DtypeWalk) -> bool:
-    """Whether a cast's input is 0-dim (a cast keeps the rank); an input the walk cannot follow is
-    taken as dimensioned, as every parameter shard is."""
-    found = _traced(node, depth + 1, walk)
-    return bool(found and found[1])
-
-
-def _promoted(name: str, args: tuple, depth: int, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     """The op's result dtype as torch computes it: the op itself on meta tensors of each input's
     dtype and rank (python scalars as they are), so every promotion rule is torch's own."""
     operands = []
     for arg in args[:2]:
         if isinstance(arg, fx.Node):
-            found = _traced(arg, depth + 1, walk)
+            found = walk.seen.get(arg)
             if found is None:
                 return None
             operands.append(torch.empty(() if found[1] else (1,), dtype=found[0], device="meta"))

@@ -176,3 +176,49 @@ def test_promotion_by_type_alone_is_killed_by_layout_and_numerics():
     errors, _ = _errors("mutant:promotion_ignores_rank", _dependent_bf16_case())
     assert any(f.key == ("layout", "consumer_shape") for f in errors), errors
     assert any(f.checker == "numerics" for f in errors), errors
+
+
+def test_a_cast_far_up_the_source_chain_is_still_the_dtype_moved():
+    """A bf16 cast 40 copies before its gather, bucketed with a float32 gather: the walk follows any
+    chain (a walk capped at 32 steps once fell back to the spec dtype and handed float32 back)."""
+    from dataclasses import replace
+    from fsdp_verify.graph import edit
+    from fsdp_verify.graph.values import NodeRef
+    case = _case("bfloat16", "")
+    graph = case.graph
+    launch = next(n for n in graph.nodes if n.target.startswith(AG) and isinstance(n.args[0], NodeRef)
+                  and graph.node(n.args[0].name).target == "prims.convert_element_type.default")
+    previous, chain = launch.args[0].name, []
+    for index in range(40):
+        name = edit.fresh_name(graph, f"far_{index}")
+        chain.append(edit.call(name, "aten.clone.default", NodeRef(previous)))
+        previous = name
+    graph = edit.insert_after(graph, launch.args[0].name, chain)
+    graph = edit.update_node(graph, launch.name, args=(NodeRef(previous), *launch.args[1:]))
+    far = replace(case, graph=graph)
+    errors, ctx = _errors("reference", far)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}
+
+
+def test_the_far_cast_draw_is_counted_and_kills_a_capped_walk():
+    from fsdp_verify.strategies import mutations
+    base = _case("bfloat16", "")
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_far_up_the_chain(base, *p))
+    far = mutations.cast_far_up_the_chain(base, *pair)
+    assert case_features(far)["far_casts"] == 1 and not case_features(base)["far_casts"]
+    assert not _errors("reference", far)[0]
+    errors, _ = _errors("mutant:walk_capped", far)
+    assert {"layout", "numerics"} & {f.checker for f in errors}
+
+
+def test_a_cast_scaled_twice_keeps_its_dtype_and_kills_a_flipped_rank():
+    from fsdp_verify.strategies import mutations
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
+                                          ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_scaled_twice(base, *p))
+    twice = mutations.cast_scaled_twice(base, *pair)
+    assert case_features(twice)["twice_scaled_casts"] == 1 and not case_features(base)["twice_scaled_casts"]
+    assert not _errors("reference", twice)[0]
+    errors, _ = _errors("mutant:promoted_rank_flipped", twice)
+    assert {"layout", "numerics"} & {f.checker for f in errors}

@@ -209,6 +209,12 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("promotion_ignores_rank", "a member's dtype through arithmetic is promoted by type alone, so a bf16 "
            "cast times a 0-dim float32 gain is packed and handed back as float32", ("layout", "numerics"),
            lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="rule:capacity"),
+    Mutant("walk_capped", "a member's dtype is followed back at most 32 steps, so a cast further up its source "
+           "chain is lost and the member is handed back in its parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.walk_capped, hunt="rule:cast_far_up_the_chain"),
+    Mutant("promoted_rank_flipped", "arithmetic's result is taken as 0-dim where it is dimensioned, so a scaled "
+           "cast scaled again is packed and handed back as float32", ("layout", "numerics"),
+           rewrite_bugs.promoted_rank_flipped, hunt="rule:cast_scaled_twice"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),

@@ -11,7 +11,7 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import _holds, wire_dtype as _correct_wire
+from fsdp_verify.reference.rewrite import _holds, _promoted as _correct_promoted, wire_dtype as _correct_wire
 
 aten = torch.ops.aten
 
@@ -274,12 +274,11 @@ def _wire_is_parameter_dtype(moved: list, spec_dtype: torch.dtype) -> torch.dtyp
     return spec_dtype if all(_holds(d, spec_dtype) for d in moved) else _correct_wire(moved, spec_dtype)
 
 
-def _promoted_by_type(name: str, args: tuple, depth: int, walk) -> tuple[torch.dtype, bool] | None:
+def _promoted_by_type(name: str, args: tuple, walk) -> tuple[torch.dtype, bool] | None:
     """A member's dtype through arithmetic by ``torch.promote_types`` alone: a bf16 cast times a
     0-dim float32 gain is taken for float32 (torch gives bf16), so the member is packed and handed
     back in float32."""
-    from fsdp_verify.reference import rewrite
-    found = [rewrite._traced(a, depth + 1, walk) for a in args[:2] if isinstance(a, fx.Node)]
+    found = [walk.seen.get(a) for a in args[:2] if isinstance(a, fx.Node)]
     if not found or not all(found):
         return None
     try:
@@ -357,3 +356,35 @@ def fuses_earliest_first() -> list[tuple]:
     later or no longer holds."""
     from fsdp_verify.reference import rewrite
     return [(rewrite, "_fusion_order", _earliest_first), (fx.Graph, "lint", lambda graph: None)]
+
+
+def _capped(node: fx.Node, walk, depth: int = 0):
+    """The dtype walk as it once was: recursive, giving up (None: the spec dtype) past 32 steps."""
+    from fsdp_verify.reference import rewrite
+    if node not in walk.seen:
+        traced = isinstance(getattr(node.meta.get("val"), "dtype", None), torch.dtype)
+        if depth > 32 and node.op == "call_function" and not traced:
+            walk.seen[node] = None
+        else:
+            for source in rewrite._read_by(node):
+                _capped(source, walk, depth + 1)
+            walk.seen[node] = rewrite._walk(node, walk)
+    return walk.seen[node]
+
+
+def walk_capped() -> list[tuple]:
+    """A member's dtype followed back at most 32 steps: a cast further up its source chain is lost,
+    and the member is packed and handed back in the spec dtype."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_traced", lambda node, walk: _capped(node, walk))]
+
+
+def promoted_rank_flipped() -> list[tuple]:
+    """Arithmetic's result is taken as 0-dim where it is dimensioned and the other way round: a
+    scaled cast scaled again by a 0-dim gain is then promoted to the gain's float32."""
+    from fsdp_verify.reference import rewrite
+
+    def flipped(name: str, args: tuple, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_promoted(name, args, walk)
+        return None if found is None else (found[0], not found[1])
+    return [(rewrite, "_promoted", flipped)]
