@@ -12,6 +12,7 @@ from fsdp_verify.coverage.reasons import case_features
 from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference.rewrite import wire_dtype
+from fsdp_verify.strategies import mutations
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
 from fsdp_verify.targets.mutants.catalogue import MUTANTS
@@ -201,24 +202,22 @@ def test_a_cast_far_up_the_source_chain_is_still_the_dtype_moved():
     assert _fused_moves(ctx) == {"torch.float32"}
 
 
-def test_the_far_cast_draw_is_counted_and_kills_a_capped_walk():
-    from fsdp_verify.strategies import mutations
-    base = _case("bfloat16", "")
-    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_far_up_the_chain(base, *p))
-    far = mutations.cast_far_up_the_chain(base, *pair)
-    assert case_features(far)["far_casts"] == 1 and not case_features(base)["far_casts"]
-    assert not _errors("reference", far)[0]
-    errors, _ = _errors("mutant:walk_capped", far)
+def _drawn_shape_kills(base: Case, variant, feature: str, mutant: str) -> None:
+    """``variant`` plants its shape on a pair of ``base``, coverage counts it, the reference is right
+    on it and the planted bug of its class is killed by layout or numerics."""
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if variant(base, *p))
+    planted = variant(base, *pair)
+    assert case_features(planted)[feature] == 1 and not case_features(base)[feature]
+    assert not _errors("reference", planted)[0]
+    errors, _ = _errors(f"mutant:{mutant}", planted)
     assert {"layout", "numerics"} & {f.checker for f in errors}
+
+
+def test_the_far_cast_draw_is_counted_and_kills_a_capped_walk():
+    _drawn_shape_kills(_case("bfloat16", ""), mutations.cast_far_up_the_chain, "far_casts", "walk_capped")
 
 
 def test_a_cast_scaled_twice_keeps_its_dtype_and_kills_a_flipped_rank():
-    from fsdp_verify.strategies import mutations
     base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
                                           ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
-    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_scaled_twice(base, *p))
-    twice = mutations.cast_scaled_twice(base, *pair)
-    assert case_features(twice)["twice_scaled_casts"] == 1 and not case_features(base)["twice_scaled_casts"]
-    assert not _errors("reference", twice)[0]
-    errors, _ = _errors("mutant:promoted_rank_flipped", twice)
-    assert {"layout", "numerics"} & {f.checker for f in errors}
+    _drawn_shape_kills(base, mutations.cast_scaled_twice, "twice_scaled_casts", "promoted_rank_flipped")
