@@ -25,7 +25,13 @@ from typing import Sequence
 
 from fsdp_verify.checks.findings import ERROR, Finding
 
-_FRAME = re.compile(r'File "([^"]+)", line \d+, in (\S+)')
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
+# Files every error of a torch target passes through on its way up (the op dispatcher, fake and
+# meta kernels, FX's own graph checks): a frame there names where an op failed, not which code of
+# the target called it, so the innermost frame outside them is the origin.
+_PLUMBING = ("torch/_ops.py", "torch/_subclasses/", "torch/utils/_python_dispatch.py", "torch/_prims_common/",
+             "torch/_refs/", "torch/_decomp/", "torch/_meta_registrations.py", "torch/_tensor.py",
+             "torch/fx/graph.py", "torch/fx/node.py", "torch/fx/interpreter.py")
 
 
 @dataclass(frozen=True)
@@ -41,13 +47,20 @@ class Signature:
 
 
 def origin(finding: Finding) -> str:
-    """For a target crash: the exception type and the innermost frame that raised it."""
+    """For a target crash: the exception type and the innermost frame of the target's own code that
+    raised it, read from the last traceback of the chain. The type is the first line at column 0
+    after that traceback's frames: a message may run over several lines (a graph listing, advice),
+    and its last line is no type."""
     trace = str(finding.details.get("traceback") or "").strip()
     if not trace:
         return ""
-    frames = _FRAME.findall(trace)
-    kind = trace.splitlines()[-1].split(":")[0]
-    return f"{kind} at {frames[-1][0].rsplit('/', 1)[-1]}:{frames[-1][1]}" if frames else kind
+    last = trace[trace.rfind("Traceback (most recent call last):"):] if "Traceback (most recent" in trace else trace
+    frames = [(path, name) for path, name in _FRAME.findall(last)]
+    after = last[last.rfind('  File "'):].splitlines()[1:] if frames else last.splitlines()
+    kind = next((line.split(":")[0].strip() for line in after if line and not line[0].isspace()), "")
+    own = [(path, name) for path, name in frames if not any(part in path.replace("\\", "/") for part in _PLUMBING)]
+    path, name = (own or frames or [("", "")])[-1]
+    return f"{kind} at {path.rsplit('/', 1)[-1]}:{name}" if path else kind
 
 
 def primary(findings: Sequence[Finding]) -> Finding:

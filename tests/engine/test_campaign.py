@@ -232,3 +232,35 @@ def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_resta
     assert len(deaths) == 1 and "SIGKILL" in deaths[0] and "restarted as worker 2" in deaths[0], result.notes
     assert result.harness_errors == 1 and result.failures
     assert all(Path(f["file"]).exists() for f in result.failures if f["file"])
+
+
+def _raised(trace: str) -> list[Finding]:
+    return [Finding("target", "target raised", details={"traceback": trace}, rule="raised")]
+
+
+def test_a_message_over_several_lines_is_not_taken_for_the_exception_type():
+    """F9 and F10 raise messages that end in advice or a graph listing: the type is the first line at
+    column 0 after the frames, so the same crash with another listing is one signature."""
+    frames = ('Traceback (most recent call last):\n  File "/x/torch/_inductor/fx_passes/overlap.py", line 9, in '
+              'check\n    raise RuntimeError(msg)\n')
+    one = _raised(frames + "RuntimeError: detected 1 cyclic extra dep(s)\nTo unblock, set autofix = True\n")
+    two = _raised(frames + "RuntimeError: detected 3 cyclic extra dep(s) among 7 nodes\n    return (relu, x)\n")
+    assert campaign.bug_signature(one) == campaign.bug_signature(two)
+    assert campaign.bug_signature(one).cause == "RuntimeError at overlap.py:check"
+
+
+def test_the_origin_is_the_target_s_frame_not_the_op_dispatcher_s():
+    def crash(caller: str) -> list[Finding]:
+        return _raised('Traceback (most recent call last):\n'
+                       f'  File "/x/torch/_inductor/fx_passes/bucketing.py", line 5, in {caller}\n    op(x)\n'
+                       '  File "/x/torch/_ops.py", line 841, in __call__\n    return self._op(*args)\n'
+                       'RuntimeError: shape is invalid for input of size 6\n')
+    assert campaign.bug_signature(crash("merge")).cause == "RuntimeError at bucketing.py:merge"
+    assert campaign.bug_signature(crash("merge")) != campaign.bug_signature(crash("split"))
+
+
+def test_a_chained_exception_is_named_by_its_last_traceback():
+    trace = ('Traceback (most recent call last):\n  File "/x/a.py", line 1, in first\n    f()\nKeyError: 3\n\n'
+             'During handling of the above exception, another exception occurred:\n\n'
+             'Traceback (most recent call last):\n  File "/x/b.py", line 2, in second\n    g()\nValueError: bad\n')
+    assert campaign.bug_signature(_raised(trace)).cause == "ValueError at b.py:second"
