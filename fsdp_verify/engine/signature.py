@@ -27,10 +27,13 @@ from fsdp_verify.checks.findings import ERROR, Finding
 
 _FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
 # Files every error of a torch target passes through on its way up (the op dispatcher, fake and
-# meta kernels, FX's own graph checks): a frame there names where an op failed, not which code of
-# the target called it, so the innermost frame outside them is the origin.
+# meta kernels, make_fx's tracing, dynamo's and the profiler's wrappers, FX's own graph checks): a
+# frame there names where an op failed, not which code of the target called it, so the innermost
+# frame outside them is the origin.
 _PLUMBING = ("torch/_ops.py", "torch/_subclasses/", "torch/utils/_python_dispatch.py", "torch/_prims_common/",
              "torch/_refs/", "torch/_decomp/", "torch/_meta_registrations.py", "torch/_tensor.py",
+             "torch/utils/_stats.py", "torch/_compile.py", "torch/_dynamo/eval_frame.py",
+             "torch/fx/experimental/proxy_tensor.py", "torch/fx/_symbolic_trace.py",
              "torch/fx/graph.py", "torch/fx/node.py", "torch/fx/interpreter.py")
 
 

@@ -253,6 +253,9 @@ def test_the_origin_is_the_target_s_frame_not_the_op_dispatcher_s():
     def crash(caller: str) -> list[Finding]:
         return _raised('Traceback (most recent call last):\n'
                        f'  File "/x/torch/_inductor/fx_passes/bucketing.py", line 5, in {caller}\n    op(x)\n'
+                       '  File "/x/torch/fx/experimental/proxy_tensor.py", line 9, in __torch_dispatch__\n    f()\n'
+                       '  File "/x/torch/utils/_stats.py", line 2, in wrapper\n    g()\n'
+                       '  File "/x/torch/_subclasses/fake_tensor.py", line 3, in dispatch\n    h()\n'
                        '  File "/x/torch/_ops.py", line 841, in __call__\n    return self._op(*args)\n'
                        'RuntimeError: shape is invalid for input of size 6\n')
     assert campaign.bug_signature(crash("merge")).cause == "RuntimeError at bucketing.py:merge"
