@@ -161,5 +161,5 @@ def check_consistency(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-CHECKER = Checker(NAME, check_consistency, hands_back=True,
+CHECKER = Checker(NAME, check_consistency, hands_back=True, skip_reason=CheckContext.unscheduled,
                   summary='fused meta, idempotence, stale plans, untouched collectives, volume')

@@ -25,7 +25,7 @@ from typing import Sequence
 
 from fsdp_verify.checks.findings import ERROR, Finding
 
-_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)', re.MULTILINE)
+_FRAME = re.compile(r'^  File "([^"]+)", line \d+, in (\S+)')
 # Files every error of a torch target passes through on its way up (the op dispatcher, fake and
 # meta kernels, make_fx's tracing, dynamo's and the profiler's wrappers, FX's own graph checks): a
 # frame there names where an op failed, not which code of the target called it, so the innermost
@@ -34,7 +34,8 @@ _PLUMBING = ("torch/_ops.py", "torch/_subclasses/", "torch/utils/_python_dispatc
              "torch/_refs/", "torch/_decomp/", "torch/_meta_registrations.py", "torch/_tensor.py",
              "torch/utils/_stats.py", "torch/_compile.py", "torch/_dynamo/eval_frame.py",
              "torch/fx/experimental/proxy_tensor.py", "torch/fx/_symbolic_trace.py",
-             "torch/fx/graph.py", "torch/fx/node.py", "torch/fx/interpreter.py")
+             "torch/fx/graph.py", "torch/fx/node.py", "torch/fx/interpreter.py", "torch/fx/graph_module.py",
+             "<eval_with_key>")  # FX's generated forward: its name counts up across a process
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,17 @@ def origin(finding: Finding) -> str:
     trace = str(finding.details.get("traceback") or "").strip()
     if not trace:
         return ""
-    last = trace[trace.rfind("Traceback (most recent call last):"):] if "Traceback (most recent" in trace else trace
-    frames = [(path, name) for path, name in _FRAME.findall(last)]
-    after = last[last.rfind('  File "'):].splitlines()[1:] if frames else last.splitlines()
-    kind = next((line.split(":")[0].strip() for line in after if line and not line[0].isspace()), "")
-    own = [(path, name) for path, name in frames if not any(part in path.replace("\\", "/") for part in _PLUMBING)]
+    header = trace.rfind("Traceback (most recent call last):")
+    lines = trace[max(header, 0):].splitlines()[1 if header >= 0 else 0:]
+    frames, kind = [], ""
+    for line in lines:  # frames until the first line at column 0: the exception's; its message may
+        found = _FRAME.match(line)  # quote more frames (dynamo's "from user code"), which are not ours
+        if found:
+            frames.append((found.group(1).replace("\\", "/"), found.group(2)))
+        elif line and not line[0].isspace():
+            kind = line.split(":")[0].strip()
+            break
+    own = [(path, name) for path, name in frames if not any(part in path for part in _PLUMBING)]
     path, name = (own or frames or [("", "")])[-1]
     return f"{kind} at {path.rsplit('/', 1)[-1]}:{name}" if path else kind
 

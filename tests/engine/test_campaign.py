@@ -267,3 +267,14 @@ def test_a_chained_exception_is_named_by_its_last_traceback():
              'During handling of the above exception, another exception occurred:\n\n'
              'Traceback (most recent call last):\n  File "/x/b.py", line 2, in second\n    g()\nValueError: bad\n')
     assert campaign.bug_signature(_raised(trace)).cause == "ValueError at b.py:second"
+
+
+def test_frames_quoted_by_a_message_and_generated_forwards_name_nothing():
+    trace = ('Traceback (most recent call last):\n'
+             '  File "C:\\\\x\\\\torch\\\\_inductor\\\\pass.py", line 5, in run\n    gm(x)\n'
+             '  File "<eval_with_key>.41", line 7, in forward\n    mm = torch.ops.aten.mm(a, b)\n'
+             'RuntimeError: mat1 and mat2 shapes cannot be multiplied\n\nfrom user code:\n'
+             '  File "/y/model.py", line 3, in f\n    return a @ b\n\nSet TORCHDYNAMO_VERBOSE=1 for more\n')
+    cause = campaign.bug_signature(_raised(trace)).cause
+    assert cause == "RuntimeError at pass.py:run"
+    assert campaign.bug_signature(_raised(trace.replace(".41", ".97"))).cause == cause

@@ -60,6 +60,17 @@ class Unlinted(Target):
         return {}
 
 
+class UnlintedReference(ReferenceTarget):
+    """The reference, whose rewrite it then puts out of topological order (its planner lints)."""
+
+    name = "unlinted-reference"
+
+    def rewrite(self, case, modules):
+        plans = super().rewrite(case, modules)
+        Unlinted().rewrite(case, modules)
+        return plans
+
+
 def reference_copy() -> Target:
     """A factory, as an entry point would name it."""
     target = ReferenceTarget()

@@ -45,6 +45,14 @@ def test_crashing_target_is_a_finding_with_the_traceback():
     assert "Traceback" in findings[0].details["traceback"]
 
 
+def test_an_unlinted_rewrite_of_a_planning_target_crashes_no_checker():
+    # consistency would re-plan the rewrite, and the reference planner lints: it skips, saying why
+    findings, ctx = check_all(get_target("helpers.targets:UnlintedReference"), two_block_case())
+    assert findings[0].key == ("dependencies", "read_before_definition")
+    assert {"ordering", "consistency"} <= set(ctx.skipped)
+    assert not any(f.rule == "checker_crash" for f in findings)
+
+
 def test_unlinted_graph_is_a_finding():
     # out of topological order: dependencies names the reads, ordering has no schedule and says so
     findings, ctx = check_all(get_target("helpers.targets:Unlinted"), two_block_case())
