@@ -215,10 +215,13 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
                  "fusion": mutations.FUSION_MUTATIONS}[kind]
         reason = reason or draw(st.sampled_from(sorted(table)))
         variant = draw(st.sampled_from(table[reason]))
-        if getattr(variant, "gathered_ahead", False) and blueprint.reshard_after_forward:
+        if getattr(variant, "gathered_ahead", False) and (blueprint.reshard_after_forward or len(blueprint.blocks) < 2):
             # the shape needs gathers issued ahead of their consumers: drawn as such, not left to
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
-            blueprint = replace(blueprint, reshard_after_forward=False)
+            blueprint = _gathered_ahead(blueprint)
+            case = replace(case, graph=render(blueprint))
+        if getattr(variant, "needs_cast", ""):  # the shape acts on a (scaled) cast: one in a few dozen params
+            blueprint = _with_cast(blueprint, scaled=variant.needs_cast == "scaled")
             case = replace(case, graph=render(blueprint))
         sites = mutations.sibling_pairs(case.graph)
     sites = [site for site in sites if mutations.fits(variant, case, site)]
@@ -234,6 +237,28 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         return replace(case, label="fsdp_graphs")
     where = "/".join(site) if isinstance(site, tuple) else site
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
+
+
+def _with_cast(blueprint: Blueprint, scaled: bool) -> Blueprint:
+    """``blueprint`` with the first parameter of a block of two or more gathered as a half-precision
+    cast (of another dtype than its own), times its gain when ``scaled`` (as drawn, when one is)."""
+    blocks = list(blueprint.blocks)
+    for index, block in enumerate(blocks):
+        if any(param.wire and param.scaled == scaled for param in block):
+            return blueprint
+        if len(block) > 1 and not block[0].frozen:
+            wire = "float16" if block[0].dtype == "bfloat16" else "bfloat16"
+            blocks[index] = (replace(block[0], wire=wire, scaled=scaled), *block[1:])
+            return replace(blueprint, blocks=tuple(blocks))
+    return blueprint
+
+
+def _gathered_ahead(blueprint: Blueprint) -> Blueprint:
+    """``blueprint`` with its gathers issued ahead of their consumers (no reshard after forward), and
+    a second block where it has one: the shape needs another block's gather to wait for."""
+    blocks = blueprint.blocks if len(blueprint.blocks) > 1 else blueprint.blocks * 2
+    names = blueprint.block_names and PREFIX_SHARING_NAMES[:len(blocks)]
+    return replace(blueprint, reshard_after_forward=False, blocks=blocks, block_names=names)
 
 
 @st.composite

@@ -48,6 +48,15 @@ def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
     return declare
 
 
+def needs_cast(scaled: bool) -> Callable[[Callable], Callable]:
+    """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
+    its draw gives the first parameter of a block of two or more such a gather."""
+    def declare(fn: Callable) -> Callable:
+        fn.needs_cast = "scaled" if scaled else "plain"
+        return fn
+    return declare
+
+
 def gathered_ahead(fn: Callable) -> Callable:
     """Declare a mutation that needs launches issued ahead of their consumers, as a prefetching
     schedule (no reshard after forward) has them: its draw renders the blueprint so."""
@@ -605,6 +614,7 @@ def anchor_on_foreign_wait(case: Case, a: str, b: str) -> Optional[Case]:
 FAR = 40  # copies between a cast and its gather: past any small bound on a dtype walk
 
 
+@needs_cast(scaled=False)
 @acts_on(*AG_KINDS)
 def cast_far_up_the_chain(case: Case, a: str, b: str) -> Optional[Case]:
     """A's source is its low-precision cast followed by FAR copies (a long elementwise prologue
@@ -626,6 +636,7 @@ def cast_far_up_the_chain(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(previous), *node_a.args[1:])))
 
 
+@needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def cast_scaled_twice(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast (a half-precision cast times a 0-dim float32 gain) is scaled again by the same
