@@ -123,11 +123,18 @@ def _traced(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
 
 
 def _read_by(node: fx.Node) -> list[fx.Node]:
-    """The inputs ``_walk`` reads of ``node``: the first tensor input, and for arithmetic both operands."""
+    """The inputs ``_walk`` reads of ``node``: both operands of arithmetic, the first tensor input of
+    a cast, a same-dtype op or a reduction, and nothing of an op it cannot follow (so the walk never
+    climbs past one)."""
     if node.op != "call_function" or isinstance(getattr(node.meta.get("val"), "dtype", None), torch.dtype):
         return []
-    inputs = [a for a in node.args if isinstance(a, fx.Node)]
-    return list(dict.fromkeys(inputs[:1] + [a for a in node.args[:2] if isinstance(a, fx.Node)]))
+    name = _op_name(node)
+    if name in _PROMOTING:
+        return [a for a in node.args[:2] if isinstance(a, fx.Node)]
+    if name in _SAME_DTYPE or name in _FULL_REDUCTIONS or \
+            node.target in (torch.ops.prims.convert_element_type.default, aten._to_copy.default):
+        return [a for a in node.args if isinstance(a, fx.Node)][:1]
+    return []
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
