@@ -73,13 +73,13 @@ def _is(message: Any, kind: Sent) -> bool:
 def _lint(modules: Mapping[int, fx.GraphModule]) -> None:
     """FX's own checks of each rewrite; a rewrite that reads a value above its definition is left to
     ``dependencies`` (rule ``read_before_definition`` names the nodes, where lint's error would
-    make it a crash of the target)."""
+    make it a crash of the target). The scan for that runs only once lint has failed."""
     for rank, module in modules.items():
-        if reads_before_definition(module):
-            continue
         try:
             module.graph.lint()
         except Exception as exc:  # noqa: BLE001 - FX raises plain errors
+            if reads_before_definition(module):
+                continue
             raise RuntimeError(f"rank {rank}: the rewritten graph does not lint: {exc}") from exc
 
 

@@ -44,7 +44,7 @@ _ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=False, keep_tr
                    trim_blocks=True, lstrip_blocks=True, undefined=StrictUndefined)
 _HARNESS_FUNCTIONS = {"fsdp_verify.free_tensor_storage": "_free_tensor_storage",
                       "fsdp_verify.effect_barrier": "effect_barrier", "operator.getitem": "operator.getitem",
-                      "operator.neg": "operator.neg", "operator.add": "operator.add", "operator.mul": "operator.mul"}
+                      **{name: name for name in ops.PYTHON_OPERATORS}}  # the script imports operator
 _DEVICE_INDEX = re.compile(r"^([A-Za-z_]+):(\d+)$")
 
 
