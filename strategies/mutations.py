@@ -48,7 +48,7 @@ def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
     return declare
 
 
-def needs_cast(scaled: bool) -> Callable[[Callable], Callable]:
+def needs_cast(scaled: bool = False) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
     its draw gives the first parameter of a block of two or more such a gather."""
     def declare(fn: Callable) -> Callable:
@@ -655,12 +655,55 @@ def cast_scaled_twice(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(again), *graph.node(a).args[1:])))
 
 
+CAST = "prims.convert_element_type.default"
+
+
+def _cast_source(case: Case, launch: str) -> Optional[NodeSpec]:
+    """The positional convert_element_type ``launch`` gathers, if it gathers one."""
+    source = case.graph.node(launch).args[0]
+    node = case.graph.node(source.name) if isinstance(source, NodeRef) else None
+    return node if node is not None and node.target == CAST and len(node.args) == 2 else None
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_dtype_by_keyword(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's low-precision cast names its dtype by keyword (``convert_element_type(x, dtype=bf16)``), as
+    a hand-written graph or another tracer may: the same cast, so A is still packed and handed back
+    in the cast's dtype."""
+    cast = _cast_source(case, a)
+    if _kind(case, b) == RS_KIND or cast is None:
+        return None
+    return replace(case, graph=edit.update_node(case.graph, cast.name, args=cast.args[:1],
+                                                kwargs={**cast.kwargs, "dtype": cast.args[1]}))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers an op the dtype walk does not know (relu of the parameter) plus its cast: torch
+    promotes the dimensioned sum to the parameter's dtype. A walk that takes the unknown op for a
+    0-dim result of its input keeps the cast's dtype instead."""
+    cast = _cast_source(case, a)
+    if _kind(case, b) == RS_KIND or cast is None or not isinstance(cast.args[0], NodeRef):
+        return None
+    graph, meta = case.graph, _phase(case, a)
+    opaque, total = edit.fresh_name(graph, f"{a}_opaque"), edit.fresh_name(graph, f"{a}_beside")
+    # the cast is the sum's second operand: its input is known by the time the unknown op is read
+    graph = edit.insert_after(graph, cast.name, [edit.call(opaque, "aten.relu.default", cast.args[0], meta=meta),
+                                                 edit.call(total, "aten.add.Tensor", NodeRef(opaque),
+                                                           NodeRef(cast.name), meta=meta)])
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(total), *graph.node(a).args[1:])))
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
                                                       "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
                                                       "cast_far_up_the_chain": (cast_far_up_the_chain,),
-                                                      "cast_scaled_twice": (cast_scaled_twice,)}
+                                                      "cast_scaled_twice": (cast_scaled_twice,),
+                                                      "cast_dtype_by_keyword": (cast_dtype_by_keyword,),
+                                                      "cast_beside_opaque_op": (cast_beside_opaque_op,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from torch import fx
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.graph_facts import FSDP_KINDS, by_name
-from fsdp_verify.checks.identity import holds_exactly
+from fsdp_verify.checks.identity import HALF_AND_UP, holds_exactly
 from fsdp_verify.checks.registry import Checker
 
 NAME = "conformance"
@@ -87,7 +87,7 @@ def _stream_problems(bucket: dict, record: Any, degree: int, moved: set[str]) ->
             want_dtype = next(iter(moved))
             want_bytes = packed * degree * _dtype(want_dtype).itemsize
         elif all(holds_exactly(_dtype(d), _dtype(record.dtype)) for d in moved):
-            want_dtype = record.dtype
+            want_dtype = record.dtype  # whether no narrower one would do is the next rule's
         else:
             want_dtype = f"one that holds each of {sorted(moved)} exactly"
     facts = [("op", OPS[first["kind"]], record.op), ("group", first["group"], record.group),
@@ -118,6 +118,23 @@ def _meta_problem(bucket: dict, launch: fx.Node, degree: int, spec_meta: bool) -
         facts.append(("fsdp_degree", degree, meta["fsdp_degree"]))
     wrong = [f"{what} {got!r} (plan: {want!r})" for what, want, got in facts if want != got]
     return "; ".join(wrong) or None
+
+
+def _wider_than_needed(record: Any, moved: set[str]) -> Optional[str]:
+    """Where members moved several dtypes, a wire wider than the narrowest that holds each of them
+    exactly: exact too, but it sends bytes a low-precision gather was meant to save (fp16 beside
+    bf16 in float64 sends twice float32's)."""
+    if len(moved) < 2:
+        return None
+    names = {*moved, *(str(d) for d in HALF_AND_UP)}
+    holders = sorted((name for name in names if all(holds_exactly(_dtype(d), _dtype(name)) for d in moved)),
+                     key=lambda name: (_dtype(name).itemsize, name))
+    width = _dtype(record.dtype).itemsize
+    if not holders or width <= _dtype(holders[0]).itemsize:
+        return None
+    narrowest = [name for name in holders if _dtype(name).itemsize == _dtype(holders[0]).itemsize]
+    return (f"sends {record.dtype} ({width} bytes an element) where {' or '.join(narrowest)} holds each of "
+            f"{sorted(moved)} exactly")
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -224,6 +241,11 @@ def check_conformance(ctx: CheckContext) -> list[Finding]:
             if problem:
                 findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
                                         rank=rank, rule="launch_stream" if name in records else "launch_never_ran"))
+                continue
+            problem = _wider_than_needed(records[name], moved)
+            if problem:
+                findings.append(Finding(NAME, f"rank {rank}: fused launch of {names}: {problem}", nodes=(name,),
+                                        rank=rank, rule="wire_wider_than_needed"))
                 continue
             launch = rewritten_nodes[name]
             problem = _meta_problem(bucket, launch, degree, spec.fused_spec_describes_launch)

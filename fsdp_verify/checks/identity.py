@@ -262,11 +262,11 @@ class IdentityCodes:
 
 
 CAST_TARGETS = ("aten._to_copy.default", "prims.convert_element_type.default")
-_HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
-          torch.float32: (torch.float64,), torch.float8_e4m3fn: _HALF_AND_UP, torch.float8_e5m2: _HALF_AND_UP,
-          torch.int8: _HALF_AND_UP, torch.uint8: _HALF_AND_UP}
+          torch.float32: (torch.float64,), torch.float8_e4m3fn: HALF_AND_UP, torch.float8_e5m2: HALF_AND_UP,
+          torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP}
 
 
 def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:

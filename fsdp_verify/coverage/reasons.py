@@ -38,7 +38,8 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 # Shapes a bug class hides in, each counted per case that has it.
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
-            "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts")
+            "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
+            "casts_beside_opaque_ops")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -160,6 +161,33 @@ def _mixed_dtype_gathers(case: Case) -> bool:
     return any(len(dtypes) > 1 for dtypes in _moved_dtypes(case).values())
 
 
+def _gathered_sources(case: Case) -> list:
+    """The nodes all-gathers read (their sources), where they are nodes of the graph."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    return [nodes[node.inputs()[0]] for node in case.graph.nodes
+            if collectives.kind(node.target) is collectives.Kind.ALL_GATHER and node.inputs()
+            and node.inputs()[0] in nodes]
+
+
+def _keyword_casts(case: Case) -> bool:
+    """An all-gather of a cast that names its dtype by keyword (``convert_element_type(x, dtype=...)``)."""
+    return any(source.target in CAST_TARGETS and len(source.args) < 2 and "dtype" in source.kwargs
+               for source in _gathered_sources(case))
+
+
+def _casts_beside_opaque_ops(case: Case) -> bool:
+    """An all-gather of arithmetic on a cast and on an op outside the casts and arithmetic (relu): its
+    dtype is known only by running the op as torch would."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for source in _gathered_sources(case):
+        operands = [nodes[i] for i in source.inputs() if i in nodes] if source.target in _ARITHMETIC else []
+        if any(o.target in CAST_TARGETS for o in operands) and \
+                any(o.op == "call_function" and o.target not in CAST_TARGETS and o.target not in _ARITHMETIC
+                    for o in operands):
+            return True
+    return False
+
+
 def _scaled_casts(case: Case) -> bool:
     """An all-gather whose source is arithmetic on a cast (a low-precision gather scaled by a gain):
     its dtype is what torch's promotion rules make of the cast and the other operand."""
@@ -249,7 +277,9 @@ def case_features(case: Case) -> Counter:
                                           ("schemaless_consumers", _schemaless_consumers(case)),
                                           ("interleaved_gathers", _interleaved_gathers(case)),
                                           ("far_casts", _far_casts(case)),
-                                          ("twice_scaled_casts", _twice_scaled_casts(case))) if has)
+                                          ("twice_scaled_casts", _twice_scaled_casts(case)),
+                                          ("keyword_casts", _keyword_casts(case)),
+                                          ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case))) if has)
 
 
 @dataclass

@@ -134,7 +134,19 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
     if name in _SAME_DTYPE or name in _FULL_REDUCTIONS or \
             node.target in (torch.ops.prims.convert_element_type.default, aten._to_copy.default):
         return [a for a in node.args if isinstance(a, fx.Node)][:1]
+    if _evaluable(node):
+        return [a for a in node.args if isinstance(a, fx.Node)]
     return []
+
+
+def _evaluable(node: fx.Node) -> bool:
+    """An aten or prims op the walk may run on stand-ins: one whose tensors are all direct arguments
+    (a list of tensors, a collective or an effect is never run here)."""
+    target = node.target
+    return isinstance(target, torch._ops.OpOverload) and target.namespace in ("aten", "prims") and \
+        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a)
+                for a in (*node.args, *node.kwargs.values())) and \
+        not any(isinstance(v, fx.Node) for v in node.kwargs.values())
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
@@ -150,9 +162,10 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     first = walk.seen.get(inputs[0]) if inputs else None
     # a cast keeps its input's rank; an input the walk cannot follow is taken as dimensioned, as
     # every parameter shard is
-    if node.target is torch.ops.prims.convert_element_type.default and len(node.args) == 2 and \
-            isinstance(node.args[1], torch.dtype):
-        return node.args[1], bool(first and first[1])
+    if node.target is torch.ops.prims.convert_element_type.default:  # the dtype by position or by keyword
+        dtype = node.args[1] if len(node.args) == 2 else node.kwargs.get("dtype")
+        if isinstance(dtype, torch.dtype):
+            return dtype, bool(first and first[1])
     if node.target is aten._to_copy.default and isinstance(node.kwargs.get("dtype"), torch.dtype):
         return node.kwargs["dtype"], bool(first and first[1])
     name = _op_name(node)
@@ -162,7 +175,34 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
         return (first[0], True) if first else None
     if name in _PROMOTING and inputs:
         return _promoted(name, node.args, walk)
+    if _evaluable(node):
+        return _evaluated(node, walk)
     return None
+
+
+def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+    """Any other op's result dtype as torch computes it: the op on meta stand-ins of each tensor
+    input's dtype, 0-dim or of one element (torch's dtype rules read only dtypes and whether a
+    tensor is 0-dim). The stand-ins' result is dimensioned exactly when the real one is, unless it
+    came out 0-dim from a dimensioned input (a reduction over dims the stand-in lacks): unknown."""
+    standins = []
+    for arg in node.args:
+        if isinstance(arg, fx.Node):
+            found = walk.seen.get(arg)
+            if found is None:
+                return None
+            standins.append(torch.empty(() if found[1] else (1,), dtype=found[0], device="meta"))
+        else:
+            standins.append(arg)
+    try:
+        out = node.target(*standins, **{k: "meta" if k == "device" else v for k, v in node.kwargs.items()})
+    except Exception:  # noqa: BLE001 - an op the stand-ins do not fit (a shape argument): unknown
+        return None
+    if not isinstance(out, torch.Tensor):
+        return None
+    if out.dim() == 0 and any(isinstance(a, torch.Tensor) and a.dim() > 0 for a in standins):
+        return None
+    return out.dtype, out.dim() == 0
 
 
 def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
@@ -200,13 +240,20 @@ def _holds(narrow: torch.dtype, wide: torch.dtype) -> bool:
     return n.eps >= w.eps and n.max <= w.max and n.smallest_normal * n.eps >= w.smallest_normal * w.eps
 
 
+# Where a bucket's members move several dtypes, the wire is one of these or of theirs.
+_WIRE_CANDIDATES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
 def wire_dtype(moved: list[torch.dtype], spec_dtype: torch.dtype) -> torch.dtype:
     """The one dtype a bucket's copy-in packs: what every member moves, or, when members move several
-    (low-precision gathers beside full-precision ones), the first of the parameters' dtype, float32
-    and float64 that holds each exactly. torch.cat would promote them, or refuse float8."""
+    (low-precision gathers beside full-precision ones), the narrowest dtype that holds each exactly,
+    the parameters' own on a tie: torch.cat would promote them, or refuse float8, and a wider wire
+    than needed sends bytes a low-precision gather was meant to save."""
     if len(set(moved)) == 1:
         return moved[0]
-    return next(wide for wide in (spec_dtype, torch.float32, torch.float64) if all(_holds(d, wide) for d in moved))
+    holders = [wide for wide in dict.fromkeys((spec_dtype, *moved, *_WIRE_CANDIDATES))
+               if all(_holds(d, wide) for d in moved)]
+    return min(holders, key=lambda wide: wide.itemsize)
 
 
 class _Member:

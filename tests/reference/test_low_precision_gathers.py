@@ -41,7 +41,7 @@ def _fused_moves(ctx) -> set:
 
 
 @pytest.mark.parametrize("wires, wire", [(("bfloat16", ""), "torch.float32"), (("int8", ""), "torch.float32"),
-                                         (("float8_e4m3fn", "bfloat16"), "torch.float32"),
+                                         (("float8_e4m3fn", "bfloat16"), "torch.bfloat16"),
                                          (("float8_e5m2", "float8_e5m2"), "torch.float8_e5m2"),
                                          (("bfloat16", "bfloat16"), "torch.bfloat16")])
 def test_the_reference_buckets_mixed_gathers_and_every_member_keeps_its_dtype(wires, wire):
@@ -71,6 +71,23 @@ def test_the_wire_holds_every_member_exactly():
     assert wire_dtype([torch.float8_e4m3fn, torch.int8], torch.bfloat16) == torch.bfloat16
     assert wire_dtype([torch.float32, torch.bfloat16], torch.bfloat16) == torch.float32
     assert wire_dtype([torch.float8_e4m3fn] * 2, torch.float32) == torch.float8_e4m3fn
+
+
+def test_the_wire_is_the_narrowest_that_holds_every_member():
+    """A low-precision gather is there to save bytes: its bucket does not send more than it must."""
+    assert wire_dtype([torch.float8_e4m3fn, torch.bfloat16], torch.float32) == torch.bfloat16
+    assert wire_dtype([torch.int8, torch.bfloat16], torch.int8) == torch.bfloat16
+    assert wire_dtype([torch.float8_e4m3fn, torch.float8_e5m2], torch.float32) in (torch.float16, torch.bfloat16)
+    assert wire_dtype([torch.float16, torch.bfloat16], torch.float16) == torch.float32
+
+
+def test_a_wire_wider_than_needed_is_killed_by_conformance_alone():
+    """fp16 beside bf16 in float64: every value exact (layout and numerics see nothing), twice the
+    bytes of float32."""
+    case = _case("float16", "bfloat16")
+    assert not _errors("reference", case)[0]
+    errors, _ = _errors("mutant:wire_wider_than_needed", case)
+    assert errors and {(f.checker, f.rule) for f in errors} == {("conformance", "wire_wider_than_needed")}, errors
 
 
 def test_a_copy_in_that_lets_torch_cat_promote_is_killed_by_layout():
@@ -221,3 +238,63 @@ def test_a_cast_scaled_twice_keeps_its_dtype_and_kills_a_flipped_rank():
     base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
                                           ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
     _drawn_shape_kills(base, mutations.cast_scaled_twice, "twice_scaled_casts", "promoted_rank_flipped")
+
+
+def test_a_cast_naming_its_dtype_by_keyword_is_the_dtype_moved():
+    """``convert_element_type(x, dtype=bf16)``: the same cast (a walk that read only the positional
+    form fell back to the spec dtype and handed float32 back)."""
+    _drawn_shape_kills(_case("bfloat16", ""), mutations.cast_dtype_by_keyword, "keyword_casts",
+                       "cast_keyword_ignored")
+
+
+def test_a_cast_beside_an_op_the_walk_does_not_know_is_promoted_as_torch_does():
+    """fp16 parameter: relu(p) + bf16(p) is float32 (torch promotes fp16 with bf16). The walk runs the
+    op on stand-ins; taking relu for a 0-dim reduction would keep bf16."""
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), dtype="float16", view="t", wire="bfloat16"),
+                                          ParamDraw((3,), dtype="float16", view="flat")),),
+                                 reshard_after_forward=False)))
+    _drawn_shape_kills(base, mutations.cast_beside_opaque_op, "casts_beside_opaque_ops",
+                       "opaque_op_taken_for_reduction")
+
+
+def test_the_walk_runs_unknown_ops_on_stand_ins_and_gives_up_where_they_do_not_fit():
+    from torch import fx
+    from fsdp_verify.reference.rewrite import moved_dtype
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    p.meta["val"] = torch.empty(2, dtype=torch.float16, device="meta")
+    cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.bfloat16))
+    relu = graph.call_function(torch.ops.aten.relu.default, (cast,))
+    assert moved_dtype(relu, torch.float32) == torch.bfloat16  # once the spec dtype: an unknown op
+    beside = graph.call_function(torch.ops.aten.add.Tensor, (graph.call_function(torch.ops.aten.relu.default, (p,)), cast))
+    assert moved_dtype(beside, torch.float16) == torch.float32  # fp16 + bf16
+    summed = graph.call_function(torch.ops.aten.sum.dim_IntList, (cast, [0]))  # 0-dim only on the stand-in
+    scaled = graph.call_function(torch.ops.aten.mul.Tensor, (cast, summed))
+    assert moved_dtype(summed, torch.float32) == torch.float32, "a stand-in's rank is not the real one: unknown"
+    assert moved_dtype(scaled, torch.float32) == torch.float32
+    padded = graph.call_function(torch.ops.aten.constant_pad_nd.default, (relu, [0, 1]))
+    assert moved_dtype(padded, torch.float32) == torch.bfloat16
+
+
+def test_an_int8_gather_beside_a_float32_one_packs_in_float32():
+    """int8 is the narrowest candidate wire, and holds only itself: a rule that lets an integer dtype
+    hold floats packs the float32 member in int8. (The planner never buckets integer parameters:
+    unsupported_dtype.)"""
+    base = _case("int8", "")
+    errors, ctx = _errors("reference", base)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}
+    errors, _ = _errors("mutant:integer_holds_floats", base)
+    assert {"layout", "numerics"} & {f.checker for f in errors}, errors
+
+
+def test_an_fp16_member_of_a_bf16_bucket_is_not_rounded_to_bf16():
+    blocks = ((ParamDraw((2, 4), dtype="bfloat16", wire="float16"), ParamDraw((3,), dtype="bfloat16")),)
+    base = Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
+    errors, ctx = _errors("reference", base)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}
+    errors, _ = _errors("mutant:precision_ignored", base)
+    # a few codes fit bf16's mantissa (they fill its top bits first), so the values may survive: the
+    # wire's dtype does not
+    assert any(f.key == ("conformance", "launch_stream") for f in errors), errors

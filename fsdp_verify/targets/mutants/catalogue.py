@@ -215,12 +215,27 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("promoted_rank_flipped", "arithmetic's result is taken as 0-dim where it is dimensioned, so a scaled "
            "cast scaled again is packed and handed back as float32", ("layout", "numerics"),
            rewrite_bugs.promoted_rank_flipped, hunt="rule:cast_scaled_twice"),
+    Mutant("integer_holds_floats", "an integer dtype is taken to hold floats, so an int8 gather beside a float32 "
+           "one packs both in int8", ("layout", "numerics", "conformance"), rewrite_bugs.integer_holds_floats,
+           hunt="cases"),
+    Mutant("precision_ignored", "whether a float dtype holds another is judged by range alone, so an fp16 "
+           "member of a bf16 bucket packs in bf16", ("layout", "numerics", "conformance"),
+           rewrite_bugs.precision_ignored, hunt="rule:cast_dtype_by_keyword"),
+    Mutant("cast_keyword_ignored", "a cast naming its dtype by keyword is not followed, so its member is packed "
+           "and handed back in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.cast_keyword_ignored,
+           hunt="rule:cast_dtype_by_keyword"),
+    Mutant("opaque_op_taken_for_reduction", "an op the dtype walk does not know is taken for a 0-dim reduction, "
+           "so relu of a parameter plus its bf16 cast is packed as bf16", ("layout", "numerics"),
+           rewrite_bugs.opaque_op_taken_for_reduction, hunt="rule:cast_beside_opaque_op"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
     Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
            ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
            hunt="cases"),
+    Mutant("wire_wider_than_needed", "a fused all-gather of members that move several dtypes packs in float64, "
+           "exact but wider than the narrowest dtype that holds each", ("conformance",),
+           lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_in_float64)], hunt="cases"),
     Mutant("gather_in_float64", "fused all-gathers send float64 instead of the members' dtype", ("conformance",),
            damage=rewrite_bugs.gather_in_float64),
     Mutant("fused_spec_from_shard", "a fused all-gather's fsdp_bucket_spec says it outputs its input shape",

@@ -11,7 +11,8 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import _holds, _promoted as _correct_promoted, wire_dtype as _correct_wire
+from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _holds, _op_name, _promoted as _correct_promoted,
+                                          _walk as _correct_walk, wire_dtype as _correct_wire)
 
 aten = torch.ops.aten
 
@@ -274,6 +275,12 @@ def _wire_is_parameter_dtype(moved: list, spec_dtype: torch.dtype) -> torch.dtyp
     return spec_dtype if all(_holds(d, spec_dtype) for d in moved) else _correct_wire(moved, spec_dtype)
 
 
+def _wire_in_float64(moved: list, spec_dtype: torch.dtype) -> torch.dtype:
+    """A bucket whose members move several dtypes packs in float64, which holds every one of them:
+    exact, but fp16 beside bf16 sends twice the bytes float32 would."""
+    return moved[0] if len(set(moved)) == 1 else torch.float64
+
+
 def _promoted_by_type(name: str, args: tuple, walk) -> tuple[torch.dtype, bool] | None:
     """A member's dtype through arithmetic by ``torch.promote_types`` alone: a bf16 cast times a
     0-dim float32 gain is taken for float32 (torch gives bf16), so the member is packed and handed
@@ -388,3 +395,51 @@ def promoted_rank_flipped() -> list[tuple]:
         found = _correct_promoted(name, args, walk)
         return None if found is None else (found[0], not found[1])
     return [(rewrite, "_promoted", flipped)]
+
+
+def integer_holds_floats() -> list[tuple]:
+    """An integer dtype is taken to hold any dtype that is not complex: an int8 gather (a quantised
+    weight) beside a float32 one is the narrowest candidate, and the float32 member is truncated."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_holds", lambda narrow, wide: (not wide.is_floating_point and not narrow.is_complex
+                                                      and wide != torch.bool) or _holds(narrow, wide))]
+
+
+def precision_ignored() -> list[tuple]:
+    """Whether one float dtype holds another is judged by range alone: fp16 beside a bf16 parameter's
+    gather packs in bf16, rounding fp16's three extra mantissa bits."""
+    from fsdp_verify.reference import rewrite
+
+    def by_range(narrow: torch.dtype, wide: torch.dtype) -> bool:
+        if narrow.is_floating_point and wide.is_floating_point and not narrow.is_complex:
+            return torch.finfo(narrow).max <= torch.finfo(wide).max
+        return _holds(narrow, wide)
+    return [(rewrite, "_holds", by_range)]
+
+
+def cast_keyword_ignored() -> list[tuple]:
+    """A cast is known only with its dtype by position: ``convert_element_type(x, dtype=bf16)`` is
+    unknown, so its member is packed and handed back in its parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def positional_only(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        if node.target is torch.ops.prims.convert_element_type.default and len(node.args) < 2:
+            return None
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", positional_only)]
+
+
+def opaque_op_taken_for_reduction() -> list[tuple]:
+    """An op the walk does not know, with one known input, is taken for a 0-dim reduction of it: relu
+    of a float32 parameter plus its bf16 cast is then promoted to bf16."""
+    from fsdp_verify.reference import rewrite
+
+    def as_reduction(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        inputs = [a for a in node.args if isinstance(a, fx.Node)]
+        if node.op == "call_function" and len(inputs) == 1 and "val" not in node.meta and \
+                _op_name(node) not in _FULL_REDUCTIONS and inputs[0] in walk.seen and \
+                node.target in (aten.relu.default, aten.exp.default, aten.sigmoid.default, aten.tanh.default):
+            found = walk.seen[inputs[0]]
+            return None if found is None else (found[0], True)
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", as_reduction)]
