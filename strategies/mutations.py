@@ -680,6 +680,50 @@ def cast_dtype_by_keyword(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast()
 @acts_on(*AG_KINDS)
+def cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's low-precision cast is ``aten._to_copy(x, dtype=bf16)``, the form a traced ``.to(dtype)``
+    takes before decomposition: the same cast."""
+    cast = _cast_source(case, a)
+    if _kind(case, b) == RS_KIND or cast is None:
+        return None
+    return replace(case, graph=edit.update_node(case.graph, cast.name, target="aten._to_copy.default",
+                                                args=cast.args[:1], kwargs={"dtype": cast.args[1]}))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers relu of its cast: an op the dtype walk has no table entry for keeps the cast's dtype,
+    which only running the op as torch would tells (the spec dtype is the parameter's)."""
+    cast = _cast_source(case, a)
+    if _kind(case, b) == RS_KIND or cast is None:
+        return None
+    graph = case.graph
+    opaque = edit.fresh_name(graph, f"{a}_opaque")
+    graph = edit.insert_after(graph, cast.name, [edit.call(opaque, "aten.relu.default", NodeRef(cast.name),
+                                                           meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(opaque), *graph.node(a).args[1:])))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast takes its 0-dim gain through relu: still 0-dim, so torch keeps the cast's dtype;
+    a walk that leaves a 0-dim op's result unknown falls back to the parameter's."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
+    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
+            or not isinstance(scaled.args[1], NodeRef):
+        return None
+    opaque = edit.fresh_name(graph, f"{a}_gain")
+    graph = edit.insert_before(graph, scaled.name, [edit.call(opaque, "aten.relu.default", scaled.args[1],
+                                                              meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(opaque))))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
 def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers an op the dtype walk does not know (relu of the parameter) plus its cast: torch
     promotes the dimensioned sum to the parameter's dtype. A walk that takes the unknown op for a
@@ -696,14 +740,34 @@ def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(total), *graph.node(a).args[1:])))
 
 
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast is scaled by its gain squared: a product of two 0-dim float32 values is 0-dim,
+    so torch keeps the cast's dtype; a walk that takes every product for dimensioned gets float32."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
+    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
+            or not isinstance(scaled.args[1], NodeRef):
+        return None
+    squared = edit.fresh_name(graph, f"{a}_gain_squared")
+    graph = edit.insert_before(graph, scaled.name, [edit.call(squared, "aten.mul.Tensor", scaled.args[1],
+                                                              scaled.args[1], meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(squared))))
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
                                                       "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
                                                       "cast_far_up_the_chain": (cast_far_up_the_chain,),
-                                                      "cast_scaled_twice": (cast_scaled_twice,),
-                                                      "cast_dtype_by_keyword": (cast_dtype_by_keyword,),
-                                                      "cast_beside_opaque_op": (cast_beside_opaque_op,)}
+                                                      "cast_scaled_twice": (cast_scaled_twice,
+                                                                            cast_scaled_by_product),
+                                                      "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
+                                                      "cast_beside_opaque_op": (cast_beside_opaque_op,
+                                                                                cast_through_opaque_op,
+                                                                                gain_through_opaque_op)}
 
 
 # -- sites ---------------------------------------------------------------------------------

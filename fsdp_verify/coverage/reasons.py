@@ -175,15 +175,24 @@ def _keyword_casts(case: Case) -> bool:
                for source in _gathered_sources(case))
 
 
+# An op the reference's dtype walk has no table entry for (it runs such ops on stand-ins); the draws use it.
+_OPAQUE = frozenset({"aten.relu.default"})
+
+
 def _casts_beside_opaque_ops(case: Case) -> bool:
-    """An all-gather of arithmetic on a cast and on an op outside the casts and arithmetic (relu): its
+    """An all-gather of a low-precision cast whose source passes through an op outside the casts,
+    views and arithmetic (relu of the cast, of the parameter beside the cast, or of a gain): its
     dtype is known only by running the op as torch would."""
     nodes = {node.name: node for node in case.graph.nodes}
     for source in _gathered_sources(case):
-        operands = [nodes[i] for i in source.inputs() if i in nodes] if source.target in _ARITHMETIC else []
-        if any(o.target in CAST_TARGETS for o in operands) and \
-                any(o.op == "call_function" and o.target not in CAST_TARGETS and o.target not in _ARITHMETIC
-                    for o in operands):
+        near, todo = set(), [(source.name, 0)]
+        while todo:  # the source and what it reads, two steps up
+            name, depth = todo.pop()
+            if name in nodes and name not in near:
+                near.add(name)
+                todo += [(i, depth + 1) for i in nodes[name].inputs()] if depth < 2 else []
+        targets = {nodes[name].target for name in near}
+        if targets & _OPAQUE and targets & set(CAST_TARGETS):
             return True
     return False
 

@@ -298,3 +298,39 @@ def test_an_fp16_member_of_a_bf16_bucket_is_not_rounded_to_bf16():
     # a few codes fit bf16's mantissa (they fill its top bits first), so the values may survive: the
     # wire's dtype does not
     assert any(f.key == ("conformance", "launch_stream") for f in errors), errors
+
+
+def test_relu_of_a_cast_keeps_the_casts_dtype():
+    _drawn_shape_kills(_case("bfloat16", ""), mutations.cast_through_opaque_op, "casts_beside_opaque_ops",
+                       "opaque_ops_fall_back")
+
+
+def test_a_gain_through_relu_is_still_0_dim():
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
+                                          ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.gain_through_opaque_op(base, *p))
+    planted = mutations.gain_through_opaque_op(base, *pair)
+    errors, ctx = _errors("reference", planted)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}  # the bf16 member beside float32, handed back bf16
+    assert {"layout", "numerics"} & {f.checker for f in _errors("mutant:opaque_ops_fall_back", planted)[0]}
+
+
+def test_a_cast_scaled_by_its_gain_squared_keeps_its_dtype():
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
+                                          ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_scaled_by_product(base, *p))
+    planted = mutations.cast_scaled_by_product(base, *pair)
+    assert not _errors("reference", planted)[0]
+    errors, _ = _errors("mutant:products_taken_dimensioned", planted)
+    assert {"layout", "numerics"} & {f.checker for f in errors}, errors
+
+
+def test_a_cast_written_as_to_copy_is_the_dtype_moved():
+    base = _case("bfloat16", "")
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.cast_as_to_copy(base, *p))
+    planted = mutations.cast_as_to_copy(base, *pair)
+    assert case_features(planted)["keyword_casts"] == 1
+    errors, ctx = _errors("reference", planted)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}

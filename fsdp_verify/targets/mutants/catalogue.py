@@ -227,6 +227,12 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("opaque_op_taken_for_reduction", "an op the dtype walk does not know is taken for a 0-dim reduction, "
            "so relu of a parameter plus its bf16 cast is packed as bf16", ("layout", "numerics"),
            rewrite_bugs.opaque_op_taken_for_reduction, hunt="rule:cast_beside_opaque_op"),
+    Mutant("opaque_ops_fall_back", "an op outside the dtype walk's tables is unknown, so relu of a bf16 cast is "
+           "packed and handed back in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.opaque_ops_fall_back,
+           hunt="rule:cast_beside_opaque_op"),
+    Mutant("products_taken_dimensioned", "arithmetic's result is always taken as dimensioned, so a bf16 cast "
+           "scaled by its gain squared is packed as float32", ("layout", "numerics"),
+           rewrite_bugs.products_taken_dimensioned, hunt="rule:cast_scaled_twice"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),

@@ -443,3 +443,22 @@ def opaque_op_taken_for_reduction() -> list[tuple]:
             return None if found is None else (found[0], True)
         return _correct_walk(node, walk)
     return [(rewrite, "_walk", as_reduction)]
+
+
+def opaque_ops_fall_back() -> list[tuple]:
+    """An op outside the walk's tables is unknown, so its member falls back to the parameter's dtype:
+    relu of a bf16 cast is packed and handed back as float32 (what the reference did before it ran
+    such ops on stand-ins)."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_evaluated", lambda node, walk: None)]
+
+
+def products_taken_dimensioned() -> list[tuple]:
+    """Arithmetic's result is always taken as dimensioned: a gain squared (0-dim) then widens a bf16
+    cast to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def dimensioned(name: str, args: tuple, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_promoted(name, args, walk)
+        return None if found is None else (found[0], False)
+    return [(rewrite, "_promoted", dimensioned)]
