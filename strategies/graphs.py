@@ -173,7 +173,7 @@ def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
 MUTATION_KINDS = ("skip", "split", "singleton", "fusion", "args")
 # skip has the most reasons; args has 14 variants whose error branches only it reaches; fusion has six
 # shapes, each of a dtype walk or an insertion point few draws reach otherwise
-MUTATION_WEIGHTS = {"skip": 3, "split": 2, "singleton": 1, "fusion": 4, "args": 2}
+MUTATION_WEIGHTS = {"skip": 3, "split": 3, "singleton": 1, "fusion": 4, "args": 2}
 # Reasons that skip every launch of a case come only from mutated_graphs (hazard_graphs plants
 # per-launch defects), the parallel-mode rule has several values to reach and the shape rule nine
 # branches, and the wait-users rule two variants of which one (a launch read by no wait) was reached

@@ -217,7 +217,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            rewrite_bugs.promoted_rank_flipped, hunt="rule:cast_scaled_twice"),
     Mutant("integer_holds_floats", "an integer dtype is taken to hold floats, so an int8 gather beside a float32 "
            "one packs both in int8", ("layout", "numerics", "conformance"), rewrite_bugs.integer_holds_floats,
-           hunt="cases"),
+           hunt="mutations"),
     Mutant("precision_ignored", "whether a float dtype holds another is judged by range alone, so an fp16 "
            "member of a bf16 bucket packs in bf16", ("layout", "numerics", "conformance"),
            rewrite_bugs.precision_ignored, hunt="rule:cast_dtype_by_keyword"),
