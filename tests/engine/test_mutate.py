@@ -156,3 +156,15 @@ def test_a_rerun_takes_only_the_survivors_a_results_file_names(tmp_path):
     with pytest.raises(mutate.BadInput, match=r"survivors\[\].ident \[0\]"):
         listed.write_text(json.dumps({"survivors": [{"ident": 3}]}))
         mutate.survivor_idents(str(listed))
+
+
+def test_a_phase_may_name_one_planted_shape_and_a_size():
+    import argparse
+    from fsdp_verify.commands.mutate import _phase
+    assert _phase("hazards:tiny") == mutate.Phase("hazards", "tiny")
+    assert _phase("cases") == mutate.Phase("cases", "default")
+    assert _phase("rule:cast_beside_opaque_op:tiny") == mutate.Phase("rule:cast_beside_opaque_op", "tiny")
+    assert _phase("skip:phase_mismatch") == mutate.Phase("skip:phase_mismatch", "default")
+    for bad in ("rule:no_such_shape", "rule", "nonsense:tiny", "cases:huge"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _phase(bad)
