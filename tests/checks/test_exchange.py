@@ -64,3 +64,19 @@ def test_a_disagreeing_world_must_be_refused_with_the_spec_message():
                 raise ValueError("no") from None
     findings, _ = check_all(Vague(), two_block_case(), only=("exchange",))
     assert {f.rule for f in findings} == {"divergent_wrong_error"}
+
+
+def test_a_validator_that_writes_into_the_reports_it_is_given_changes_no_one_elses():
+    """The checker hands the validator copies (``_copied``): a write there must not reach the reports
+    the planner and consistency checkers read, nor a later edit's reports."""
+    class Scribbler(type(get_target("reference"))):
+        def validate_reports(self, reports, group):
+            super().validate_reports(reports, group)
+            for report in reports.values():
+                report["group_digests"][group] = "scribbled"
+                report.setdefault("buckets", []).append({"scribbled": True})
+    case = two_block_case()
+    _, clean = check_all(get_target("reference"), case, only=("exchange",))
+    findings, ctx = check_all(Scribbler(), case, only=("exchange",))
+    assert not [f for f in findings if f.severity == "error"], findings
+    assert {rank: ctx.reports(rank) for rank in ctx.original} == {rank: clean.reports(rank) for rank in clean.original}
