@@ -14,7 +14,7 @@ from collections import Counter
 import math
 import zlib
 from dataclasses import replace
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -705,21 +705,28 @@ def cast_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(opaque), *graph.node(a).args[1:])))
 
 
-@needs_cast(scaled=True)
-@acts_on(*AG_KINDS)
-def gain_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
-    """A's scaled cast takes its 0-dim gain through relu: still 0-dim, so torch keeps the cast's dtype;
-    a walk that leaves a 0-dim op's result unknown falls back to the parameter's."""
+def _gain_replaced(case: Case, a: str, b: str, target: str, suffix: str, *args: Any) -> Optional[Case]:
+    """A's scaled cast (``mul(cast, gain)``) with its gain replaced by a call of ``target`` on ``args``,
+    where ``None`` stands for the gain; None where A gathers no such product."""
     graph = case.graph
     source = graph.node(a).args[0]
     scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
     if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
             or not isinstance(scaled.args[1], NodeRef):
         return None
-    opaque = edit.fresh_name(graph, f"{a}_gain")
-    graph = edit.insert_before(graph, scaled.name, [edit.call(opaque, "aten.relu.default", scaled.args[1],
+    name = edit.fresh_name(graph, f"{a}_{suffix}")
+    gain = scaled.args[1]
+    graph = edit.insert_before(graph, scaled.name, [edit.call(name, target, *(gain if arg is None else arg for arg in args),
                                                               meta=_phase(case, a))])
-    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(opaque))))
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast takes its 0-dim gain through relu: still 0-dim, so torch keeps the cast's dtype;
+    a walk that leaves a 0-dim op's result unknown falls back to the parameter's."""
+    return _gain_replaced(case, a, b, "aten.relu.default", "gain", None)
 
 
 @needs_cast()
@@ -745,16 +752,7 @@ def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
 def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast is scaled by its gain squared: a product of two 0-dim float32 values is 0-dim,
     so torch keeps the cast's dtype; a walk that takes every product for dimensioned gets float32."""
-    graph = case.graph
-    source = graph.node(a).args[0]
-    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
-    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
-            or not isinstance(scaled.args[1], NodeRef):
-        return None
-    squared = edit.fresh_name(graph, f"{a}_gain_squared")
-    graph = edit.insert_before(graph, scaled.name, [edit.call(squared, "aten.mul.Tensor", scaled.args[1],
-                                                              scaled.args[1], meta=_phase(case, a))])
-    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(squared))))
+    return _gain_replaced(case, a, b, "aten.mul.Tensor", "gain_squared", None, None)
 
 
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
