@@ -182,7 +182,7 @@ SKIP_WEIGHTS = {"unsupported_parallel_mode": 8, "outside_module_plan": 2, "unkno
                 "unknown_or_dynamic_shape": 3, "unsupported_wait_users": 2, "phase_mismatch": 2}
 
 
-def _rule_kind(reason: str) -> str:
+def rule_kind(reason: str) -> str:
     """Which table of ``mutations`` plants a defect for ``reason``."""
     for kind, table in (("skip", mutations.SKIP_MUTATIONS), ("split", mutations.SPLIT_MUTATIONS),
                         ("singleton", mutations.SINGLETON_MUTATIONS), ("fusion", mutations.FUSION_MUTATIONS)):
@@ -201,7 +201,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     reason (a planted bug in one rule is hunted with it)."""
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
-    kind = _rule_kind(reason) if reason else \
+    kind = rule_kind(reason) if reason else \
         draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
     if kind == "args":
         name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))

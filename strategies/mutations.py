@@ -658,11 +658,14 @@ def cast_scaled_twice(case: Case, a: str, b: str) -> Optional[Case]:
 CAST = "prims.convert_element_type.default"
 
 
-def _cast_source(case: Case, launch: str) -> Optional[NodeSpec]:
-    """The positional convert_element_type ``launch`` gathers, if it gathers one."""
+def _cast_source(case: Case, launch: str, computed: bool = False) -> Optional[NodeSpec]:
+    """The positional convert_element_type ``launch`` gathers, if it gathers one; with ``computed``,
+    only a cast to a dtype torch computes in (relu and promotion refuse float8 and int8)."""
     source = case.graph.node(launch).args[0]
     node = case.graph.node(source.name) if isinstance(source, NodeRef) else None
-    return node if node is not None and node.target == CAST and len(node.args) == 2 else None
+    if node is None or node.target != CAST or len(node.args) != 2:
+        return None
+    return node if not computed or node.args[1] in (torch.bfloat16, torch.float16, torch.float32) else None
 
 
 @needs_cast()
@@ -695,7 +698,7 @@ def cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
 def cast_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers relu of its cast: an op the dtype walk has no table entry for keeps the cast's dtype,
     which only running the op as torch would tells (the spec dtype is the parameter's)."""
-    cast = _cast_source(case, a)
+    cast = _cast_source(case, a, computed=True)
     if _kind(case, b) == RS_KIND or cast is None:
         return None
     graph = case.graph
@@ -735,7 +738,7 @@ def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers an op the dtype walk does not know (relu of the parameter) plus its cast: torch
     promotes the dimensioned sum to the parameter's dtype. A walk that takes the unknown op for a
     0-dim result of its input keeps the cast's dtype instead."""
-    cast = _cast_source(case, a)
+    cast = _cast_source(case, a, computed=True)
     if _kind(case, b) == RS_KIND or cast is None or not isinstance(cast.args[0], NodeRef):
         return None
     graph, meta = case.graph, _phase(case, a)

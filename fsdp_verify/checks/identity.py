@@ -287,8 +287,10 @@ def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
         if set(node.kwargs) - {"dtype"} or len(node.args) != 1:
             return None
         narrow = node.kwargs.get("dtype")
-    else:
-        narrow = node.args[1] if len(node.args) == 2 else None
+    elif len(node.args) == 2 and not node.kwargs:
+        narrow = node.args[1]
+    else:  # the dtype by keyword, as a hand-written graph may give it
+        narrow = node.kwargs.get("dtype") if len(node.args) == 1 and set(node.kwargs) == {"dtype"} else None
     wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype")
     return narrow if isinstance(narrow, torch.dtype) and narrow in CODED_DTYPES and \
         (wide is None or wide in _WIDER.get(narrow, ())) else None

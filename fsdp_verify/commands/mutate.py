@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fsdp_verify.commands import options
 
+if TYPE_CHECKING:  # the engine is imported when a mutate command runs, not when the CLI starts
+    from fsdp_verify.engine.mutate import Phase
 
-def _phase(text: str):
+
+def _phase(text: str) -> Phase:
     """STRATEGY[:SIZE], or rule:REASON[:SIZE] / skip:REASON[:SIZE]: graphs with that one planted shape
     (the self-test's hunts), for a class of bugs the default mix reaches too rarely."""
     from fsdp_verify.engine.mutate import Phase
@@ -17,7 +21,8 @@ def _phase(text: str):
     parts = text.split(":")
     size = parts.pop() if len(parts) > 1 and parts[-1] in names.SIZES else "default"
     strategy = ":".join(parts)
-    directed = parts[0] in ("rule", "skip") and len(parts) == 2 and _known_reason(parts[1])
+    directed = parts[0] in ("rule", "skip") and len(parts) == 2 and _kind_of(parts[1]) in \
+        (("skip",) if parts[0] == "skip" else ("split", "singleton", "fusion"))
     if not directed and strategy not in names.STRATEGIES:
         raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY[:SIZE] with a strategy of "
                                          f"{', '.join(names.STRATEGIES)} (or rule:REASON, skip:REASON) and a size "
@@ -25,13 +30,13 @@ def _phase(text: str):
     return Phase(strategy, size)
 
 
-def _known_reason(reason: str) -> bool:
+def _kind_of(reason: str) -> str:
+    """Which table of planted shapes ``reason`` names (skip, split, singleton, fusion), or ""."""
     from fsdp_verify.strategies import graphs
     try:
-        graphs._rule_kind(reason)
+        return graphs.rule_kind(reason)
     except ValueError:
-        return False
-    return True
+        return ""
 
 
 def _share(text: str) -> tuple[int, int]:

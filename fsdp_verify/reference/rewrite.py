@@ -131,22 +131,31 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
     name = _op_name(node)
     if name in _PROMOTING:
         return [a for a in node.args[:2] if isinstance(a, fx.Node)]
-    if name in _SAME_DTYPE or name in _FULL_REDUCTIONS or \
+    if name in _SAME_DTYPE or \
             node.target in (torch.ops.prims.convert_element_type.default, aten._to_copy.default):
         return [a for a in node.args if isinstance(a, fx.Node)][:1]
-    if _evaluable(node):
+    if name in _FULL_REDUCTIONS or _evaluable(node):  # max(a, b) is no reduction: _evaluated reads both
         return [a for a in node.args if isinstance(a, fx.Node)]
     return []
 
 
 def _evaluable(node: fx.Node) -> bool:
-    """An aten or prims op the walk may run on stand-ins: one whose tensors are all direct arguments
-    (a list of tensors, a collective or an effect is never run here)."""
+    """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
+    stand-ins: one with a tensor input, all its tensors direct arguments, and no device argument.
+    So nothing it runs allocates real memory, draws from a real generator, starts a device, or reads
+    a list of tensors; what it runs only sees meta stand-ins."""
     target = node.target
-    return isinstance(target, torch._ops.OpOverload) and target.namespace in ("aten", "prims") and \
-        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a)
-                for a in (*node.args, *node.kwargs.values())) and \
-        not any(isinstance(v, fx.Node) for v in node.kwargs.values())
+    if isinstance(target, torch._ops.OpOverload):
+        namespace = target.namespace
+    elif isinstance(target, torch._ops.OpOverloadPacket):
+        namespace = target._qualified_op_name.split("::")[0]
+    else:
+        return False
+    values = (*node.args, *node.kwargs.values())
+    return namespace in ("aten", "prims") and any(isinstance(a, fx.Node) for a in node.args) and \
+        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a) for a in values) and \
+        not any(isinstance(v, (fx.Node, torch.device)) for v in node.kwargs.values()) and \
+        not any(isinstance(a, torch.device) for a in node.args)
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:

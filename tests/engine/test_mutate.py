@@ -165,6 +165,7 @@ def test_a_phase_may_name_one_planted_shape_and_a_size():
     assert _phase("cases") == mutate.Phase("cases", "default")
     assert _phase("rule:cast_beside_opaque_op:tiny") == mutate.Phase("rule:cast_beside_opaque_op", "tiny")
     assert _phase("skip:phase_mismatch") == mutate.Phase("skip:phase_mismatch", "default")
-    for bad in ("rule:no_such_shape", "rule", "nonsense:tiny", "cases:huge"):
+    for bad in ("rule:no_such_shape", "rule", "nonsense:tiny", "cases:huge", "skip:cast_beside_opaque_op",
+                "rule:phase_mismatch"):
         with pytest.raises(argparse.ArgumentTypeError):
             _phase(bad)

@@ -334,3 +334,43 @@ def test_a_cast_written_as_to_copy_is_the_dtype_moved():
     errors, ctx = _errors("reference", planted)
     assert not errors, errors
     assert _fused_moves(ctx) == {"torch.float32"}
+
+
+def test_the_walk_runs_packets_and_never_a_factory_or_a_device_move():
+    from torch import fx
+    from fsdp_verify.reference.rewrite import moved_dtype
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    p.meta["val"] = torch.empty(2, device="meta")
+    cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.bfloat16))
+    assert moved_dtype(graph.call_function(torch.ops.aten.relu, (cast,)), torch.float32) == torch.bfloat16
+    zeros = graph.call_function(torch.ops.aten.zeros.default, ([3],), {"dtype": torch.bfloat16})
+    assert moved_dtype(zeros, torch.float32) == torch.float32, "no tensor input: not run, the spec dtype"
+    moved = graph.call_function(torch.ops.aten._to_copy.default, (cast,), {"device": torch.device("cpu")})
+    assert moved_dtype(moved, torch.float32) == torch.float32, "a device argument: not run"
+
+
+def test_an_elementwise_max_reads_both_inputs_whatever_was_walked_before():
+    """``max(a, b)`` shares a name with the full reduction: the walk must read its second input too, or
+    its answer would depend on which member's walk visited that input first."""
+    from torch import fx
+    from fsdp_verify.reference.rewrite import DtypeWalk, moved_dtype
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    p.meta["val"] = torch.empty(2, device="meta")
+    cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.bfloat16))
+    half = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.float16))
+    both = graph.call_function(torch.ops.aten.maximum.default, (cast, half))
+    largest = graph.call_function(torch.ops.aten.max.other, (cast, half))
+    assert moved_dtype(largest, torch.float32, DtypeWalk({})) == torch.float32  # bf16 with fp16
+    assert moved_dtype(both, torch.float32, DtypeWalk({})) == torch.float32
+
+
+def test_a_cast_by_keyword_is_a_pure_cast_for_the_identity_codes():
+    from torch import fx
+    from fsdp_verify.checks.identity import _pure_cast
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    p.meta["val"] = torch.empty(2, device="meta")
+    by_keyword = graph.call_function(torch.ops.prims.convert_element_type.default, (p,), {"dtype": torch.bfloat16})
+    assert _pure_cast(by_keyword) == torch.bfloat16
