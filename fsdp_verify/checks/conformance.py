@@ -22,7 +22,7 @@ from torch import fx
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.graph_facts import FSDP_KINDS, by_name
-from fsdp_verify.checks.identity import HALF_AND_UP, holds_exactly
+from fsdp_verify.checks.identity import HALF_AND_UP, cast_dtype, holds_exactly
 from fsdp_verify.checks.registry import Checker
 
 NAME = "conformance"
@@ -273,9 +273,8 @@ def _sent_codes(seen: Any, rank: int, source: fx.Node, cast_nodes: frozenset) ->
     parameter (``identity``), the parameter's codes in the cast's dtype (which holds them exactly)."""
     if source.name in cast_nodes and source.args and isinstance(source.args[0], fx.Node):
         coded = seen.sources.get((rank, source.args[0].name))
-        narrow = source.args[1] if len(source.args) > 1 and isinstance(source.args[1], torch.dtype) \
-            else source.kwargs.get("dtype")
-        return coded.to(narrow) if coded is not None and isinstance(narrow, torch.dtype) else None
+        narrow = cast_dtype(source)
+        return coded.to(narrow) if coded is not None and narrow is not None else None
     return seen.sources.get((rank, source.name))
 
 

@@ -261,12 +261,22 @@ class IdentityCodes:
         return f"value {float(flat[position])}"
 
 
-CAST_TARGETS = ("aten._to_copy.default", "prims.convert_element_type.default")
+TO_COPY = "aten._to_copy.default"  # its dtype is keyword-only; convert_element_type's is positional too
+CAST_TARGETS = (TO_COPY, "prims.convert_element_type.default")
 HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
           torch.float32: (torch.float64,), torch.float8_e4m3fn: HALF_AND_UP, torch.float8_e5m2: HALF_AND_UP,
           torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP}
+
+
+def cast_dtype(node: Any) -> Optional[torch.dtype]:
+    """The dtype a cast (an ``fx.Node`` or a graph description's node) casts to, by position or by
+    keyword; None for anything else."""
+    if str(node.target) not in CAST_TARGETS:
+        return None
+    dtype = node.args[1] if str(node.target) != TO_COPY and len(node.args) == 2 else node.kwargs.get("dtype")
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:
@@ -283,14 +293,10 @@ def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
     source = node.args[0]
     if not isinstance(source, fx.Node) or source.op != "placeholder":
         return None
-    if str(node.target) == "aten._to_copy.default":
-        if set(node.kwargs) - {"dtype"} or len(node.args) != 1:
-            return None
-        narrow = node.kwargs.get("dtype")
-    elif len(node.args) == 2 and not node.kwargs:
-        narrow = node.args[1]
-    else:  # the dtype by keyword, as a hand-written graph may give it
-        narrow = node.kwargs.get("dtype") if len(node.args) == 1 and set(node.kwargs) == {"dtype"} else None
+    positional = 1 if str(node.target) == TO_COPY else 2 - len(node.kwargs)  # the tensor, and convert's dtype
+    if set(node.kwargs) - {"dtype"} or len(node.args) != positional:
+        return None  # a device, layout or memory-format change too
+    narrow = cast_dtype(node)
     wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype")
     return narrow if isinstance(narrow, torch.dtype) and narrow in CODED_DTYPES and \
         (wide is None or wide in _WIDER.get(narrow, ())) else None

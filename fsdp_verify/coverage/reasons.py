@@ -18,7 +18,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.checks.identity import CAST_TARGETS, capacity
+from fsdp_verify.checks.identity import CAST_TARGETS, capacity, cast_dtype
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import PYTHON_OPERATORS, resolve_target
 from fsdp_verify.graph.values import SpecError
@@ -143,9 +143,8 @@ def _moved_dtypes(case: Case) -> dict[tuple, set]:
         if source is not None and source.target in _ARITHMETIC:  # a scaled cast moves the cast's dtype
             source = next((nodes[i] for i in source.inputs() if i in nodes and nodes[i].target in CAST_TARGETS),
                           source)
-        if source is not None and source.target in CAST_TARGETS:
-            cast = source.args[1] if len(source.args) == 2 else source.kwargs.get("dtype")
-            dtype = cast if isinstance(cast, torch.dtype) else dtype
+        if source is not None and cast_dtype(source) is not None:
+            dtype = cast_dtype(source)
         key = (node.meta.get("comm_type"), node.meta.get("comm_group"), str(spec.get("dtype")))
         moved.setdefault(key, set()).add(dtype)
     return moved

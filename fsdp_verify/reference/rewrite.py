@@ -194,15 +194,9 @@ def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | Non
     input's dtype, 0-dim or of one element (torch's dtype rules read only dtypes and whether a
     tensor is 0-dim). The stand-ins' result is dimensioned exactly when the real one is, unless it
     came out 0-dim from a dimensioned input (a reduction over dims the stand-in lacks): unknown."""
-    standins = []
-    for arg in node.args:
-        if isinstance(arg, fx.Node):
-            found = walk.seen.get(arg)
-            if found is None:
-                return None
-            standins.append(torch.empty(() if found[1] else (1,), dtype=found[0], device="meta"))
-        else:
-            standins.append(arg)
+    standins = [_standin(arg, walk) if isinstance(arg, fx.Node) else arg for arg in node.args]
+    if any(standin is None for standin in standins):
+        return None
     try:
         out = node.target(*standins, **{k: "meta" if k == "device" else v for k, v in node.kwargs.items()})
     except Exception:  # noqa: BLE001 - an op the stand-ins do not fit (a shape argument): unknown
@@ -214,16 +208,22 @@ def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | Non
     return out.dtype, out.dim() == 0
 
 
+def _standin(node: fx.Node, walk: DtypeWalk) -> torch.Tensor | None:
+    """A meta tensor of ``node``'s walked dtype, 0-dim or of one element; None where it is unknown."""
+    found = walk.seen.get(node)
+    return None if found is None else torch.empty(() if found[1] else (1,), dtype=found[0], device="meta")
+
+
 def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     """The op's result dtype as torch computes it: the op itself on meta tensors of each input's
     dtype and rank (python scalars as they are), so every promotion rule is torch's own."""
     operands = []
     for arg in args[:2]:
         if isinstance(arg, fx.Node):
-            found = walk.seen.get(arg)
-            if found is None:
+            operand = _standin(arg, walk)
+            if operand is None:
                 return None
-            operands.append(torch.empty(() if found[1] else (1,), dtype=found[0], device="meta"))
+            operands.append(operand)
         elif isinstance(arg, (bool, int, float)):
             operands.append(arg)
         else:
