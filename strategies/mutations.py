@@ -21,8 +21,8 @@ import torch
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
-from fsdp_verify.graph.spec import GraphSpec, NodeSpec
-from fsdp_verify.graph.values import NodeRef
+from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec
+from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
 
 RS_KIND = "fsdp_reduce_scatter"
 AG_KINDS = ("fsdp_all_gather", "fsdp_all_gather_backward")
@@ -758,6 +758,27 @@ def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_replaced(case, a, b, "aten.mul.Tensor", "gain_squared", None, None)
 
 
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast in a graph a tracer saw and a later pass edited: the cast and its 0-dim gain
+    carry traced values (``meta["val"]``), their product (the pass's node) none. torch keeps the
+    cast's dtype, the gain being 0-dim; a walk that misreads a traced value's rank gets float32."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
+    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
+            or not all(isinstance(arg, NodeRef) for arg in scaled.args):
+        return None
+    cast, gain = graph.node(scaled.args[0].name), graph.node(scaled.args[1].name)
+    param = next((p for p in graph.params if cast.args and cast.args[0] == NodeRef(p.placeholder)), None)
+    if cast.target != CAST or len(cast.args) != 2 or param is None or not isinstance(cast.args[1], torch.dtype):
+        return None
+    graph = edit.update_node(graph, cast.name, meta={TRACED: {"dtype": DTYPE_NAMES[cast.args[1]],
+                                                              "shape": list(param.shard_shape)}})
+    return replace(case, graph=edit.update_node(graph, gain.name, meta={TRACED: {"dtype": "float32", "shape": []}}))
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
@@ -768,7 +789,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
                                                                                 cast_through_opaque_op,
-                                                                                gain_through_opaque_op)}
+                                                                                gain_through_opaque_op),
+                                                      "scaled_cast_partly_traced": (scaled_cast_partly_traced,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

@@ -65,6 +65,10 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
     mutate.add_argument("--phase", action="append", type=_phase, metavar="STRATEGY[:SIZE]",
                         help="what each mutant's campaign draws from, in turn (repeatable; default "
                              "hazards:tiny then cases:default)")
+    mutate.add_argument("--no-aim", dest="aim", action="store_false",
+                        help="run the given phases only (default: a mutant whose line the phases run in under "
+                             "10%% of their examples also gets the planted shape's phase that runs it most, "
+                             "measured once per run with coverage.py)")
     mutate.add_argument("--workers", type=options.positive_int, default=1, help="mutants run at once")
     mutate.add_argument("--only", action="append", metavar="IDENT", default=[],
                         help="only this mutant (PATH:LINE:OPERATOR#N, as --list prints; repeatable)")
@@ -100,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             print(mutant.ident)
         return 0
     settings = mutate.Settings(target=args.target, seconds=args.budget, workers=args.workers, seed=args.seed,
-                               phases=tuple(args.phase or mutate.DEFAULT_PHASES))
+                               phases=tuple(args.phase or mutate.DEFAULT_PHASES), aim=args.aim)
     print(f"mutating {', '.join(args.paths)}: {len(chosen)} of {len(everything)} mutants, {args.budget:g} s each "
           f"against {args.target}, {args.workers} at a time", flush=True)
     with options.progress_line(args, "mutate", unit="mutants", bad="survivors", total=len(chosen)) as progress:

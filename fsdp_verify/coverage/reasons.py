@@ -21,6 +21,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks.identity import CAST_TARGETS, capacity, cast_dtype
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import PYTHON_OPERATORS, resolve_target
+from fsdp_verify.graph.spec import TRACED
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
@@ -39,7 +40,7 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
-            "casts_beside_opaque_ops")
+            "casts_beside_opaque_ops", "partly_traced_sources")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -267,6 +268,19 @@ def _twice_scaled_casts(case: Case) -> bool:
     return False
 
 
+def _partly_traced_sources(case: Case) -> bool:
+    """An all-gather whose source has no traced value but reads one that has (a graph a pass edited
+    after tracing): the walk reads the traced value's dtype and rank, and computes the rest."""
+    traced = {node.name for node in case.graph.nodes if TRACED in node.meta}
+    nodes = {node.name: node for node in case.graph.nodes}
+    for node in case.graph.nodes:
+        source = nodes.get(node.inputs()[0]) if node.inputs() else None
+        if collectives.kind(node.target) is collectives.Kind.ALL_GATHER and source is not None and \
+                source.name not in traced and any(name in traced for name in source.inputs()):
+            return True
+    return False
+
+
 def _dtype_named(name: str) -> Optional[torch.dtype]:
     value = getattr(torch, name.removeprefix("torch."), None)
     return value if isinstance(value, torch.dtype) else None
@@ -287,7 +301,8 @@ def case_features(case: Case) -> Counter:
                                           ("far_casts", _far_casts(case)),
                                           ("twice_scaled_casts", _twice_scaled_casts(case)),
                                           ("keyword_casts", _keyword_casts(case)),
-                                          ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case))) if has)
+                                          ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case)),
+                                          ("partly_traced_sources", _partly_traced_sources(case))) if has)
 
 
 @dataclass

@@ -30,9 +30,11 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
+
+from fsdp_verify.engine import aim
 
 # Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
 # mutant could change (the project's own modules are imported afresh in each child).
@@ -98,6 +100,8 @@ class MutantResult:
     examples: int = 0
     wall_seconds: float = 0.0  # the child's whole life, campaign and imports
     cpu_seconds: float = 0.0  # the child and its descendants (user + system)
+    default_rate: Optional[float] = None  # share of the default phases' examples that ran its line
+    aimed: str = ""  # the phase added for it (``aim``): the planted shape that runs its line most
     before: str = ""  # the changed lines, stripped: the equivalence file's key
     after: str = ""
     diff: str = ""
@@ -134,6 +138,7 @@ class Settings:
     workers: int = 1
     seed: int = 0
     case_deadline: float = 10.0  # seconds the target may take on one case: a hang is a kill, soon
+    aim: bool = True  # add a planted shape's phase for a mutant whose line the phases seldom run
     grace: float = 60.0  # wall seconds past the budget before a child is the harness's overrun
 
 
@@ -468,6 +473,7 @@ class _Running:
     before: str
     after: str
     diff: str
+    aimed: Optional[aim.Aim] = None
 
 
 def warm_up() -> None:
@@ -486,6 +492,7 @@ class Run:
     results: list[MutantResult] = field(default_factory=list)
     interrupted: bool = False
     total: int = 0  # mutants enumerated before sampling
+    reach: Optional[aim.Reach] = None  # which phases ran which lines (None: phases not aimed)
 
     def counts(self) -> dict[str, int]:
         return {o.value: sum(r.outcome is o for r in self.results) for o in Outcome}
@@ -504,6 +511,8 @@ class Run:
 
     def to_json(self) -> dict:
         return {"total_mutants": self.total, "run": len(self.results), "interrupted": self.interrupted,
+                "aim": None if self.reach is None else {"seconds": self.reach.seconds, "error": self.reach.error,
+                                                        "examples": self.reach.examples},
                 "counts": self.counts(), "score": self.score, "median_seconds_to_kill": self.median_seconds_to_kill,
                 "results": [r.to_json() for r in self.results]}
 
@@ -513,6 +522,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished."""
     equivalences = list(equivalences)
     warm_up()
+    reach = _reach(mutants, settings)
     done: dict[str, MutantResult] = {}
     running: dict[int, _Running] = {}
     queue = list(mutants)
@@ -536,12 +546,13 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                         _tell(progress, done[mutant.ident])
                         continue
                     out, log = Path(scratch, f"{len(done) + len(running)}.json"), Path(scratch, f"{len(done) + len(running)}.log")
+                    aimed = _aimed(reach, mutant, settings)
                     sys.stdout.flush()
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _child(mutant, mutated, settings, out, log)
-                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff)
+                        _child(mutant, mutated, aimed[0], out, log)
+                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed[1])
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
                 if pid == 0:
                     for job in list(running.values()):
@@ -563,7 +574,28 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                 _kill_group(pid)
                 os.waitpid(pid, 0)
     results = [done[m.ident] for m in mutants if m.ident in done]
-    return Run(results, interrupted, total or len(mutants))
+    return Run(results, interrupted, total or len(mutants), reach)
+
+
+def _reach(mutants: Sequence[Mutant], settings: Settings) -> Optional[aim.Reach]:
+    """The map of which phases run which lines of the mutated files (None: not aimed)."""
+    if not settings.aim or not mutants:
+        return None
+    files = sorted({m.path for m in mutants})
+    return aim.measure(files, settings.target, [(p.strategy, p.size) for p in settings.phases], settings.seed,
+                        settings.workers)
+
+
+def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> tuple[Settings, aim.Aim | None]:
+    """The mutant's settings: the aimed phase first (it runs the mutant's line most), then the
+    others; the budget is split over all of them."""
+    if reach is None:
+        return settings, None
+    found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases])
+    if found.phase is None:
+        return settings, found
+    strategy, size = found.phase.rsplit(":", 1)
+    return replace(settings, phases=(Phase(strategy, size), *settings.phases)), found
 
 
 def _tell(progress, result: MutantResult) -> None:
@@ -589,12 +621,27 @@ def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
         claim = next((e for e in equivalences if e.matches(job.mutant, job.before, job.after)), None)
         if claim is not None:
             outcome, facts = Outcome.EQUIVALENT, facts | {"reason": claim.reason}
+    aimed = {} if job.aimed is None else {"default_rate": round(job.aimed.default_rate, 3),
+                                          "aimed": job.aimed.phase or ""}
     return MutantResult(job.mutant, outcome, wall_seconds=round(time.monotonic() - job.started, 3),
                         cpu_seconds=round(usage.ru_utime + usage.ru_stime, 3), before=job.before,
-                        after=job.after, diff=job.diff, **facts)
+                        after=job.after, diff=job.diff, **aimed, **facts)
 
 
 # --- the report ----------------------------------------------------------------------------------
+
+
+def _aim_line(outcome: Run) -> str:
+    """What the reach map did: how many mutants got an aimed phase, or why none did."""
+    reach = outcome.reach
+    if reach is None:
+        return "aimed phases: off (every mutant ran the given phases only)"
+    if reach.error:
+        return f"aimed phases: none, the reach map failed: {reach.error}"
+    aimed = sum(bool(r.aimed) for r in outcome.results)
+    return (f"aimed phases: {aimed} of {len(outcome.results)} mutants (their line ran in under "
+            f"{100 * aim.AIM_BELOW:.0f}% of the default phases' examples); reach map {reach.seconds:.0f} s, "
+            f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases")
 
 
 def format_table(outcome: Run) -> str:
@@ -618,9 +665,14 @@ def format_table(outcome: Run) -> str:
                  f"median time to kill {'n/a' if median is None else f'{median:.1f} s'}")
     lines.append("killed by: " + (", ".join(f"{c} {n}" for c, n in sorted(killers.items(), key=lambda x: -x[1]))
                                   or "-"))
+    lines.append(_aim_line(outcome))
     for r in outcome.results:
         if r.outcome in (Outcome.SURVIVED, Outcome.UNREACHED, Outcome.INCOMPETENT, Outcome.HARNESS_ERROR):
             lines.append(f"\n{r.outcome.value}: {r.mutant.ident} (in {r.mutant.definition or 'module'})"
                          f"{': ' + r.reason if r.reason else ''}")
+            if r.outcome is Outcome.SURVIVED and r.default_rate is not None:
+                lines.append(f"    its line ran in {100 * r.default_rate:.0f}% of the default phases' examples"
+                             + (f"; aimed phase {r.aimed}" if r.aimed else
+                                "; no planted shape runs it more often" if r.default_rate < aim.AIM_BELOW else ""))
             lines.extend("    " + line for line in r.diff.splitlines())
     return "\n".join(lines)

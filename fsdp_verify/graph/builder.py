@@ -16,7 +16,7 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fsdp_verify.graph.ops import resolve_target
-from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec, validate
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec, traced_value, validate
 from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
@@ -51,6 +51,9 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
         if node_spec.op != "output" and node.name != node_spec.name:
             raise SpecError(f"{path}.name", f"FX renamed {node_spec.name!r} to {node.name!r}; pick another name")
         node.meta.update(fresh_copy(dict(node_spec.meta)))
+        traced = traced_value(node_spec)
+        if traced is not None:  # a meta tensor: dtype and shape, no storage
+            node.meta["val"] = torch.empty(traced[1], dtype=dtype_from_name(traced[0]), device="meta")
         _unshare_tags(node)
         env[node_spec.name] = node
     try:

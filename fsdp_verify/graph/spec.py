@@ -21,6 +21,11 @@ from fsdp_verify.graph.values import DTYPES, NodeRef, SpecError, decode, encode,
 
 SCHEMA_VERSION = 1
 NODE_OPS = ("placeholder", "call_function", "output")
+#: Meta key of a node that carries a traced value (``{"dtype": NAME, "shape": [...]}``): the builder
+#: gives it ``meta["val"]``, a meta tensor of that dtype and shape, as a tracer would. Graphs a pass
+#: has edited hold traced nodes beside untraced ones (the pass's own); a walk that reads a traced
+#: value's rank or dtype wrongly is seen only there.
+TRACED = "traced"
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -185,6 +190,7 @@ def validate(spec: GraphSpec) -> None:
                 raise SpecError(f"{path}.args", f"refers to {ref!r}, which is not an earlier node")
         if node.op == "call_function":
             resolve_target(node.target, f"{path}.target")  # allow-listed, never imported from the document
+        traced_value(node, f"{path}.meta.{TRACED}")
         seen[node.name] = index
     outputs = [i for i, node in enumerate(spec.nodes) if node.op == "output"]
     if outputs != [len(spec.nodes) - 1]:
@@ -233,6 +239,17 @@ def _shape(value: Any, path: str) -> tuple[int, ...]:
     if math.prod(value) > MAX_NUMEL:
         raise SpecError(path, f"{math.prod(value)} elements; the limit is {MAX_NUMEL} (2**26) per tensor")
     return tuple(value)
+
+
+def traced_value(node: NodeSpec, path: str = "") -> tuple[str, tuple[int, ...]] | None:
+    """The dtype name and shape of ``node``'s traced value (``TRACED``), None where it has none."""
+    doc = node.meta.get(TRACED)
+    if doc is None:
+        return None
+    if not isinstance(doc, dict) or set(doc) != {"dtype", "shape"}:
+        raise SpecError(path, 'must be an object with exactly "dtype" and "shape"')
+    shape = list(doc["shape"]) if isinstance(doc["shape"], (list, tuple)) else doc["shape"]
+    return _dtype_name(doc["dtype"], f"{path}.dtype"), _shape(shape, f"{path}.shape")
 
 
 def _dtype_name(value: Any, path: str) -> str:

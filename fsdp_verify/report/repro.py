@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fsdp_verify.execute import inputs as input_values
 from fsdp_verify.graph import collectives, ops
-from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec
+from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec, traced_value
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
@@ -163,6 +163,9 @@ def _node_lines(node: NodeSpec) -> list[str]:
         match = _DEVICE_INDEX.match(device) if isinstance(device, str) else None
         if match:  # each rank's graph names its own device (builder.localize)
             lines.append(f'{var}.meta["fsdp_bucket_spec"]["device"] = f"{match.group(1)}:{{rank}}"')
+    traced = traced_value(node)
+    if traced is not None:  # as the builder does: a meta tensor of the traced dtype and shape
+        lines.append(f'{var}.meta["val"] = torch.empty({literal(traced[1])}, dtype=torch.{traced[0]}, device="meta")')
     return lines
 
 

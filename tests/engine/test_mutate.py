@@ -63,7 +63,8 @@ def test_a_killed_mutant_names_its_checker_and_a_claimed_equivalent_is_counted_a
     quiet = next(m for m in mutants if m.operator.endswith("ReplaceTrueWithFalse"))
     claim = mutate.Equivalence(quiet.path, quiet.operator, "QUIET = True", "QUIET = False",
                                "QUIET only gates a progress print")
-    settings = mutate.Settings(target=TARGET, seconds=6, phases=(mutate.Phase("hazards", "tiny"),), workers=2)
+    settings = mutate.Settings(target=TARGET, seconds=6, phases=(mutate.Phase("hazards", "tiny"),), workers=2,
+                               aim=False)
     outcome = mutate.run(mutants, settings, [claim])
     by_operator = {r.mutant.operator: r for r in outcome.results}
     killed = by_operator["core/ReplaceFalseWithTrue"]
@@ -120,7 +121,7 @@ def test_list_shows_the_sample(capsys) -> None:
 def test_the_json_report_and_exit_code_say_a_survivor_is_a_blind_spot(tmp_path: Path) -> None:
     report = tmp_path / "mutants.json"
     code = main(["mutate", str(HELPER), "--target", TARGET, "--operators", "ReplaceTrueWithFalse",
-                 "--budget", "3", "--phase", "hazards:tiny", "--json", str(report)])
+                 "--budget", "3", "--phase", "hazards:tiny", "--no-aim", "--json", str(report)])
     data = json.loads(report.read_text())
     assert code == 1
     assert data["counts"]["survived"] == 1 and data["score"] == 0.0
@@ -169,3 +170,31 @@ def test_a_phase_may_name_one_planted_shape_and_a_size():
                 "rule:phase_mismatch"):
         with pytest.raises(argparse.ArgumentTypeError):
             _phase(bad)
+
+
+def test_a_line_the_default_phases_seldom_run_is_aimed_at_the_shape_that_runs_it_most() -> None:
+    from fsdp_verify.engine import aim
+    key = aim._key("x.py")
+    reach = aim.Reach(examples={"cases:default": 40, "rule:a:tiny": 20, "rule:b:tiny": 20},
+                      hits={"cases:default": {key: {10: 40, 20: 1}}, "rule:a:tiny": {key: {20: 3, 30: 0}},
+                            "rule:b:tiny": {key: {20: 6}}},
+                      statements={key: [10, 20, 30]})
+    assert aim.aim(reach, "x.py", 10, ["cases:default"]) == aim.Aim(1.0)  # run by most default examples
+    assert aim.aim(reach, "x.py", 21, ["cases:default"]) == aim.Aim(0.025, "rule:b:tiny", 0.3)  # a continuation line
+    assert aim.aim(reach, "x.py", 30, ["cases:default"]) == aim.Aim(0.0)  # no draw runs it: said, not aimed
+    assert aim.aim(aim.Reach(error="boom"), "x.py", 20, ["cases:default"]).phase is None
+    assert aim.Reach.from_json(json.loads(json.dumps(reach.to_json()))) == reach
+
+
+def test_the_reach_map_sees_which_shape_runs_the_dtype_walks_stand_ins() -> None:
+    """Measured on the reference's rewriter: only the opaque-op shape runs ``_evaluated``'s op call,
+    so a mutant there gets that shape's phase (the default mix draws it about once in a hundred)."""
+    from fsdp_verify.engine import aim
+    path = "fsdp_verify/reference/rewrite.py"
+    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out = node.target(" in text)
+    reach = aim.measure([path], "reference", [("hazards", "tiny")], seed=0, workers=2, default_examples=6,
+                        shape_examples=20, shapes=["rule:cast_beside_opaque_op:tiny", "rule:capacity:tiny"])
+    assert not reach.error, reach.error
+    assert reach.examples == {"hazards:tiny": 6, "rule:cast_beside_opaque_op:tiny": 20, "rule:capacity:tiny": 20}
+    found = aim.aim(reach, path, line, ["hazards:tiny"])
+    assert found.phase == "rule:cast_beside_opaque_op:tiny" and found.phase_rate > 0.1, found

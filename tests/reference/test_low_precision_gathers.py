@@ -10,6 +10,7 @@ import torch
 from fsdp_verify.checks.identity import CODED_DTYPES, gather_codes, gather_counter, gather_period, INT_VIEW
 from fsdp_verify.coverage.reasons import case_features
 from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.graph.builder import build_module
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference.rewrite import wire_dtype
 from fsdp_verify.strategies import mutations
@@ -374,3 +375,30 @@ def test_a_cast_by_keyword_is_a_pure_cast_for_the_identity_codes():
     p.meta["val"] = torch.empty(2, device="meta")
     by_keyword = graph.call_function(torch.ops.prims.convert_element_type.default, (p,), {"dtype": torch.bfloat16})
     assert _pure_cast(by_keyword) == torch.bfloat16
+
+
+def test_a_partly_traced_scaled_cast_reads_each_traced_rank():
+    """A graph a pass edited after tracing: the cast and its 0-dim gain carry ``meta["val"]``, their
+    product none. The walk takes the traced values' dtype and rank; misreading the rank widens the
+    member to float32."""
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True),
+                                          ParamDraw((3,), view="flat")),), reshard_after_forward=False)))
+    _drawn_shape_kills(base, mutations.scaled_cast_partly_traced, "partly_traced_sources", "traced_rank_flipped")
+    planted = mutations.scaled_cast_partly_traced(base, *next(
+        p for p in mutations.sibling_pairs(base.graph) if mutations.scaled_cast_partly_traced(base, *p)))
+    module = build_module(planted.graph)
+    traced = {n.name: n.meta["val"] for n in module.graph.nodes if "val" in n.meta}
+    assert sorted((v.dim() > 0, str(v.dtype)) for v in traced.values()) == [(False, "torch.float32"), (True, "torch.bfloat16")]
+    assert all(v.device.type == "meta" for v in traced.values())
+
+
+@pytest.mark.parametrize("traced, reason", [({"dtype": "bfloat16"}, "exactly"), ({"dtype": "half", "shape": []}, "dtype"),
+                                            ({"dtype": "float32", "shape": [-1]}, "non-negative"), ([1], "exactly")])
+def test_a_traced_value_that_is_not_one_is_refused(traced, reason):
+    from fsdp_verify.graph.spec import graph_from_json as from_json
+    from fsdp_verify.graph.values import SpecError
+    doc = _case("bfloat16", "").graph.to_json()
+    doc["nodes"][3].setdefault("meta", {})["traced"] = traced
+    with pytest.raises(SpecError) as error:
+        from_json(doc)
+    assert "meta.traced" in error.value.path and reason in str(error.value)

@@ -233,6 +233,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("products_taken_dimensioned", "arithmetic's result is always taken as dimensioned, so a bf16 cast "
            "scaled by its gain squared is packed as float32", ("layout", "numerics"),
            rewrite_bugs.products_taken_dimensioned, hunt="rule:cast_scaled_twice"),
+    Mutant("traced_rank_flipped", "a traced value's rank is read the wrong way round, so a bf16 cast times its "
+           "traced 0-dim gain is packed as float32", ("layout", "numerics"), rewrite_bugs.traced_rank_flipped,
+           hunt="rule:scaled_cast_partly_traced"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),

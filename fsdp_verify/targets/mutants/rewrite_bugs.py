@@ -462,3 +462,16 @@ def products_taken_dimensioned() -> list[tuple]:
         found = _correct_promoted(name, args, walk)
         return None if found is None else (found[0], False)
     return [(rewrite, "_promoted", dimensioned)]
+
+
+def traced_rank_flipped() -> list[tuple]:
+    """A traced value's rank is read the wrong way round: in a graph a pass edited after tracing, a
+    bf16 cast times its traced 0-dim gain is then promoted to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def flipped(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        value = node.meta.get("val")
+        if isinstance(getattr(value, "dtype", None), torch.dtype):
+            return value.dtype, value.dim() != 0
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", flipped)]

@@ -1,0 +1,212 @@
+"""Which draws run each line of the modules a mutation run changes, so that a mutant on a line the
+default phases seldom run gets a phase of the draws that run it most.
+
+A mutant survives a short campaign for one of two reasons: no checker sees what it breaks, or no
+example ran its line often enough. Only the first is a blind spot of the checkers. The default mix
+draws each planted shape (``rule:REASON``) in about one example in a hundred, so a mutant that only
+one shape reaches can outlive 60 s of it and die in 2 s of that shape's hunt. The map is measured
+once per run on the unmutated source, with coverage.py and one dynamic context per example (the way
+mutmut and cosmic-ray run only the tests that cover a mutant's line).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+#: A line the default phases run in fewer than this share of their examples gets an aimed phase
+#: (when some planted shape runs it more often).
+AIM_BELOW = 0.1
+#: Examples measured per default phase and per planted shape: enough to tell "most examples" from
+#: "one in ten" from "never"; rarer than one in DEFAULT_EXAMPLES counts as never. A shape's hunt
+#: plants its shape in a share of its examples only (a variant that fits no pair plants nothing).
+DEFAULT_EXAMPLES = 40
+SHAPE_EXAMPLES = 20
+SHAPE_SIZE = "tiny"  # the self-test's hunts draw tiny graphs: a planted shape is most of each
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Per phase (``strategy:size``): examples measured, and per file and statement line the examples
+    that ran it; each file's statement lines (a mutant's line is read as the statement holding it)."""
+
+    examples: dict[str, int] = field(default_factory=dict)
+    hits: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    statements: dict[str, list[int]] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str = ""  # the measurement failed: no phase is aimed, and the run says why
+
+    def rate(self, phase: str, path: str, line: int) -> float:
+        """The share of ``phase``'s examples that ran the statement holding ``line`` of ``path``."""
+        if not self.examples.get(phase):
+            return 0.0
+        return self.hits.get(phase, {}).get(_key(path), {}).get(self.statement(path, line), 0) / self.examples[phase]
+
+    def statement(self, path: str, line: int) -> int:
+        """The statement line that holds ``line`` (cosmic-ray names the mutated node's line, which
+        may be a continuation line of a longer statement)."""
+        starts = [s for s in self.statements.get(_key(path), []) if s <= line]
+        return max(starts) if starts else line
+
+    def to_json(self) -> dict:
+        return {"examples": self.examples, "seconds": self.seconds, "error": self.error,
+                "hits": {p: {f: {str(k): v for k, v in lines.items()} for f, lines in files.items()}
+                         for p, files in self.hits.items()}, "statements": self.statements}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Reach":
+        return cls(examples=dict(doc["examples"]), seconds=doc["seconds"], error=doc["error"],
+                   hits={p: {f: {int(k): v for k, v in lines.items()} for f, lines in files.items()}
+                         for p, files in doc["hits"].items()}, statements=dict(doc["statements"]))
+
+
+@dataclass(frozen=True)
+class Aim:
+    """What the map says of one mutant's line: the default phases' best rate, and the phase added
+    (None where the defaults run it often enough, or no shape runs it more often)."""
+
+    default_rate: float
+    phase: Optional[str] = None
+    phase_rate: float = 0.0
+
+
+def _key(path: str) -> str:
+    return str(Path(path).resolve())
+
+
+def phase_name(strategy: str, size: str) -> str:
+    return f"{strategy}:{size}"
+
+
+def shape_phases() -> list[str]:
+    """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike."""
+    from fsdp_verify.strategies import mutations
+    reasons = sorted({*mutations.SKIP_MUTATIONS, *mutations.SPLIT_MUTATIONS, *mutations.SINGLETON_MUTATIONS,
+                      *mutations.FUSION_MUTATIONS})
+    return [phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons]
+
+
+def aim(reach: Reach, path: str, line: int, defaults: Sequence[str]) -> Aim:
+    """The phase to add for a mutant of ``line`` of ``path``: the planted shape that runs it most,
+    when the default phases run it in fewer than AIM_BELOW of their examples and the shape more."""
+    best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
+    if best >= AIM_BELOW or reach.error:
+        return Aim(best)
+    shapes = sorted(((-reach.rate(phase, path, line), phase) for phase in reach.examples if phase not in defaults))
+    if not shapes or -shapes[0][0] <= best:
+        return Aim(best)
+    return Aim(best, shapes[0][1], -shapes[0][0])
+
+
+def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str]], seed: int, workers: int = 1,
+            default_examples: int = DEFAULT_EXAMPLES, shape_examples: int = SHAPE_EXAMPLES,
+            shapes: Optional[Sequence[str]] = None) -> Reach:
+    """The map, measured in forked children (``workers`` at once, each a share of the phases): the
+    project's modules are imported afresh under coverage there, and this process stays as it was
+    for the mutants it forks."""
+    start = time.monotonic()
+    phases = [_Measured(phase_name(*d), d[0], d[1], default_examples, seed + i) for i, d in enumerate(defaults)]
+    phases += [_Measured(name, name.rsplit(":", 1)[0], SHAPE_SIZE, shape_examples, seed + len(defaults) + i)
+               for i, name in enumerate(shape_phases() if shapes is None else shapes)]
+    with tempfile.TemporaryDirectory(prefix="fsdp-verify-aim-") as scratch:
+        children = {}
+        for share in range(max(1, min(workers, len(phases)))):
+            out = Path(scratch, f"reach{share}.json")
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _child(files, target, phases[share::max(1, min(workers, len(phases)))], out)
+            children[pid] = out
+        parts = []
+        for pid, out in children.items():
+            os.waitpid(pid, 0)
+            try:
+                parts.append(Reach.from_json(json.loads(out.read_text())))
+            except (OSError, ValueError, KeyError) as exc:
+                parts.append(Reach(error=f"a share of the reach measurement left no map ({type(exc).__name__})"))
+    return _merged(parts, round(time.monotonic() - start, 1))
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """One phase of the measurement: its name, what it draws, how many examples, its seed."""
+
+    name: str
+    strategy: str
+    size: str
+    examples: int
+    seed: int
+
+
+def _merged(parts: Sequence[Reach], seconds: float) -> Reach:
+    """The shares' maps as one (each phase was measured by exactly one share)."""
+    errors = [part.error for part in parts if part.error]
+    if errors:
+        return Reach(seconds=seconds, error=errors[0])
+    examples, hits, statements = {}, {}, {}
+    for part in parts:
+        examples.update(part.examples)
+        hits.update(part.hits)
+        statements.update(part.statements)
+    return Reach(examples, hits, statements, seconds)
+
+
+def _child(files: Sequence[str], target: str, phases: Sequence[_Measured], out: Path) -> None:
+    """In a forked child: run its phases' examples under coverage, write its map; never returns."""
+    code = 0
+    try:
+        descriptor = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(descriptor, 1)  # the campaigns' own output is not the run's
+        out.write_text(json.dumps(_measured(files, target, phases).to_json()))
+    except BaseException:  # noqa: BLE001 - the parent reads the error instead of a map
+        try:
+            out.write_text(json.dumps(Reach(error=traceback.format_exc(limit=3).strip().splitlines()[-1]).to_json()))
+        except OSError:
+            code = 3
+    os._exit(code)
+
+
+def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured]) -> Reach:
+    import coverage
+
+    from fsdp_verify.engine import mutate
+    keys = [_key(f) for f in files]
+    cov = coverage.Coverage(data_file=None, include=keys, branch=False)
+    cov.start()
+    try:
+        mutate._fresh_modules(mutate.module_name(Path(files[0])) if files else "fsdp_verify")
+        from fsdp_verify.engine import campaign
+        examples: dict[str, int] = {}
+        with tempfile.TemporaryDirectory(prefix="fsdp-verify-aim-corpus-") as corpus:
+            for phase in phases:
+                def tick(done: int, failures: int, name: str = phase.name) -> None:
+                    cov.switch_context(f"{name}|{done}")  # the next example's lines are its own
+                config = campaign.Config(target=target, budget=campaign.Budget(examples=phase.examples),
+                                         seed=phase.seed, profile="ci", corpus_dir=corpus, size=phase.size,
+                                         modules=False, max_failures=phase.examples, strategy=phase.strategy,
+                                         shrink=False)
+                examples[phase.name] = campaign.run(config, progress=tick).examples
+    finally:
+        cov.stop()
+    data = cov.get_data()
+    hits: dict[str, dict[str, dict[int, int]]] = {name: {} for name in examples}
+    statements = {}
+    for key in keys:
+        statements[key] = sorted(cov.analysis2(key)[1]) if Path(key).exists() else []
+        for line, contexts in (data.contexts_by_lineno(key) or {}).items():
+            ran: dict[str, set] = {}
+            for context in contexts:
+                name, _, number = context.rpartition("|")
+                if name in hits:
+                    ran.setdefault(name, set()).add(number)
+            for name, numbers in ran.items():
+                hits[name].setdefault(key, {})[line] = len(numbers)
+    return Reach(examples, hits, statements)
