@@ -29,11 +29,12 @@ DTYPES = ("float32", "float64", "float16", "bfloat16")
 LAYOUTS = ("contiguous", "column_major")
 # What a low-precision all-gather moves (a cast of the parameter before its gather): half and
 # single precision as mixed precision does, float8 as float8 training does, int8 as quantised
-# weights do. A bucket whose members move different dtypes must keep each member's dtype.
-WIRES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "int8")
+# weights do, uint8 as packed 4-bit weights do (255 fits bf16's 8 bits, not int8's range). A bucket
+# whose members move different dtypes must keep each member's dtype.
+WIRES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "int8", "uint8")
 # Wires nothing computes in: the gathered tensor is cast back to the parameter's dtype after the
 # wait, before any view (the post-all-gather step of float8 and quantised all-gathers).
-STORAGE_ONLY = frozenset({"float8_e4m3fn", "float8_e5m2", "int8"})
+STORAGE_ONLY = frozenset({"float8_e4m3fn", "float8_e5m2", "int8", "uint8"})
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,10 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
             blueprint = _gathered_ahead(blueprint)
             case = replace(case, graph=render(blueprint))
-        if getattr(variant, "needs_cast", ""):  # the shape acts on a (scaled) cast: one in a few dozen params
+        if variant.__dict__.get("needs_cast") == "pair":  # two cast members in one bucket
+            blueprint = _with_cast_pair(blueprint)
+            case = replace(case, graph=render(blueprint))
+        elif getattr(variant, "needs_cast", ""):  # the shape acts on a (scaled) cast: one in a few dozen params
             blueprint = _with_cast(blueprint, scaled=variant.needs_cast == "scaled")
             case = replace(case, graph=render(blueprint))
         sites = mutations.sibling_pairs(case.graph)
@@ -250,6 +253,21 @@ def _with_cast(blueprint: Blueprint, scaled: bool) -> Blueprint:
         if len(block) > 1 and not block[0].frozen:
             wire = "float16" if block[0].dtype == "bfloat16" else "bfloat16"
             blocks[index] = (replace(block[0], wire=wire, scaled=scaled), *block[1:])
+            return replace(blueprint, blocks=tuple(blocks))
+    return blueprint
+
+
+def _with_cast_pair(blueprint: Blueprint) -> Blueprint:
+    """``blueprint`` with the first two parameters of a block gathered as casts: a packed 4-bit weight
+    (uint8) and a half-precision one, so every member of their bucket moves a narrower dtype than
+    the parameters' (the wire is neither the parameters' dtype nor either member's alone, for uint8
+    beside bf16: bf16 holds all 256 values)."""
+    blocks = list(blueprint.blocks)
+    for index, block in enumerate(blocks):
+        if len(block) > 1 and not block[0].frozen and not block[1].frozen:
+            half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
+            blocks[index] = (replace(block[0], wire="uint8", scaled=False), replace(block[1], wire=half, scaled=False),
+                             *block[2:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint
 

@@ -48,11 +48,12 @@ def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
     return declare
 
 
-def needs_cast(scaled: bool = False) -> Callable[[Callable], Callable]:
+def needs_cast(scaled: bool = False, pair: bool = False) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
-    its draw gives the first parameter of a block of two or more such a gather."""
+    its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
+    two, each its own cast)."""
     def declare(fn: Callable) -> Callable:
-        fn.needs_cast = "scaled" if scaled else "plain"
+        fn.needs_cast = "pair" if pair else "scaled" if scaled else "plain"
         return fn
     return declare
 
@@ -779,18 +780,119 @@ def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, gain.name, meta={TRACED: {"dtype": "float32", "shape": []}}))
 
 
+def _scaled(case: Case, a: str, b: str) -> Optional[tuple[NodeSpec, NodeSpec, NodeSpec]]:
+    """A's scaled cast as drawn: ``mul(cast, gain)`` with ``gain = convert(amax(abs(p), []), f32)``
+    (the product, the gain, the amax); None where A gathers no such product."""
+    graph = case.graph
+    source = graph.node(a).args[0]
+    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
+    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
+            or not all(isinstance(arg, NodeRef) for arg in scaled.args):
+        return None
+    gain = graph.node(scaled.args[1].name)
+    amax = graph.node(gain.args[0].name) if gain.args and isinstance(gain.args[0], NodeRef) else None
+    if gain.target != CAST or amax is None or amax.target != "aten.amax.default" or not isinstance(amax.args[0], NodeRef):
+        return None
+    return scaled, gain, amax
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_summed_with_dtype(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``sum(abs(p), dtype=float32)``: a full reduction naming its dtype by keyword, 0-dim,
+    so torch keeps the cast's dtype; a walk that leaves a reduction with keywords unknown falls back
+    to the parameter's dtype, and one that reads any ``dtype`` keyword as a cast keeps its input's rank."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    scaled, _, amax = found
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{a}_gain_summed")
+    graph = edit.insert_before(graph, scaled.name, [edit.call(name, "aten.sum.default", amax.args[0],
+                                                              meta=_phase(case, a), dtype=torch.float32)])
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_by_bare_reduction(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain reduces with ``amax(x)``, its dims left to their default (every dim), not ``amax(x, [])``:
+    the same 0-dim result."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, args=amax.args[:1]))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
+    the same promotion as ``aten.mul.Tensor``."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    return replace(case, graph=edit.update_node(case.graph, found[0].name, target="operator.mul"))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_through_opaque_packet(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers relu of its cast called as the packet ``aten.relu`` (the FSDP pass calls packets), not
+    its overload: the walk runs it on stand-ins all the same."""
+    planted = cast_through_opaque_op(case, a, b)
+    if planted is None:
+        return None
+    opaque = next(n for n in planted.graph.nodes if n.target == "aten.relu.default" and n.name.startswith(f"{a}_opaque"))
+    return replace(planted, graph=edit.update_node(planted.graph, opaque.name, target="aten.relu"))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_of_unfollowable_value(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's cast reads ``cat([p])``, a value the dtype walk cannot follow (it reads a list of tensors):
+    the cast still decides what A moves."""
+    cast = _cast_source(case, a)
+    if _kind(case, b) == RS_KIND or cast is None or not isinstance(cast.args[0], NodeRef):
+        return None
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{a}_unfollowable")
+    graph = edit.insert_before(graph, cast.name, [edit.call(name, "aten.cat.default", [cast.args[0]], 0,
+                                                            meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, cast.name, args=(NodeRef(name), *cast.args[1:])))
+
+
+@needs_cast(pair=True)
+@acts_on(*AG_KINDS)
+def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
+    """A and B each gather their own cast (a packed uint8 weight beside a half-precision one): no
+    member moves the parameters' dtype, so the wire is the narrowest dtype that holds both. The
+    shape is the blueprint's; this only picks the pair."""
+    casts = [_cast_source(case, launch) for launch in (a, b)]
+    if _kind(case, b) == RS_KIND or any(cast is None for cast in casts) or casts[0].args[1] == casts[1].args[1]:
+        return None
+    return case
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
                                                       "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
                                                       "cast_far_up_the_chain": (cast_far_up_the_chain,),
                                                       "cast_scaled_twice": (cast_scaled_twice,
-                                                                            cast_scaled_by_product),
+                                                                            cast_scaled_by_product,
+                                                                            gain_summed_with_dtype,
+                                                                            gain_by_bare_reduction,
+                                                                            cast_scaled_by_python_operator),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
                                                                                 cast_through_opaque_op,
-                                                                                gain_through_opaque_op),
-                                                      "scaled_cast_partly_traced": (scaled_cast_partly_traced,)}
+                                                                                gain_through_opaque_op,
+                                                                                cast_through_opaque_packet,
+                                                                                cast_of_unfollowable_value),
+                                                      "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
+                                                      "every_member_cast": (every_member_cast,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

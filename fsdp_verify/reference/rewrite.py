@@ -180,8 +180,10 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     name = _op_name(node)
     if name in _SAME_DTYPE:
         return first
-    if name in _FULL_REDUCTIONS and not node.kwargs and (len(node.args) == 1 or node.args[1:] in (([],), ((),))):
-        return (first[0], True) if first else None
+    if name in _FULL_REDUCTIONS and _reduces_all(node):
+        if not node.kwargs:
+            return (first[0], True) if first else None
+        return _evaluated(node, walk, full=True)  # a dtype or keepdim keyword: as torch computes it
     if name in _PROMOTING and inputs:
         return _promoted(name, node.args, walk)
     if _evaluable(node):
@@ -189,11 +191,18 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     return None
 
 
-def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
+def _reduces_all(node: fx.Node) -> bool:
+    """Whether a reduction reduces every dim: no dims given, by position or keyword, or an empty list."""
+    dims = node.args[1:2] or ([node.kwargs["dim"]] if "dim" in node.kwargs else [])
+    return len(node.args) <= 2 and all(d in ([], ()) for d in dims)
+
+
+def _evaluated(node: fx.Node, walk: DtypeWalk, full: bool = False) -> tuple[torch.dtype, bool] | None:
     """Any other op's result dtype as torch computes it: the op on meta stand-ins of each tensor
     input's dtype, 0-dim or of one element (torch's dtype rules read only dtypes and whether a
     tensor is 0-dim). The stand-ins' result is dimensioned exactly when the real one is, unless it
-    came out 0-dim from a dimensioned input (a reduction over dims the stand-in lacks): unknown."""
+    came out 0-dim from a dimensioned input (a reduction over dims the stand-in lacks): unknown;
+    ``full``: a reduction over every dim, whose result is 0-dim (without keepdim) whatever the input."""
     standins = [_standin(arg, walk) if isinstance(arg, fx.Node) else arg for arg in node.args]
     if any(standin is None for standin in standins):
         return None
@@ -203,7 +212,7 @@ def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | Non
         return None
     if not isinstance(out, torch.Tensor):
         return None
-    if out.dim() == 0 and any(isinstance(a, torch.Tensor) and a.dim() > 0 for a in standins):
+    if out.dim() == 0 and not full and any(isinstance(a, torch.Tensor) and a.dim() > 0 for a in standins):
         return None
     return out.dtype, out.dim() == 0
 

@@ -402,3 +402,40 @@ def test_a_traced_value_that_is_not_one_is_refused(traced, reason):
     with pytest.raises(SpecError) as error:
         from_json(doc)
     assert "meta.traced" in error.value.path and reason in str(error.value)
+
+
+_SCALED = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16", scaled=True), ParamDraw((3,), view="flat")),),
+               reshard_after_forward=False)
+_PLAIN = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((3,), view="flat")),),
+              reshard_after_forward=False)
+
+
+@pytest.mark.parametrize("variant, blueprint, bug", [
+    (mutations.gain_summed_with_dtype, _SCALED, "reduction_keywords_unknown"),
+    (mutations.gain_summed_with_dtype, _SCALED, "dtype_keyword_read_as_cast"),
+    (mutations.gain_by_bare_reduction, _SCALED, "bare_reductions_unknown"),
+    (mutations.cast_scaled_by_python_operator, _SCALED, "python_operators_unknown"),
+    (mutations.cast_through_opaque_packet, _PLAIN, "packets_not_evaluated"),
+    (mutations.cast_of_unfollowable_value, _PLAIN, "casts_of_unknown_values_unknown"),
+])
+def test_each_form_of_a_cast_the_walk_follows_keeps_its_dtype(variant, blueprint, bug):
+    """The forms a scaled or plain cast takes in other tracers' graphs: the reference hands the bf16
+    member back as bf16, and the planted bug of each form's class is killed by layout or numerics."""
+    base = Case(render(Blueprint(**blueprint)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if variant(base, *p))
+    planted = variant(base, *pair)
+    errors, ctx = _errors("reference", planted)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float32"}  # the bf16 member beside float32, handed back bf16
+    killed = {f.checker for f in _errors(f"mutant:{bug}", planted)[0]}
+    assert {"layout", "numerics"} & killed, killed
+
+
+def test_uint8_beside_bf16_is_packed_in_bf16():
+    """A packed 4-bit weight (uint8, 0..255) and a bf16 gather: bf16 holds all 256 values exactly
+    (8 significant bits), so the wire is bf16; a bound of 1/eps (128) packs float32, too wide."""
+    case = _case("uint8", "bfloat16")
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.bfloat16"}
+    assert "conformance" in {f.checker for f in _errors("mutant:uint8_exceeds_bf16", case)[0]}

@@ -236,12 +236,33 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("traced_rank_flipped", "a traced value's rank is read the wrong way round, so a bf16 cast times its "
            "traced 0-dim gain is packed as float32", ("layout", "numerics"), rewrite_bugs.traced_rank_flipped,
            hunt="rule:scaled_cast_partly_traced"),
+    Mutant("reduction_keywords_unknown", "a full reduction with a keyword (sum(x, dtype=float32)) is unknown to "
+           "the dtype walk, so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.reduction_keywords_unknown, hunt="rule:cast_scaled_twice"),
+    Mutant("dtype_keyword_read_as_cast", "any op with a dtype keyword is read as a cast keeping its input's rank, "
+           "so a bf16 cast times a gain summed with dtype=float32 is packed as float32", ("layout", "numerics"),
+           rewrite_bugs.dtype_keyword_read_as_cast, hunt="rule:cast_scaled_twice"),
+    Mutant("python_operators_unknown", "operator.mul (a symbolic trace's cast * gain) is not followed, so the "
+           "scaled cast is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.python_operators_unknown, hunt="rule:cast_scaled_twice"),
+    Mutant("bare_reductions_unknown", "amax(x) with its dims left to their default is unknown to the dtype walk, "
+           "so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.bare_reductions_unknown, hunt="rule:cast_scaled_twice"),
+    Mutant("packets_not_evaluated", "an op called as its packet (aten.relu) is not run on stand-ins, so relu of a "
+           "bf16 cast is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.packets_not_evaluated,
+           hunt="rule:cast_beside_opaque_op"),
+    Mutant("casts_of_unknown_values_unknown", "a cast of a value the dtype walk cannot follow (cat([p])) is unknown "
+           "too, so its member is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.casts_of_unknown_values_unknown, hunt="rule:cast_beside_opaque_op"),
+    Mutant("uint8_exceeds_bf16", "an integer is taken to fit a float only below 1/eps, so a uint8 gather beside a "
+           "bf16 one is packed in float32", ("conformance",), rewrite_bugs.uint8_exceeds_bf16,
+           hunt="rule:every_member_cast"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
     Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
            ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
-           hunt="mutations"),  # a bucket whose every member is cast: 77-123 examples over seeds 0-2
+           hunt="rule:every_member_cast"),
     Mutant("wire_wider_than_needed", "a fused all-gather of members that move several dtypes packs in float64, "
            "exact but wider than the narrowest dtype that holds each", ("conformance",),
            lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_in_float64)], hunt="cases"),

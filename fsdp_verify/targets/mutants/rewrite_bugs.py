@@ -11,7 +11,8 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _holds, _op_name, _promoted as _correct_promoted,
+from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _evaluable as _correct_evaluable, _holds, _op_name,
+                                          _promoted as _correct_promoted,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
 
 aten = torch.ops.aten
@@ -475,3 +476,88 @@ def traced_rank_flipped() -> list[tuple]:
             return value.dtype, value.dim() != 0
         return _correct_walk(node, walk)
     return [(rewrite, "_walk", flipped)]
+
+
+def reduction_keywords_unknown() -> list[tuple]:
+    """A full reduction with a keyword (``sum(x, dtype=float32)``) is unknown, as the reference once
+    had it: a gain computed so leaves its scaled cast to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def unknown(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        if node.op == "call_function" and "val" not in node.meta and _op_name(node) in _FULL_REDUCTIONS and node.kwargs:
+            return None
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", unknown)]
+
+
+def dtype_keyword_read_as_cast() -> list[tuple]:
+    """Any op with a ``dtype`` keyword is read as a cast that keeps its input's rank: a gain summed with
+    ``dtype=float32`` is then dimensioned and widens its bf16 cast to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def as_cast(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        inputs = [a for a in node.args if isinstance(a, fx.Node)]
+        if node.op == "call_function" and "val" not in node.meta and isinstance(node.kwargs.get("dtype"), torch.dtype):
+            first = walk.seen.get(inputs[0]) if inputs else None
+            return node.kwargs["dtype"], bool(first and first[1])
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", as_cast)]
+
+
+def python_operators_unknown() -> list[tuple]:
+    """``operator.mul`` (a symbolic trace's ``cast * gain``) is not followed: the scaled cast falls back
+    to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def unknown(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        if node.target in (operator.mul, operator.add, operator.sub, operator.truediv):
+            return None
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", unknown)]
+
+
+def packets_not_evaluated() -> list[tuple]:
+    """An op called as its packet (``aten.relu``, as the FSDP pass calls ops) is not run on stand-ins:
+    relu of a bf16 cast falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_evaluable", lambda node: isinstance(node.target, torch._ops.OpOverload)
+             and _correct_evaluable(node))]
+
+
+def casts_of_unknown_values_unknown() -> list[tuple]:
+    """A cast of a value the walk cannot follow is unknown too, though the cast alone decides its dtype:
+    ``convert(cat([p]), bf16)`` falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def unknown(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        inputs = [a for a in node.args if isinstance(a, fx.Node)]
+        if node.target is torch.ops.prims.convert_element_type.default and inputs and walk.seen.get(inputs[0]) is None:
+            return None
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", unknown)]
+
+
+def bare_reductions_unknown() -> list[tuple]:
+    """A full reduction with its dims left to their default (``amax(x)``) is taken for a reduction over
+    dims the stand-in lacks: unknown, so the scaled cast it gains falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def unknown(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        if node.op == "call_function" and "val" not in node.meta and _op_name(node) in _FULL_REDUCTIONS \
+                and len(node.args) == 1:
+            return None
+        return _correct_walk(node, walk)
+    return [(rewrite, "_walk", unknown)]
+
+
+def uint8_exceeds_bf16() -> list[tuple]:
+    """An integer fits a float dtype only below 1/eps (half the exact span): uint8 beside a bf16 gather
+    is packed in float32, wider than bf16, which holds all 256 values."""
+    from fsdp_verify.reference import rewrite
+
+    def tight(narrow: torch.dtype, wide: torch.dtype) -> bool:
+        if narrow != wide and wide.is_floating_point and not narrow.is_floating_point and not narrow.is_complex \
+                and narrow != torch.bool:
+            return max(-torch.iinfo(narrow).min, torch.iinfo(narrow).max) <= 1 / torch.finfo(wide).eps
+        return _holds(narrow, wide)
+    return [(rewrite, "_holds", tight)]
