@@ -176,7 +176,9 @@ def _keyword_casts(case: Case) -> bool:
 
 
 # An op the reference's dtype walk has no table entry for (it runs such ops on stand-ins); the draws use it.
-_OPAQUE = frozenset({"aten.relu.default"})
+# Ops the dtype walk follows only by running them (relu, as an overload or as its packet) or not at
+# all (cat reads a list of tensors: a cast of it decides the dtype alone).
+_OPAQUE = frozenset({"aten.relu.default", "aten.relu", "aten.cat.default"})
 
 
 def _casts_beside_opaque_ops(case: Case) -> bool:

@@ -238,16 +238,16 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:scaled_cast_partly_traced"),
     Mutant("reduction_keywords_unknown", "a full reduction with a keyword (sum(x, dtype=float32)) is unknown to "
            "the dtype walk, so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.reduction_keywords_unknown, hunt="rule:cast_scaled_twice"),
+           rewrite_bugs.reduction_keywords_unknown, hunt="rule:scaled_cast_forms"),
     Mutant("dtype_keyword_read_as_cast", "any op with a dtype keyword is read as a cast keeping its input's rank, "
            "so a bf16 cast times a gain summed with dtype=float32 is packed as float32", ("layout", "numerics"),
-           rewrite_bugs.dtype_keyword_read_as_cast, hunt="rule:cast_scaled_twice"),
+           rewrite_bugs.dtype_keyword_read_as_cast, hunt="rule:scaled_cast_forms"),
     Mutant("python_operators_unknown", "operator.mul (a symbolic trace's cast * gain) is not followed, so the "
            "scaled cast is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.python_operators_unknown, hunt="rule:cast_scaled_twice"),
+           rewrite_bugs.python_operators_unknown, hunt="rule:scaled_cast_forms"),
     Mutant("bare_reductions_unknown", "amax(x) with its dims left to their default is unknown to the dtype walk, "
            "so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.bare_reductions_unknown, hunt="rule:cast_scaled_twice"),
+           rewrite_bugs.bare_reductions_unknown, hunt="rule:scaled_cast_forms"),
     Mutant("packets_not_evaluated", "an op called as its packet (aten.relu) is not run on stand-ins, so relu of a "
            "bf16 cast is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.packets_not_evaluated,
            hunt="rule:cast_beside_opaque_op"),
