@@ -28,7 +28,7 @@ AIM_BELOW = 0.1
 #: "one in ten" from "never"; rarer than one in DEFAULT_EXAMPLES counts as never. A shape's hunt
 #: plants its shape in a share of its examples only (a variant that fits no pair plants nothing).
 DEFAULT_EXAMPLES = 40
-SHAPE_EXAMPLES = 20
+SHAPE_EXAMPLES = 40
 SHAPE_SIZE = "tiny"  # the self-test's hunts draw tiny graphs: a planted shape is most of each
 
 
