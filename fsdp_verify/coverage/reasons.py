@@ -255,17 +255,20 @@ def _far_casts(case: Case) -> bool:
 
 
 def _twice_scaled_casts(case: Case) -> bool:
-    """An all-gather whose source is arithmetic on arithmetic on a cast: the dtype of the second
-    product depends on whether the first is 0-dim."""
+    """An all-gather whose source is arithmetic on a cast and on further arithmetic (the cast scaled
+    twice, or by its gain squared): the result's dtype depends on whether the inner product is 0-dim."""
     nodes = {node.name: node for node in case.graph.nodes}
     for node in case.graph.nodes:
         if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.inputs():
             continue
         outer = nodes.get(node.inputs()[0])
-        inner = nodes.get(outer.inputs()[0]) if outer is not None and outer.target in _ARITHMETIC and outer.inputs() \
-            else None
-        if inner is not None and inner.target in _ARITHMETIC and \
-                any(nodes[i].target in CAST_TARGETS for i in inner.inputs() if i in nodes):
+        if outer is None or outer.target not in _ARITHMETIC:
+            continue
+        operands = [nodes[i] for i in outer.inputs() if i in nodes]
+        inner = [n for n in operands if n.target in _ARITHMETIC]
+        casts = [n for n in operands + [i for n in inner for i in (nodes.get(x) for x in n.inputs()) if i is not None]
+                 if n.target in CAST_TARGETS]
+        if inner and casts:
             return True
     return False
 
