@@ -759,27 +759,6 @@ def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_replaced(case, a, b, "aten.mul.Tensor", "gain_squared", None, None)
 
 
-@needs_cast(scaled=True)
-@acts_on(*AG_KINDS)
-def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
-    """A's scaled cast in a graph a tracer saw and a later pass edited: the cast and its 0-dim gain
-    carry traced values (``meta["val"]``), their product (the pass's node) none. torch keeps the
-    cast's dtype, the gain being 0-dim; a walk that misreads a traced value's rank gets float32."""
-    graph = case.graph
-    source = graph.node(a).args[0]
-    scaled = graph.node(source.name) if isinstance(source, NodeRef) else None
-    if _kind(case, b) == RS_KIND or scaled is None or scaled.target != "aten.mul.Tensor" or len(scaled.args) != 2 \
-            or not all(isinstance(arg, NodeRef) for arg in scaled.args):
-        return None
-    cast, gain = graph.node(scaled.args[0].name), graph.node(scaled.args[1].name)
-    param = next((p for p in graph.params if cast.args and cast.args[0] == NodeRef(p.placeholder)), None)
-    if cast.target != CAST or len(cast.args) != 2 or param is None or not isinstance(cast.args[1], torch.dtype):
-        return None
-    graph = edit.update_node(graph, cast.name, meta={TRACED: {"dtype": DTYPE_NAMES[cast.args[1]],
-                                                              "shape": list(param.shard_shape)}})
-    return replace(case, graph=edit.update_node(graph, gain.name, meta={TRACED: {"dtype": "float32", "shape": []}}))
-
-
 def _scaled(case: Case, a: str, b: str) -> Optional[tuple[NodeSpec, NodeSpec, NodeSpec]]:
     """A's scaled cast as drawn: ``mul(cast, gain)`` with ``gain = convert(amax(abs(p), []), f32)``
     (the product, the gain, the amax); None where A gathers no such product."""
@@ -794,6 +773,25 @@ def _scaled(case: Case, a: str, b: str) -> Optional[tuple[NodeSpec, NodeSpec, No
     if gain.target != CAST or amax is None or amax.target != "aten.amax.default" or not isinstance(amax.args[0], NodeRef):
         return None
     return scaled, gain, amax
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast in a graph a tracer saw and a later pass edited: the cast and its 0-dim gain
+    carry traced values (``meta["val"]``), their product (the pass's node) none. torch keeps the
+    cast's dtype, the gain being 0-dim; a walk that misreads a traced value's rank gets float32."""
+    found = _scaled(case, a, b)
+    graph = case.graph
+    cast = graph.node(found[0].args[0].name) if found else None
+    param = next((p for p in graph.params if cast and cast.args and cast.args[0] == NodeRef(p.placeholder)), None)
+    if cast is None or cast.target != CAST or len(cast.args) != 2 or param is None \
+            or not isinstance(cast.args[1], torch.dtype):
+        return None
+    graph = edit.update_node(graph, cast.name, meta={TRACED: {"dtype": DTYPE_NAMES[cast.args[1]],
+                                                              "shape": list(param.shard_shape)}})
+    return replace(case, graph=edit.update_node(graph, found[1].name,
+                                                meta={TRACED: {"dtype": "float32", "shape": []}}))
 
 
 @needs_cast(scaled=True)
