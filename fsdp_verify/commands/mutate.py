@@ -67,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                              "hazards:tiny then cases:default)")
     mutate.add_argument("--no-aim", dest="aim", action="store_false",
                         help="run the given phases only (default: a mutant whose line the phases run in under "
-                             "10%% of their examples also gets the planted shape's phase that runs it most, "
-                             "measured once per run with coverage.py)")
+                             "a tenth of their examples also gets, first, the planted shape's phase that runs "
+                             "it most, measured once per run with coverage.py)")
     mutate.add_argument("--workers", type=options.positive_int, default=1, help="mutants run at once")
     mutate.add_argument("--only", action="append", metavar="IDENT", default=[],
                         help="only this mutant (PATH:LINE:OPERATOR#N, as --list prints; repeatable)")

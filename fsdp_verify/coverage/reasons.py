@@ -276,7 +276,7 @@ def _twice_scaled_casts(case: Case) -> bool:
 def _partly_traced_sources(case: Case) -> bool:
     """An all-gather whose source has no traced value but reads one that has (a graph a pass edited
     after tracing): the walk reads the traced value's dtype and rank, and computes the rest."""
-    traced = {node.name for node in case.graph.nodes if TRACED in node.meta}
+    traced = {node.name for node in case.graph.nodes if node.meta.get(TRACED) is not None}
     nodes = {node.name: node for node in case.graph.nodes}
     for node in case.graph.nodes:
         source = nodes.get(node.inputs()[0]) if node.inputs() else None

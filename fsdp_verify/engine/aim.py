@@ -11,8 +11,10 @@ mutmut and cosmic-ray run only the tests that cover a mutant's line).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -30,6 +32,7 @@ AIM_BELOW = 0.1
 DEFAULT_EXAMPLES = 40
 SHAPE_EXAMPLES = 40
 SHAPE_SIZE = "tiny"  # the self-test's hunts draw tiny graphs: a planted shape is most of each
+MEASURE_LIMIT = 900.0  # wall seconds the whole measurement may take; a share still running is killed
 
 
 @dataclass(frozen=True)
@@ -126,13 +129,37 @@ def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str
                 _child(files, target, phases[share::max(1, min(workers, len(phases)))], out)
             children[pid] = out
         parts = []
+        try:
+            overran = _wait(children, start + MEASURE_LIMIT)
+        except KeyboardInterrupt:
+            _wait(children, 0.0)  # killed: no child outlives the run
+            raise
         for pid, out in children.items():
-            os.waitpid(pid, 0)
             try:
                 parts.append(Reach.from_json(json.loads(out.read_text())))
             except (OSError, ValueError, KeyError) as exc:
-                parts.append(Reach(error=f"a share of the reach measurement left no map ({type(exc).__name__})"))
+                why = "overran its wall limit" if pid in overran else f"left no map ({type(exc).__name__})"
+                parts.append(Reach(error=f"a share of the reach measurement {why}"))
     return _merged(parts, round(time.monotonic() - start, 1))
+
+
+def _wait(children: dict[int, Path], until: float) -> set[int]:
+    """Reap every child, killing those still running at ``until`` (a hanging target must not hold the
+    run); the pids killed."""
+    running, killed = set(children), set()
+    while running:
+        for pid in list(running):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                running.discard(pid)
+        if running and time.monotonic() >= until:
+            for pid in running:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            killed |= running
+            running = set()
+        time.sleep(0.05 if running else 0)
+    return killed
 
 
 @dataclass(frozen=True)
@@ -179,7 +206,7 @@ def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured]) ->
 
     from fsdp_verify.engine import mutate
     keys = [_key(f) for f in files]
-    cov = coverage.Coverage(data_file=None, include=keys, branch=False)
+    cov = coverage.Coverage(data_file=None, include=keys, branch=False, config_file=False)  # not the project's
     cov.start()
     try:
         mutate._fresh_modules(mutate.module_name(Path(files[0])) if files else "fsdp_verify")

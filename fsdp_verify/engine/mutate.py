@@ -522,7 +522,10 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished."""
     equivalences = list(equivalences)
     warm_up()
-    reach = _reach(mutants, settings)
+    try:
+        reach = _reach(mutants, settings)
+    except KeyboardInterrupt:  # stopped while measuring: nothing ran, and the run says so
+        return Run([], True, total or len(mutants))
     done: dict[str, MutantResult] = {}
     running: dict[int, _Running] = {}
     queue = list(mutants)
@@ -589,7 +592,7 @@ def _reach(mutants: Sequence[Mutant], settings: Settings) -> Optional[aim.Reach]
 def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> tuple[Settings, aim.Aim | None]:
     """The mutant's settings: the aimed phase first (it runs the mutant's line most), then the
     others; the budget is split over all of them."""
-    if reach is None:
+    if reach is None or reach.error:  # no map: nothing is said of the mutant's line
         return settings, None
     found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases])
     if found.phase is None:

@@ -248,6 +248,8 @@ def traced_value(node: NodeSpec, path: str = "") -> tuple[str, tuple[int, ...]] 
         return None
     if not isinstance(doc, dict) or set(doc) != {"dtype", "shape"}:
         raise SpecError(path, 'must be an object with exactly "dtype" and "shape"')
+    if not isinstance(doc["dtype"], str):
+        raise SpecError(f"{path}.dtype", f"must be a dtype name, got {type(doc['dtype']).__name__}")
     shape = list(doc["shape"]) if isinstance(doc["shape"], (list, tuple)) else doc["shape"]
     return _dtype_name(doc["dtype"], f"{path}.dtype"), _shape(shape, f"{path}.shape")
 

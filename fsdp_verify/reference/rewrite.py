@@ -92,6 +92,8 @@ _PROMOTING = frozenset({"add", "mul", "sub", "div"})
 # Reductions that, over every dim (no dims given, or an empty list), give a 0-dim result of the
 # input's dtype.
 _FULL_REDUCTIONS = frozenset({"sum", "amax", "amin", "max", "min", "prod"})
+# Of those, the ones that widen an integer or bool input (sum of uint8 is int64): run on stand-ins.
+_WIDENING_REDUCTIONS = frozenset({"sum", "prod"})
 
 
 def _op_name(node: fx.Node) -> str:
@@ -181,9 +183,9 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     if name in _SAME_DTYPE:
         return first
     if name in _FULL_REDUCTIONS and _reduces_all(node):
-        if not node.kwargs:
+        if not node.kwargs and name not in _WIDENING_REDUCTIONS:
             return (first[0], True) if first else None
-        return _evaluated(node, walk, full=True)  # a dtype or keepdim keyword: as torch computes it
+        return _evaluated(node, walk, full=True)  # keywords, or an integer sum: as torch computes it
     if name in _PROMOTING and inputs:
         return _promoted(name, node.args, walk)
     if _evaluable(node):
@@ -192,9 +194,11 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
 
 
 def _reduces_all(node: fx.Node) -> bool:
-    """Whether a reduction reduces every dim: no dims given, by position or keyword, or an empty list."""
+    """Whether a reduction reduces every dim: no dims given, by position or keyword (``dim`` only:
+    prims name theirs ``dims``, and any other keyword is not one this reads), or an empty list."""
     dims = node.args[1:2] or ([node.kwargs["dim"]] if "dim" in node.kwargs else [])
-    return len(node.args) <= 2 and all(d in ([], ()) for d in dims)
+    return len(node.args) <= 2 and set(node.kwargs) <= {"dim", "dtype", "keepdim"} and \
+        all(d is None or d in ([], ()) for d in dims)
 
 
 def _evaluated(node: fx.Node, walk: DtypeWalk, full: bool = False) -> tuple[torch.dtype, bool] | None:

@@ -277,6 +277,25 @@ def test_the_walk_runs_unknown_ops_on_stand_ins_and_gives_up_where_they_do_not_f
     assert moved_dtype(padded, torch.float32) == torch.bfloat16
 
 
+def test_full_reductions_are_read_as_torch_computes_them():
+    """A reduction over every dim is 0-dim whatever its keywords; a sum of integers widens to int64;
+    prims name their dims ``dims``, which is no full reduction."""
+    from torch import fx
+    from fsdp_verify.reference.rewrite import DtypeWalk, _traced
+    graph = fx.Graph()
+    p = graph.placeholder("p")
+    p.meta["val"] = torch.empty(2, 3, dtype=torch.float32, device="meta")
+    q = graph.placeholder("q")
+    q.meta["val"] = torch.empty(4, dtype=torch.uint8, device="meta")
+    walk = DtypeWalk({})
+    assert _traced(graph.call_function(torch.ops.aten.sum.default, (p,), {"dtype": torch.bfloat16}), walk) \
+        == (torch.bfloat16, True)
+    assert _traced(graph.call_function(torch.ops.aten.sum.dim_IntList, (p,), {"dim": []}), walk) == (torch.float32, True)
+    assert _traced(graph.call_function(torch.ops.aten.sum.default, (q,)), walk) == (torch.int64, True)
+    assert _traced(graph.call_function(torch.ops.aten.amax.default, (p, [], True)), walk) == (torch.float32, False)
+    assert _traced(graph.call_function(torch.ops.prims.sum.default, (p,), {"dims": [0]}), walk) is None
+
+
 def test_an_int8_gather_beside_a_float32_one_packs_in_float32():
     """int8 is the narrowest candidate wire, and holds only itself: a rule that lets an integer dtype
     hold floats packs the float32 member in int8. (The planner never buckets integer parameters:
@@ -393,7 +412,8 @@ def test_a_partly_traced_scaled_cast_reads_each_traced_rank():
 
 
 @pytest.mark.parametrize("traced, reason", [({"dtype": "bfloat16"}, "exactly"), ({"dtype": "half", "shape": []}, "dtype"),
-                                            ({"dtype": "float32", "shape": [-1]}, "non-negative"), ([1], "exactly")])
+                                            ({"dtype": "float32", "shape": [-1]}, "non-negative"), ([1], "exactly"),
+                                            ({"dtype": [1], "shape": []}, "dtype name")])
 def test_a_traced_value_that_is_not_one_is_refused(traced, reason):
     from fsdp_verify.graph.spec import graph_from_json as from_json
     from fsdp_verify.graph.values import SpecError
