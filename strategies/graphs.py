@@ -221,11 +221,12 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
             blueprint = _gathered_ahead(blueprint)
             case = replace(case, graph=render(blueprint))
-        if variant.__dict__.get("needs_cast") == "pair":  # two cast members in one bucket
+        cast = getattr(variant, "needs_cast", None)
+        if cast is mutations.Cast.PAIR:  # two cast members in one bucket
             blueprint = _with_cast_pair(blueprint)
             case = replace(case, graph=render(blueprint))
-        elif getattr(variant, "needs_cast", ""):  # the shape acts on a (scaled) cast: one in a few dozen params
-            blueprint = _with_cast(blueprint, scaled=variant.needs_cast == "scaled")
+        elif cast is not None:  # the shape acts on a (scaled) cast: one in a few dozen params
+            blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED)
             case = replace(case, graph=render(blueprint))
         sites = mutations.sibling_pairs(case.graph)
     sites = [site for site in sites if mutations.fits(variant, case, site)]

@@ -9,6 +9,7 @@ Mutations return None where a site does not fit (the strategy then picks another
 
 from __future__ import annotations
 
+import enum
 from collections import Counter
 
 import math
@@ -48,12 +49,20 @@ def acts_on(*kinds: str) -> Callable[[Callable], Callable]:
     return declare
 
 
+class Cast(enum.Enum):
+    """The cast a mutation's draw must give a block (``needs_cast``)."""
+
+    PLAIN = "plain"  # its first parameter gathers a half-precision cast
+    SCALED = "scaled"  # the same cast times a 0-dim float32 gain
+    PAIR = "pair"  # its first two parameters gather a uint8 and a half-precision cast
+
+
 def needs_cast(scaled: bool = False, pair: bool = False) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
     its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
     two, each its own cast)."""
     def declare(fn: Callable) -> Callable:
-        fn.needs_cast = "pair" if pair else "scaled" if scaled else "plain"
+        fn.needs_cast = Cast.PAIR if pair else Cast.SCALED if scaled else Cast.PLAIN
         return fn
     return declare
 

@@ -554,8 +554,9 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _child(mutant, mutated, aimed[0], out, log)
-                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed[1])
+                        _child(mutant, mutated, aimed.settings, out, log)
+                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff,
+                                            aimed.found)
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
                 if pid == 0:
                     for job in list(running.values()):
@@ -589,16 +590,24 @@ def _reach(mutants: Sequence[Mutant], settings: Settings) -> Optional[aim.Reach]
                         settings.workers)
 
 
-def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> tuple[Settings, aim.Aim | None]:
+@dataclass(frozen=True)
+class Aimed:
+    """One mutant's settings and what the reach map said of its line (None: no map)."""
+
+    settings: Settings
+    found: Optional[aim.Aim] = None
+
+
+def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> Aimed:
     """The mutant's settings: the aimed phase first (it runs the mutant's line most), then the
     others; the budget is split over all of them."""
     if reach is None or reach.error:  # no map: nothing is said of the mutant's line
-        return settings, None
+        return Aimed(settings)
     found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases])
     if found.phase is None:
-        return settings, found
+        return Aimed(settings, found)
     strategy, size = found.phase.rsplit(":", 1)
-    return replace(settings, phases=(Phase(strategy, size), *settings.phases)), found
+    return Aimed(replace(settings, phases=(Phase(strategy, size), *settings.phases)), found)
 
 
 def _tell(progress, result: MutantResult) -> None:

@@ -185,9 +185,9 @@ def test_a_line_the_default_phases_seldom_run_is_aimed_at_the_shape_that_runs_it
     assert aim.aim(aim.Reach(error="boom"), "x.py", 20, ["cases:default"]).phase is None
     settings = mutate.Settings()
     mutant = mutate.Mutant("x.py", "x", "core/AddNot", 0, 20)
-    assert mutate._aimed(aim.Reach(error="boom"), mutant, settings) == (settings, None)  # no map: nothing said
-    aimed, found = mutate._aimed(reach, mutant, mutate.Settings(phases=(mutate.Phase("cases", "default"),)))
-    assert found.phase == "rule:b:tiny" and aimed.phases[0] == mutate.Phase("rule:b", "tiny")
+    assert mutate._aimed(aim.Reach(error="boom"), mutant, settings) == mutate.Aimed(settings)  # no map: nothing said
+    aimed = mutate._aimed(reach, mutant, mutate.Settings(phases=(mutate.Phase("cases", "default"),)))
+    assert aimed.found.phase == "rule:b:tiny" and aimed.settings.phases[0] == mutate.Phase("rule:b", "tiny")
     assert aim.Reach.from_json(json.loads(json.dumps(reach.to_json()))) == reach
 
 
