@@ -127,7 +127,9 @@ def _wrapped_codes(case: Case) -> bool:
 
 
 # Arithmetic a gather source may apply to a cast (a gain); the 0-dim factor keeps the cast's dtype.
-_ARITHMETIC = frozenset({"aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.div.Tensor"})
+# Arithmetic a gather source may be, as aten writes it or as a symbolic trace records Python's operators.
+_ARITHMETIC = frozenset({"aten.mul.Tensor", "aten.add.Tensor", "aten.sub.Tensor", "aten.div.Tensor",
+                         "operator.mul", "operator.add", "operator.sub", "operator.truediv"})
 
 
 def _moved_dtypes(case: Case) -> dict[tuple, set]:

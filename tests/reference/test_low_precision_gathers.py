@@ -447,6 +447,8 @@ def test_each_form_of_a_cast_the_walk_follows_keeps_its_dtype(variant, blueprint
     errors, ctx = _errors("reference", planted)
     assert not errors, errors
     assert _fused_moves(ctx) == {"torch.float32"}  # the bf16 member beside float32, handed back bf16
+    if blueprint is _SCALED:
+        assert case_features(planted)["scaled_casts"] == 1, "every scaled form is counted, operator.mul too"
     killed = {f.checker for f in _errors(f"mutant:{bug}", planted)[0]}
     assert {"layout", "numerics"} & killed, killed
 
