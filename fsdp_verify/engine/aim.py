@@ -120,13 +120,14 @@ def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str
                for i, name in enumerate(shape_phases() if shapes is None else shapes)]
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-aim-") as scratch:
         children = {}
-        for share in range(max(1, min(workers, len(phases)))):
+        shares = max(1, min(workers, len(phases)))
+        for share in range(shares):
             out = Path(scratch, f"reach{share}.json")
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(files, target, phases[share::max(1, min(workers, len(phases)))], out)
+                _child(files, target, phases[share::shares], out)
             children[pid] = out
         parts = []
         try:
