@@ -1,6 +1,6 @@
 """Captured graphs (issue 20): capture time per drawn model (torch.compile with an aot_autograd
-backend on a fake process group, tagging and import; uncached), cases/s of the captured strategy
-with its cache, and examples/s of the end-to-end path (a drawn model compiled by inductor under one
+backend on a fake process group, tagging and import; uncached) against reading it back from the
+capture store, cases/s of the captured strategy with its cache, and examples/s of the end-to-end path (a drawn model compiled by inductor under one
 configuration on a one-process gloo world, judged bitwise). Prints figures; keep runs short."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import hypothesis
 from hypothesis import given, settings
 
 from fsdp_verify.capture import capture
-from fsdp_verify.capture.trace import _capture
+from fsdp_verify.capture import store
+from fsdp_verify.capture.trace import _capture, capture_fresh
 from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies import captured_graphs, model_descs
 
@@ -41,16 +42,25 @@ def main() -> None:
 
     capture(_draw_models(1, 99)[0])  # warm-up: imports, dynamo and the fake backend's first use
     descs = list(dict.fromkeys(_draw_models(args.models, args.seed)))
-    _capture.cache_clear()
-    times, nodes = [], []
+    times, loads, nodes = [], [], []
     for desc in descs:
         start = time.perf_counter()
-        captured = capture(desc)
+        captured = capture_fresh(desc)
         times.append(time.perf_counter() - start)
         nodes.append(len(captured.forward.nodes) + len(captured.backward.nodes))
+        store.save(desc.to_json(), captured.forward, captured.backward, captured.seconds)
+        start = time.perf_counter()
+        if store.load(desc.to_json()) is not None:
+            loads.append(time.perf_counter() - start)
     print(f"capture, uncached: {len(descs)} distinct models, {statistics.mean(times):.3f} s mean, "
           f"{statistics.median(times):.3f} s median, {max(times):.3f} s max per model "
           f"({statistics.mean(nodes):.0f} nodes per forward+backward pair)")
+    if loads:
+        print(f"capture store ({store.folder()}): {statistics.mean(loads) * 1000:.1f} ms mean per model read back "
+              f"({statistics.mean(times) / statistics.mean(loads):.0f}x faster than capturing)")
+    else:
+        print(f"capture store: off ({store.ENV}={store.OFF})")
+    _capture.cache_clear()
 
     drawn = []
 

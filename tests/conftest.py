@@ -1,7 +1,10 @@
+import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+# Tests capture afresh: a capture kept on disk by an earlier run would hide what this build captures.
+os.environ.setdefault("FSDP_VERIFY_CAPTURE_STORE", "off")
 
 
 import pytest
