@@ -215,7 +215,7 @@ def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured]) ->
         examples: dict[str, int] = {}
         with tempfile.TemporaryDirectory(prefix="fsdp-verify-aim-corpus-") as corpus:
             for phase in phases:
-                def tick(done: int, failures: int, name: str = phase.name) -> None:
+                def tick(done: int, failures: int, steps: int, name: str = phase.name) -> None:
                     cov.switch_context(f"{name}|{done}")  # the next example's lines are its own
                 config = campaign.Config(target=target, budget=campaign.Budget(examples=phase.examples),
                                          seed=phase.seed, profile="ci", corpus_dir=corpus, size=phase.size,

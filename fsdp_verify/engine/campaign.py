@@ -152,7 +152,9 @@ def _strategy(config: Config, target: Optional[Any] = None):
     return st.tuples(graphs, drawn).map(lambda pair: replace(pair[0], spec=pair[1]))
 
 
-Tick = Callable[[int, int], None]  # progress callback: (examples judged, distinct failures saved)
+# progress callback: (examples judged, distinct failures saved, shrink steps run): a long shrink shows
+# as steps, not as a stalled count of examples
+Tick = Callable[[int, int, int], None]
 
 
 def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_ranks.RealRanks] = None,
@@ -172,7 +174,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
     runner.real = real
     with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
         if progress is not None:
-            progress(0, 0)  # the work starts now
+            progress(0, 0, 0)  # the work starts now
         try:
             runner.explore()
         except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
@@ -329,13 +331,16 @@ class Runner:
                 _record(config, self.target, result, case, errors, seen=self.seen)  # not the target's bug: kept as found
         if verdict is Verdict.PASSED and self.progress is not None:
             with self.clock.local(Stage.REPORTING):
-                self.progress(result.examples, len(result.failures))
+                self.progress(result.examples, len(result.failures), result.shrink_steps)
 
     def account(self, ctx) -> None:
         """Count a generated example (a shrink step only as a step); an accounting error is the
         harness's, reported and never shrunk."""
         if self.shrinking.active:
             self.result.shrink_steps += 1
+            if self.progress is not None:
+                with self.clock.local(Stage.REPORTING):
+                    self.progress(self.result.examples, len(self.result.failures), self.result.shrink_steps)
             return
         try:
             with self.clock.local(Stage.REPORTING):
@@ -400,7 +405,7 @@ class Runner:
                 self.unshrunk[signature] = before
         self.pending.clear()
         if self.progress is not None:
-            self.progress(self.result.examples, len(self.result.failures))
+            self.progress(self.result.examples, len(self.result.failures), self.result.shrink_steps)
 
 
 def _timed(strategy: st.SearchStrategy, clock: stages.StageClock) -> st.SearchStrategy:
@@ -416,12 +421,12 @@ def _streaming(result: Result, progress: Optional[Tick], on_failure: Callable[[d
     """``progress`` that first hands ``on_failure`` every failure saved since its last call."""
     sent = [0]
 
-    def tick(examples: int, failures: int) -> None:
+    def tick(examples: int, failures: int, steps: int) -> None:
         while sent[0] < len(result.failures):
             on_failure(result.failures[sent[0]])
             sent[0] += 1
         if progress is not None:
-            progress(examples, failures)
+            progress(examples, failures, steps)
     return tick
 
 
@@ -575,10 +580,10 @@ def _worker(config: Config, results, parent: int) -> None:
     signal.signal(signal.SIGTERM, orphaned)
     last = [0.0]
 
-    def tick(examples: int, failures: int) -> None:
+    def tick(examples: int, failures: int, steps: int) -> None:
         if time.monotonic() - last[0] >= TICK_EVERY:
             last[0] = time.monotonic()
-            results.put(("tick", config.worker, (examples, failures)))
+            results.put(("tick", config.worker, (examples, failures, steps)))
 
     def saved(failure: dict) -> None:
         results.put(("failure", config.worker, failure))
@@ -621,13 +626,13 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
             done.add(index)
             streamed.pop(index, None)  # the worker's own result holds them
             merged.merge(part)
-            counts[index] = (part.examples, len(part.failures))
+            counts[index] = (part.examples, len(part.failures), part.shrink_steps)
         report()
 
     def bury(index: int, process: Any) -> None:
         """A worker died without its result: keep what it streamed, say so, and restart it."""
         nonlocal restarts
-        seen, kept = counts.pop(index, (0, 0))[0], streamed.pop(index, [])
+        seen, kept = counts.pop(index, (0, 0, 0))[0], streamed.pop(index, [])
         merged.examples += seen
         for failure in kept:
             merged.add_failure(failure)
@@ -650,7 +655,7 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
 
     def report() -> None:
         if progress is not None and counts:
-            progress(sum(n for n, _ in counts.values()), sum(f for _, f in counts.values()))
+            progress(*(sum(count[i] for count in counts.values()) for i in range(3)))
 
     try:
         while len(done) < len(running):

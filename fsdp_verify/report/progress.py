@@ -45,7 +45,7 @@ class Progress:
         self.interactive = is_interactive() if interactive is None else interactive
         self.stream = stream
         self.start: Optional[float] = None
-        self.done, self.failures = 0, 0
+        self.done, self.failures, self.steps = 0, 0, 0
         self._last_line = time.monotonic()
         self._bar = tqdm(total=total, desc=label, unit=f" {unit}", dynamic_ncols=True, leave=False,
                          file=sys.stderr) if self.interactive else None
@@ -59,6 +59,8 @@ class Progress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         parts = [f"{self.label}: {self.done}{f'/{self.total}' if self.total else ''} {self.unit}",
                  f"{rate:.2f} {self.unit}/s", f"{self.failures} {self.bad}"]
+        if self.steps:
+            parts.append(f"{self.steps} shrink steps")
         left = self.left(elapsed, rate)
         if left is not None:
             parts.append(f"{_clock(left)} left")
@@ -72,9 +74,10 @@ class Progress:
             return max(0.0, (self.total - self.done) / rate)
         return None
 
-    def update(self, done: int, failures: int) -> None:
-        """Record the counts so far; draws the live line or, when due, prints a plain line."""
-        self.done, self.failures = done, failures
+    def update(self, done: int, failures: int, steps: int = 0) -> None:
+        """Record the counts so far (``steps``: shrink steps, shown once there are any, so a long
+        shrink is seen to move); draws the live line or, when due, prints a plain line."""
+        self.done, self.failures, self.steps = done, failures, steps
         if self.start is None:
             self.start = time.monotonic()
             if self._bar is not None:
@@ -92,7 +95,8 @@ class Progress:
     def _postfix(self) -> str:
         elapsed = self._elapsed()
         left = self.left(elapsed, self.done / elapsed if elapsed > 0 else 0.0)
-        return f"{self.failures} {self.bad}" + (f", {_clock(left)} left" if left is not None else "")
+        steps = f", {self.steps} shrink steps" if self.steps else ""
+        return f"{self.failures} {self.bad}{steps}" + (f", {_clock(left)} left" if left is not None else "")
 
     def write(self, line: str) -> None:
         """Print a line of the command's own output without tearing the live line."""

@@ -102,9 +102,19 @@ def test_a_failure_that_does_not_reproduce_is_kept_and_reported(tmp_path):
 def test_parallel_progress_sums_the_workers(tmp_path):
     heard = []
     result = campaign.run_parallel(_config(tmp_path, "reference", budget=campaign.Budget(examples=3)), 2,
-                                   progress=lambda examples, failures: heard.append((examples, failures)))
+                                   progress=lambda examples, failures, steps: heard.append((examples, failures)))
     assert heard[-1] == (result.examples, 0) and result.examples >= 6  # each worker ran its 3 examples
     assert [n for n, _ in heard] == sorted(n for n, _ in heard)
+
+
+def test_progress_counts_shrink_steps_so_a_long_shrink_never_looks_stalled(tmp_path):
+    heard = []
+    result = campaign.run(_config(tmp_path, "helpers.targets:TwoBugs"),
+                          progress=lambda examples, failures, steps: heard.append((examples, steps)))
+    assert result.shrink_steps > 0
+    assert heard[-1][1] == result.shrink_steps
+    steps = [s for _, s in heard]
+    assert steps == sorted(steps) and len(set(steps)) > 2  # heard while shrinking, not only at the end
 
 
 def test_a_contract_mismatch_is_saved_as_found_and_never_shrunk_or_counted_as_a_bug(tmp_path):
