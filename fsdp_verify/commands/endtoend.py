@@ -32,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from fsdp_verify.execute.compiled import sweep as e2e
+    from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE
     from fsdp_verify.targets.inductor import CONFIG_SPACE
     try:
         configs = e2e.planned_configurations(args.configs, args.plant)
@@ -48,9 +49,14 @@ def run(args: argparse.Namespace) -> int:
     distinct = len({json.dumps(r["options"], sort_keys=True, default=str) for r in outcome.reports})
     print(f"{outcome.compiles} (model, configuration) examples judged in {outcome.seconds:.1f} s "
           f"({outcome.per_second:.2f} examples/s), {len(outcome.failures)} failures; {distinct} of "
-          f"{math.prod(len(c) for c in CONFIG_SPACE.values())} configurations of the space; "
+          f"{math.prod(len(c) for c in {**CONFIG_SPACE, **COMPILE_SPACE}.values())} configurations of the space; "
           f"{outcome.not_exercised} bucketed nothing (equal by default, not evidence); "
           f"{len(outcome.invalid)} models not judged (unbucketed compile failed)")
+    warm, visited = outcome.warm
+    dynamic = sum(bool(r["options"].get("dynamic")) for r in outcome.reports)
+    print(f"compile: {dynamic} with dynamic sizes; {warm} with a warm FX graph cache, {visited} of them loaded "
+          f"from it in a fresh process" + (f" ({warm - visited} did not run the warm path: see each report's "
+                                          f"'warm')" if warm > visited else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
                                                "seconds": outcome.seconds, "failures": outcome.failures,

@@ -87,7 +87,8 @@ EXCLUDED: dict[str, str] = {
     _AO + "low_contention_min_bytes_per_rank": "an option of the low-contention replacement (CUDA only)",
     _AO + "allow_comms_decompositions": "read by inductor's lowering, not by the post-grad passes",
     "deterministic": "a global inductor mode; the harness pins the analytical estimators it implies",
-    "unbacked_symint_fallback": "a size hint for unbacked symbols; the harness's graphs have static shapes",
+    "unbacked_symint_fallback": "a size hint for unbacked (data-dependent) symbols: the fuzz target's graphs have "
+                                "static shapes and endtoend's dynamic=True compiles backed ones",
     "test_configs.assume_bucketing_reduces_latency": "a test-only switch of inductor's own test suite",
 }
 DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}

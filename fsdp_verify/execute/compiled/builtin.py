@@ -13,6 +13,7 @@ and eager is reported beside it.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
@@ -95,6 +96,11 @@ def _step(module: nn.Module, inputs: tuple, params: nn.Module) -> Run:
                                        if p.grad is not None})
 
 
+def _fixed_cap(cap: float, bucket_index: int) -> float:
+    """Every bucket's cap, in MB."""
+    return cap
+
+
 def config_patch(options: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """``options`` as a ``torch._inductor.config.patch``: harness options (and ``skip``) left out,
     ``bucket_cap_mb`` as the three bucket-size determinators, the manual scheduler installed as
@@ -106,9 +112,12 @@ def config_patch(options: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[st
         patch["post_grad_custom_post_pass"] = manual
     cap = options.get("bucket_cap_mb")
     if cap is not None:
-        patch["bucket_all_gathers_fx_bucket_size_determinator"] = lambda index: cap
-        patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = lambda index: cap
-        patch["bucket_all_reduces_fx_bucket_size_determinator"] = lambda index: cap
+        # a partial of a module-level function, not a lambda: the FX graph cache pickles its key
+        # (config included), and a lambda would make every such compile bypass the cache
+        determinator = functools.partial(_fixed_cap, cap)
+        patch["bucket_all_gathers_fx_bucket_size_determinator"] = determinator
+        patch["bucket_reduce_scatters_fx_bucket_size_determinator"] = determinator
+        patch["bucket_all_reduces_fx_bucket_size_determinator"] = determinator
     patch["fx_graph_cache"] = False
     return patch
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import tempfile
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -24,8 +25,15 @@ from torch import fx, nn
 from fsdp_verify.targets.post_grad import cost_model
 from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
 from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, config_patch, gloo_world
+from fsdp_verify.execute.compiled.warm import Warm, warm_outputs
 
 Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
+
+# How the model is compiled, drawn beside inductor's options (harness options, never patched into
+# inductor's config). ``dynamic``: ``torch.compile(dynamic=True)``, so the passes see symbolic
+# sizes. ``compile_cache``: ``warm`` compiles with inductor's FX graph cache into a fresh folder,
+# then loads it in a fresh process (``warm.py``), where a hit skips the post-grad passes.
+COMPILE_SPACE: dict[str, tuple] = {"dynamic": (False, True), "compile_cache": ("cold", "warm")}
 
 
 def _model(desc: ModelDesc, group: Any, seed: int) -> SimpleFSDPModel:
@@ -97,25 +105,30 @@ def _planted(name: Optional[str]) -> Iterator[None]:
             setattr(module, attr, original)
 
 
-def compiled_outputs(desc: ModelDesc, options: dict[str, Any], seed: int = 0) -> tuple[Outputs, dict[str, int]]:
+def compiled_outputs(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
+                     cache: bool = False) -> tuple[Outputs, dict[str, int]]:
     """One step of ``desc`` compiled by inductor under ``options`` (``torch._inductor.config`` names;
-    ``bucket_cap_mb`` sets both size determinators; ``plant`` names a planted fault), and the
-    collectives inductor's post-grad passes left."""
+    ``bucket_cap_mb`` sets both size determinators; ``plant`` names a planted fault; ``dynamic``
+    compiles with symbolic sizes), and the collectives inductor's post-grad passes left (none
+    counted on an FX graph cache hit: the passes do not run). ``cache`` turns the FX graph cache on."""
     launches: dict[str, int] = {}
-    with gloo_world() as group, inductor(options, launches):
+    with gloo_world() as group, inductor(options, launches, cache):
         model = _model(desc, group, seed)
-        outputs = _step(torch.compile(model, backend="inductor", fullgraph=True, dynamic=False), model,
-                        example_input(desc, seed))
+        outputs = _step(torch.compile(model, backend="inductor", fullgraph=True, dynamic=bool(options.get("dynamic"))),
+                        model, example_input(desc, seed))
     return outputs, launches
 
 
 @contextlib.contextmanager
-def inductor(options: dict[str, Any], launches: dict[str, int]) -> Iterator[None]:
+def inductor(options: dict[str, Any], launches: dict[str, int], cache: bool = False) -> Iterator[None]:
     """Inductor configured by ``options`` (``bucket_cap_mb`` sets both size determinators; ``plant``
-    names a planted fault), with a fresh dynamo and the launches after post-grad passes counted."""
+    names a planted fault), with a fresh dynamo and the launches after post-grad passes counted;
+    the FX graph cache is off unless ``cache`` (then its folder is the caller's to choose)."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    patch = config_patch(options, skip=("plant",))
+    patch = config_patch(options, skip=("plant", *COMPILE_SPACE))
+    if cache:
+        patch["fx_graph_cache"] = True
     if options.get("plant"):
         patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
     torch._dynamo.reset()
@@ -162,15 +175,37 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
     if baseline is None:
         baseline, baseline_launches = compiled_outputs(desc, OFF, seed)
     eager = eager if eager is not None else eager_outputs(desc, seed)
+    warm: Optional[Warm] = None
     try:
-        bucketed, launches = compiled_outputs(desc, options, seed)
+        if options.get("compile_cache") == "warm":
+            bucketed, launches, warm = _cold_then_warm(desc, options, seed)
+        else:
+            bucketed, launches = compiled_outputs(desc, options, seed)
     except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding, named
         message = str(exc).strip().splitlines()
         return {"options": dict(options), "difference": None, "eager_difference": None, "launches": {},
                 "error": f"{type(exc).__name__}: {message[0] if message else ''}", "exercised": True}
-    return {"options": dict(options), "difference": first_difference(baseline, bucketed),
-            "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None,
-            "exercised": baseline_launches is None or launches != baseline_launches}
+    report = {"options": dict(options), "difference": first_difference(baseline, bucketed),
+              "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None,
+              "exercised": baseline_launches is None or launches != baseline_launches}
+    if warm is not None:
+        report["warm"] = warm.summary()
+        if warm.error:
+            report["error"] = f"the warm compile (a fresh process loading the FX graph cache) failed: {warm.error}"
+        elif not report["difference"]:
+            differs = first_difference(baseline, warm.outputs)
+            report["difference"] = f"{differs} (warm compile, from the FX graph cache)" if differs else None
+    return report
+
+
+def _cold_then_warm(desc: ModelDesc, options: dict[str, Any], seed: int) -> tuple[Outputs, dict[str, int], Warm]:
+    """The configuration compiled with the FX graph cache into a fresh folder (the cold compile:
+    the passes run and are counted), then loaded from that folder in a fresh process."""
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    with tempfile.TemporaryDirectory(prefix="fsdp-verify-inductor-cache-") as folder:
+        with temporary_cache_dir(folder):
+            cold, launches = compiled_outputs(desc, options, seed, cache=True)
+        return cold, launches, warm_outputs(desc.to_json(), options, seed, folder)
 
 
 def configurations(space: dict[str, tuple], count: int) -> list[dict[str, Any]]:
@@ -203,4 +238,4 @@ class BaselineFailed(RuntimeError):
     """The unbucketed compile of a model failed: its configurations cannot be judged (invalid)."""
 
 
-__all__ = ["BaselineFailed", "PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
+__all__ = ["BaselineFailed", "COMPILE_SPACE", "PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]

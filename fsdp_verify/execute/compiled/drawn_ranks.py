@@ -20,6 +20,7 @@ from fsdp_verify.execute.compiled.drawn import OFF, Outputs, first_difference
 from fsdp_verify.execute.ranks.pool import RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
+WARM_NOT_ON_RANKS = "on real ranks each configuration compiles cold; the warm path is judged in one-process mode"
 COLLECTIVE_TIMEOUT = 120.0  # a rank waiting on peers that never join (one rank's compile failed) gives up
 
 
@@ -69,7 +70,7 @@ def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
         if options is None:
             return _outputs(built, built(x)), launches
         with inductor(options, launches):
-            compiled = torch.compile(built, backend="inductor", fullgraph=True, dynamic=False)
+            compiled = torch.compile(built, backend="inductor", fullgraph=True, dynamic=bool(options.get("dynamic")))
             return _outputs(built, compiled(x)), launches
 
     runs: dict[str, Any] = {"eager": _plain(step(None)[0]), "baseline": _plain(step(OFF)[0]), "configs": []}
@@ -161,6 +162,8 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
     for index, options in enumerate(configs):
         report: dict[str, Any] = {"options": dict(options), "difference": None, "eager_difference": None,
                                   "launches": results[0]["configs"][index]["launches"], "error": None, "ranks": world}
+        if options.get("compile_cache") == "warm":  # said, never passed off as judged warm
+            report["warm"] = {"visited": False, "why": WARM_NOT_ON_RANKS}
         for rank in range(world):
             run = results[rank]["configs"][index]
             if run["error"] and not report["error"]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.capture.model import ModelDesc
-from fsdp_verify.execute.compiled.drawn import PLANTS, BaselineFailed, configurations, failed, judge, sweep
+from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE, PLANTS, BaselineFailed, configurations, failed, judge, sweep
 from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
 from fsdp_verify.strategies.captured import model_descs
 from fsdp_verify.targets.inductor import CONFIG_SPACE
@@ -44,6 +44,13 @@ class Outcome:
         return sum(report.get("exercised") is False for report in self.reports)
 
     @property
+    def warm(self) -> tuple[int, int]:
+        """Configurations drawn with a warm compile cache, and how many of them ran the warm path
+        (every graph loaded from the FX graph cache in a fresh process)."""
+        drawn = [r for r in self.reports if r.get("options", {}).get("compile_cache") == "warm"]
+        return len(drawn), sum(bool(r.get("warm", {}).get("visited")) for r in drawn)
+
+    @property
     def per_second(self) -> float:
         """Judged (model, configuration) examples per second."""
         return self.compiles / self.seconds if self.seconds else 0.0
@@ -54,7 +61,7 @@ def planned_configurations(count: int, plant: Optional[str] = None) -> list[dict
     buckets both kinds and carries the planted fault (so the fault has a merge to act on)."""
     if plant is not None and plant not in PLANTS:
         raise ValueError(f"plant {plant!r}: unknown; known plants are {sorted(PLANTS)}")
-    configs = configurations(CONFIG_SPACE, count)
+    configs = configurations({**CONFIG_SPACE, **COMPILE_SPACE}, count)
     if plant:
         configs = [{**c, "bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all",
                     "bucket_all_gathers_bucket_mode": "default", "plant": plant} for c in configs[:1]]

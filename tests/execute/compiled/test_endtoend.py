@@ -89,3 +89,45 @@ def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_
     assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4
     assert failed(good) is None and good["eager_difference"] is None
     assert "ag_merge_rounds_to_bf16" in failed(bad) and "rank " in bad["difference"]
+
+
+def test_a_warm_start_loads_each_configuration_in_a_fresh_process_and_finds_f11():
+    # dynamic sizes and a warm FX graph cache: the fresh process hits the cache (the post-grad passes
+    # do not run there) and is bitwise equal; with custom_ops bucketing the loaded code calls an op
+    # that only the (skipped) bucketing pass registers: F11, an upstream defect of torch 2.13.
+    warm, custom = sweep(TWO_LAYERS, [{**ALL, "dynamic": True, "compile_cache": "warm"},
+                                      {**ALL, "bucket_all_gathers_bucket_mode": "custom_ops", "compile_cache": "warm"}])
+    assert warm["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # the cold compile's passes
+    assert warm["warm"]["visited"] and warm["warm"]["misses"] == 0, warm["warm"]
+    assert failed(warm) is None
+    assert custom["warm"]["hits"] > 0 and "_pre_bucket_all_gather" in (custom["error"] or ""), custom
+
+
+def test_a_warm_output_that_differs_is_named_as_the_warm_compiles(monkeypatch):
+    import torch
+
+    from fsdp_verify.execute.compiled import drawn
+    from fsdp_verify.execute.compiled.warm import Warm
+    base = {"output": torch.zeros(2), "grad w": torch.ones(2)}
+
+    def cold_then_warm(desc, options, seed):  # the cold compile agrees, the loaded one does not
+        return dict(base), {"all_gather_into_tensor": 1}, Warm({**base, "grad w": torch.full((2,), 2.0)}, hits=2)
+    monkeypatch.setattr(drawn, "_cold_then_warm", cold_then_warm)
+    report = drawn.judge(TWO_LAYERS, {**ALL, "compile_cache": "warm"}, 0, base, base, {})
+    assert report["difference"] == "grad w (warm compile, from the FX graph cache)"
+    assert "first differing tensor: grad w (warm compile" in failed(report)
+
+
+def test_real_ranks_say_that_a_warm_configuration_compiled_cold():
+    from fsdp_verify.execute.compiled.drawn_ranks import WARM_NOT_ON_RANKS, _reports
+    run = {"outputs": {}, "launches": {}, "error": None}
+    results = {0: {"configs": [run], "baseline": {}, "eager": {}}}
+    report = _reports(results, [{**ALL, "compile_cache": "warm"}], 1)[0]
+    assert report["warm"] == {"visited": False, "why": WARM_NOT_ON_RANKS}
+
+
+def test_endtoend_draws_the_compile_dimensions():
+    configs = e2e.planned_configurations(4)
+    assert {c["dynamic"] for c in configs} == {False, True}
+    assert {c["compile_cache"] for c in configs} == {"cold", "warm"}
+    assert configs[0]["dynamic"] is False and configs[0]["compile_cache"] == "cold"

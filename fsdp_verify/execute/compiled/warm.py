@@ -1,0 +1,118 @@
+"""The warm path of inductor's FX graph cache: a configuration compiled again in a fresh process
+that loads what the first compile stored.
+
+Why a fresh process: a cache hit skips the post-grad passes (bucketing among them), so whatever
+those passes leave behind at compile time (a custom op they register, a config they read) is
+absent when a later job only loads the compiled graph. An in-process second compile would still
+have it. Why a fresh cache folder per configuration: an entry from another run or another
+configuration must not be the one loaded (the cold compile must store, the warm one must hit).
+
+The child reads a JSON request and writes a JSON reply (tensors as dtype, shape and base64 bytes,
+so the comparison stays bitwise); it never unpickles anything of the parent's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+WARM_TIMEOUT = 600.0  # seconds the fresh process may take (start, imports, load, one step)
+_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@dataclass
+class Warm:
+    """What the warm compile gave: its outputs, its FX graph cache hits and misses, or its error."""
+
+    outputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    hits: int = 0
+    misses: int = 0
+    error: Optional[str] = None
+    seconds: float = 0.0
+
+    @property
+    def visited(self) -> bool:
+        """Whether the warm path ran: every compiled graph came from the cache (no miss, a hit)."""
+        return self.error is None and self.hits > 0 and self.misses == 0
+
+    def summary(self) -> dict[str, Any]:
+        """The report's record of the warm compile."""
+        return {"hits": self.hits, "misses": self.misses, "visited": self.visited, "seconds": round(self.seconds, 1)}
+
+
+def _encode(outputs: dict[str, torch.Tensor]) -> dict[str, list]:
+    return {name: [str(t.dtype).removeprefix("torch."), list(t.shape),
+                   base64.b64encode(t.contiguous().view(torch.uint8).numpy().tobytes()).decode()]
+            for name, t in outputs.items()}
+
+
+def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
+    found = {}
+    for name, (dtype, shape, data) in doc.items():
+        raw = base64.b64decode(data)
+        found[name] = (torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
+                       if raw else torch.empty(shape, dtype=getattr(torch, dtype)))
+    return found
+
+
+def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: str | Path,
+                 timeout: float = WARM_TIMEOUT) -> Warm:
+    """Run the configuration once more in a fresh interpreter on the cache in ``folder``."""
+    folder = Path(folder)
+    request, reply = folder / "warm-request.json", folder / "warm-reply.json"
+    request.write_text(json.dumps({"desc": desc_json, "options": options, "seed": seed}))
+    env = {**os.environ, _ENV: str(folder)}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "fsdp_verify.execute.compiled.warm", str(request), str(reply)],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return Warm(error=f"the warm compile did not finish in {timeout:.0f} s", seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    try:
+        doc = json.loads(reply.read_text())
+    except (OSError, ValueError):
+        tail = (done.stderr.strip().splitlines() or [""])[-1]
+        return Warm(error=f"the warm compile's process exited {done.returncode} without a reply: {tail}",
+                    seconds=seconds)
+    if doc.get("error"):
+        return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
+                    seconds=seconds)
+    return Warm(_decode(doc["outputs"]), int(doc["hits"]), int(doc["misses"]), None, seconds)
+
+
+def main(argv: list[str]) -> int:
+    """The child: compile and step the requested configuration with the FX graph cache on."""
+    request, reply = Path(argv[0]), Path(argv[1])
+    doc = json.loads(request.read_text())
+    from torch._dynamo.utils import counters
+
+    from fsdp_verify.capture.model import desc_from_json
+    from fsdp_verify.execute.compiled.drawn import compiled_outputs
+    answer: dict[str, Any] = {}
+    try:
+        outputs, _ = compiled_outputs(desc_from_json(doc["desc"]), doc["options"], doc["seed"], cache=True)
+        answer["outputs"] = _encode(outputs)
+    except Exception as exc:  # noqa: BLE001 - the warm path failing is what this process reports
+        message = (str(exc).strip().splitlines() or [""])[0]
+        answer["error"] = f"{type(exc).__name__}: {message}"
+    # AOTAutograd's cache sits above inductor's and, on a hit, loads inductor's entries itself.
+    answer["hits"] = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
+    answer["misses"] = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
+    answer["counters"] = {f"{group}.{name}": count for group in ("inductor", "aot_autograd")
+                          for name, count in counters[group].items() if "cache" in name}
+    reply.write_text(json.dumps(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
