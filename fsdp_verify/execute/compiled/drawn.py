@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import math
 import tempfile
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -198,11 +199,20 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
     return report
 
 
+_GRAPH_CACHES = ("fxgraph", "aotautograd")  # the folders of inductor's cache that hold compiled graphs
+
+
 def _cold_then_warm(desc: ModelDesc, options: dict[str, Any], seed: int) -> tuple[Outputs, dict[str, int], Warm]:
     """The configuration compiled with the FX graph cache into a fresh folder (the cold compile:
     the passes run and are counted), then loaded from that folder in a fresh process."""
-    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, temporary_cache_dir
+    shared = Path(cache_dir())
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-inductor-cache-") as folder:
+        # Fresh graph caches, shared kernel code: only the FX graph and AOTAutograd entries decide
+        # the warm path, and compiling every C++ kernel again would only cost time.
+        for entry in shared.iterdir():
+            if entry.name not in _GRAPH_CACHES:
+                (Path(folder) / entry.name).symlink_to(entry)
         with temporary_cache_dir(folder):
             cold, launches = compiled_outputs(desc, options, seed, cache=True)
         return cold, launches, warm_outputs(desc.to_json(), options, seed, folder)
