@@ -15,7 +15,7 @@ REPROS = sorted((ROOT / "docs" / "repros").glob("f*_*.py"))  # the hand-written 
 DEFECTS = {"F2": "c7b4d2d170e8ca759d92", "F7": "d16f1596769588ce66bd", "F8": "1bffb0577cf669e31606",
            "F9": "c2ee48fa77cc446f6e5e"}
 # failures on torch alone that the triage counts apart (input outside what the target receives in practice)
-APART = {"F10": "7b7d5c7883ff987e96ad"}
+APART = {"F10": "7b7d5c7883ff987e96ad", "F10 (backward)": "9b914aae62adac5e3a6d"}
 
 
 def _roots(script: Path) -> set[str]:

@@ -10,8 +10,8 @@ These passes produce no reference-format plan: the plan-independent checkers jud
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
-from typing import Any, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional, Sequence
 
 from torch import fx
 
@@ -124,82 +124,134 @@ def _pins(mode: str, entry: str) -> dict[str, Any]:
 _CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
 
 
-def _captured_mismatches(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
-    """Rules of the harness that inductor never promised, seen on graphs captured through torch.compile
-    (docs/findings.md): both were bitwise equal in a real compile. Each excuses findings of one
-    named rule, keyed on ``(checker, rule)``, never a whole checker: a failure with any other finding
-    (a stream disagreement, a deadlock, a lost node that is no folded cast) stays a defect candidate."""
-    if "captured_phase" not in case.graph.attrs or not findings:
-        return []
-    if all(f.key == ("ordering", "fused_window") and f.details.get("blocker") == "collective" for f in findings):
-        return ["inductor buckets every collective of one compiled graph across the collectives between its "
-                "members (the FSDP planner's span rule, spec 2.7, is not its contract); the cross-rank streams "
-                "and deadlock checks found nothing"]
-    if options.get("bucket_all_gathers_fx", "none") == "none":
-        return []
+@dataclass(frozen=True)
+class Excuse:
+    """A rule of the harness's that inductor never promised, and which findings of a failure it
+    covers (indices into them). A failure is a contract mismatch only when its excuses together
+    cover every finding: a span finding beside a folded cast is excused, a span finding beside a
+    wrong value is not."""
+
+    reason: str
+    covers: frozenset[int]
+
+
+def _cover(findings: Sequence[Any], covered: Callable[[Any], bool], reason: str) -> Optional[Excuse]:
+    indices = frozenset(i for i, f in enumerate(findings) if covered(f))
+    return Excuse(reason, indices) if indices else None
+
+
+def _span_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
+    """On captured graphs: a fused window blocked by another collective (spec 2.7's span rule)."""
+    if "captured_phase" not in case.graph.attrs:
+        return None
+    return _cover(findings, lambda f: f.key == ("ordering", "fused_window") and f.details.get("blocker") == "collective",
+                  "inductor buckets every collective of one compiled graph across the collectives between its "
+                  "members (the FSDP planner's span rule, spec 2.7, is not its contract); the cross-rank streams "
+                  "and deadlock checks found nothing")
+
+
+def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
+    """On captured graphs with all-gather bucketing: each lost node is a cast of a parameter that
+    feeds a gather, and each layout finding is about such a cast's parameter."""
+    if "captured_phase" not in case.graph.attrs or options.get("bucket_all_gathers_fx", "none") == "none":
+        return None
     nodes = {n.name: n for n in case.graph.nodes}
     gathers = [n for n in case.graph.nodes if "all_gather" in n.target and n.inputs()]
     folded = {n.inputs()[0]: str(n.meta.get("param_name")) for n in gathers
               if nodes[n.inputs()[0]].target in _CASTS and nodes[n.inputs()[0]].inputs()
               and nodes[nodes[n.inputs()[0]].inputs()[0]].op == "placeholder"}
     lost = ("dependencies", "node_lost")
+    if not folded or any(f.key == lost and not set(f.nodes) <= set(folded) for f in findings):
+        return None  # a lost node that is no folded cast: nothing of this kind is excused
     gone = {name for f in findings if f.key == lost for name in f.nodes}
-    if folded and gone and all((f.key == lost and set(f.nodes) <= set(folded))
-                               or (f.checker == "layout" and f.details.get("param") in {folded[c] for c in gone})
-                               for f in findings):
-        return ["inductor's all-gather bucketing folds each parameter's pre-gather cast (mixed precision) into "
-                "the bucket's copy-in by design: only those cast nodes go (and the identity codes the layout "
-                "check plants on them), values are kept"]
-    return []
+    params = {folded[c] for c in gone}
+    return _cover(findings, lambda f: f.key == lost or (f.checker == "layout" and f.details.get("param") in params),
+                  "inductor's all-gather bucketing folds each parameter's pre-gather cast (mixed precision) into "
+                  "the bucket's copy-in by design: only those cast nodes go (and the identity codes the layout "
+                  "check plants on them), values are kept") if gone else None
 
 
 _REORDERED = {("ordering", "group_order"), ("ordering", "fused_window")}
 
 
-def _overlap_mismatches(findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
+def _reorder_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """The overlap scheduler and the manual one reorder collectives within a group by design (to
-    overlap them with compute), and bucket across whatever lies between: the FSDP planner's issue-order and span
-    rules are not its contract. Excused only when every finding is one of those two rules (the
-    ordering checker's cross-rank streams and deadlock verdicts are never excused, so a reorder
-    that differs between ranks still fails)."""
+    overlap them with compute), and bucket across whatever lies between: the FSDP planner's
+    issue-order and span rules are not their contract (the ordering checker's cross-rank streams
+    and deadlock verdicts are never excused, so a reorder that differs between ranks still fails)."""
     overlap, manual = options.get(_AO + "enable_overlap_scheduling"), options.get(MANUAL, "off") != "off"
-    if not (overlap or manual) or not findings:
-        return []
-    if all(f.key in _REORDERED for f in findings):
-        which = "overlap scheduler" if overlap else "manual scheduler (per module plan)"
-        return [f"inductor's {which} reorders and buckets collectives across compute by design; every rank "
-                "issues the same order (the cross-rank streams and deadlock checks found nothing)"]
-    return []
+    if not (overlap or manual):
+        return None
+    which = "overlap scheduler" if overlap else "manual scheduler (per module plan)"
+    return _cover(findings, lambda f: f.key in _REORDERED,
+                  f"inductor's {which} reorders and buckets collectives across compute by design; every rank "
+                  "issues the same order (the cross-rank streams and deadlock checks found nothing)")
 
 
-def _chained_gathers(case: Case) -> bool:
-    """A gather whose input is another gather's result (through its wait and views): a parameter
-    sharded on both dims of a 2-D mesh, as DTensor gathers ``(Shard(0), Shard(0))``."""
+def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
+    """Both schedulers prefetch gathers ahead of their compute, so peak memory rises by design past
+    the FSDP rewriter's bound (twice the largest fused buffer). The manual scheduler has no memory
+    limit; the overlap scheduler's is ``max_memory_increase_gb``/``_ratio`` (1 GB or 5%, the larger,
+    by default: far above these graphs). A drawn limit of 0 promises no increase, so there a peak
+    finding stays a candidate."""
+    overlap, manual = options.get(_AO + "enable_overlap_scheduling"), options.get(MANUAL, "off") != "off"
+    bounded = overlap and (options.get(_AO + "max_memory_increase_gb") == 0.0
+                           or options.get(_AO + "max_memory_increase_ratio") == 0.0)
+    if not (manual or overlap) or (bounded and not manual):
+        return None
+    which = "manual scheduler" if manual else "overlap scheduler (no memory limit drawn)"
+    return _cover(findings, lambda f: f.key == ("memory", "peak_memory"),
+                  f"inductor's {which} prefetches all-gathers ahead of their compute, raising peak memory by "
+                  "design past the FSDP rewriter's bound")
+
+
+def _chained(case: Case, kind: str) -> bool:
+    """A collective of ``kind`` whose input is another one's result (through its wait and views): a
+    parameter sharded on both dims of a 2-D mesh, as DTensor gathers ``(Shard(0), Shard(0))`` (and
+    reduce-scatters its gradient twice)."""
     nodes = {n.name: n for n in case.graph.nodes}
 
-    def from_gather(name: str, depth: int = 0) -> bool:
+    def after(name: str, depth: int = 0) -> bool:
         node = nodes.get(name)
         if node is None or node.op != "call_function" or depth > 8:
             return False
         if "wait_tensor" in node.target:
-            return any("all_gather" in nodes[i].target for i in node.inputs() if i in nodes)
-        return len(node.inputs()) == 1 and from_gather(node.inputs()[0], depth + 1)
+            return any(kind in nodes[i].target for i in node.inputs() if i in nodes)
+        return len(node.inputs()) == 1 and after(node.inputs()[0], depth + 1)
 
-    return any("all_gather" in n.target and n.inputs() and from_gather(n.inputs()[0]) for n in case.graph.nodes)
+    return any(kind in n.target and n.inputs() and after(n.inputs()[0]) for n in case.graph.nodes)
 
 
-def _manual_mismatches(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
+def _chained_gathers(case: Case) -> bool:
+    """A gather whose input is another gather's result, or a reduce-scatter of another's."""
+    return _chained(case, "all_gather") or _chained(case, "reduce_scatter")
+
+
+def _f10_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """The manual scheduler is written for SimpleFSDP's placements (``(Shard(0),)`` on a flattened
-    mesh, or HSDP's ``(Replicate(), Shard(0))``): one gather per parameter. On a parameter sharded
-    on both mesh dims (gathered twice, chained) it buckets the outer gathers before the inner
-    bucket's wait and crashes on its own graph lint (docs/findings.md, F10): real, but on input
-    SimpleFSDP never hands it, so it is counted apart. Only a crash is excused, never a wrong result."""
-    if options.get(MANUAL, "off") == "off" or not findings or not _chained_gathers(case):
+    mesh, or HSDP's ``(Replicate(), Shard(0))``): one collective per parameter. On a parameter
+    sharded on both mesh dims (gathered twice, its gradient reduce-scattered twice, chained) it
+    buckets the outer collectives before the inner bucket's wait and crashes on its own graph lint
+    (docs/findings.md, F10): real, but on input SimpleFSDP never hands it, so it is counted apart.
+    Only a crash is excused, never a wrong result."""
+    if options.get(MANUAL, "off") == "off" or not _chained_gathers(case):
+        return None
+    return _cover(findings, lambda f: f.key == ("target", "raised"),
+                  "the manual scheduler assumes one collective per parameter (SimpleFSDP's placements); a "
+                  "parameter sharded on both mesh dims is gathered and reduce-scattered twice, which it does "
+                  "not support (F10)")
+
+
+_EXCUSES = (_span_excuse, _cast_fold_excuse, _reorder_excuse, _prefetch_memory_excuse, _f10_excuse)
+
+
+def excused(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:
+    """The reasons of the excuses that together cover every finding, or none when one is left."""
+    if not findings:
         return []
-    if all(f.key == ("target", "raised") for f in findings):
-        return ["the manual scheduler assumes one gather per parameter (SimpleFSDP's placements); a parameter "
-                "sharded on both mesh dims is gathered twice, which it does not support (F10)"]
-    return []
+    found = [e for e in (excuse(case, findings, options) for excuse in _EXCUSES) if e is not None]
+    covered = frozenset().union(*(e.covers for e in found))
+    return [e.reason for e in found] if covered == frozenset(range(len(findings))) else []
 
 
 class TorchInductorTarget(Target):
@@ -272,9 +324,7 @@ class TorchInductorTarget(Target):
                for n in case.graph.nodes):
             found.append("group_name passed by keyword (make_fx passes it positionally)")
         options = {**DEFAULTS, **dict(case.target_options), **self.pins}
-        found += _captured_mismatches(case, findings, options)
-        found += _overlap_mismatches(findings, options)
-        found += _manual_mismatches(case, findings, options)
+        found += excused(case, findings, options)
         waited = Counter(n.inputs()[0] for n in case.graph.nodes if "wait_tensor" in n.target and n.inputs())
         if any(count > 1 for count in waited.values()):
             found.append("a launch with several waits (make_fx emits one wait per launch)")

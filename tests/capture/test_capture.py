@@ -215,3 +215,19 @@ def test_chained_2d_gathers_bucketed_by_inductor_raise_no_finding():
         assert not [f for f in errors if f.checker in ("layout", "consistency", "numerics")], [f.message for f in errors]
         if errors:  # only the span rule, which the overlap scheduler never promised
             assert classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0] == MISMATCH
+
+
+def test_a_folded_cast_beside_a_span_finding_is_one_contract_mismatch():
+    # The 30-minute captured campaign: inductor folded two pre-gather casts and bucketed reduce-scatters
+    # across a gather; each excuse alone left the other finding, so the harness called it a candidate.
+    from fsdp_verify.checks import Finding
+    from fsdp_verify.engine.triage import CANDIDATE, MISMATCH, classify
+    target = get_target("torch-inductor")
+    case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
+                target_options=(("bucket_all_gathers_fx", "all"),))
+    cast = next(n for n in case.graph.nodes if "all_gather" in n.target).inputs()[0]
+    lost = Finding("dependencies", "lost", (cast,), rule="node_lost")
+    span = Finding("ordering", "span", details={"blocker": "collective"}, rule="fused_window")
+    assert classify(target, case, ("dependencies", "ordering"), [lost, span])[0] == MISMATCH
+    other = Finding("dependencies", "lost", ("addmm",), rule="node_lost")
+    assert classify(target, case, ("dependencies", "ordering"), [lost, other, span])[0] == CANDIDATE

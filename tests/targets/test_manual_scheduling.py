@@ -92,3 +92,41 @@ def test_a_parameter_sharded_on_both_mesh_dims_crashes_it_and_is_counted_apart()
     # the same crash on a 1-D graph is no such excuse
     flat = target.normalise(Case(capture(ONE_D).forward))
     assert classify(target, flat, ("target",), findings)[0] == CANDIDATE
+
+
+def test_f10_on_the_backward_graph_chains_reduce_scatters_and_is_the_same_finding():
+    # The 30-minute captured campaign met F10's crash on a 2-D backward graph (its shrunk case): the
+    # gradient of a parameter sharded on both dims is reduce-scattered twice (chained), no gather is.
+    from pathlib import Path
+
+    from fsdp_verify.corpus import files as corpus
+    from fsdp_verify.engine.signature import signature
+    from fsdp_verify.targets.inductor import _chained
+    found = Path(__file__).resolve().parents[2] / "corpus" / "found"
+    backward, forward = (corpus.load(found / f"{key}.json") for key in ("9b914aae62adac5e3a6d", "7b7d5c7883ff987e96ad"))
+    assert _chained(backward.case, "reduce_scatter") and not _chained(backward.case, "all_gather")
+    target = get_target(backward.target).configure(dict(backward.case.target_options))
+    findings, _ = check_all(target, backward.case)
+    assert [f.key for f in findings] == [("target", "raised")], [f.message for f in findings]
+    f10, _ = check_all(get_target(forward.target), forward.case)
+    assert signature(findings) == signature(f10)  # one bug: the same origin in the manual scheduler
+    kind, why = classify(target, backward.case, ("target",), findings)
+    assert kind == MISMATCH and "F10" in why[0]
+
+
+def test_excuses_compose_but_never_cover_what_none_of_them_names():
+    from fsdp_verify.checks.findings import Finding
+    target = get_target("torch-inductor")
+    case = target.normalise(Case(capture(ONE_D).backward))
+    manual = replace(case, target_options=((MANUAL, "blocks"),))
+    overlap = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),))
+    bounded = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),
+                                            ("aten_distributed_optimizations.max_memory_increase_gb", 0.0)))
+    peak = Finding("memory", "peak live bytes exceed", rule="peak_memory")
+    reorder = Finding("ordering", "issues b before a", rule="group_order")
+    wrong = Finding("numerics", "output differs", rule="output_differs")
+    assert classify(target, manual, ("memory",), [peak])[0] == MISMATCH  # prefetch by design, no limit
+    assert classify(target, overlap, ("memory", "ordering"), [reorder, peak])[0] == MISMATCH  # two excuses
+    assert classify(target, bounded, ("memory",), [peak])[0] == CANDIDATE  # a limit of 0 promised no increase
+    assert classify(target, case, ("memory",), [peak])[0] == CANDIDATE  # no scheduler: the bound holds
+    assert classify(target, overlap, ("memory", "numerics", "ordering"), [reorder, peak, wrong])[0] == CANDIDATE
