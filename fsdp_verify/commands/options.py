@@ -227,6 +227,9 @@ def isolation_options(parser: argparse.ArgumentParser) -> None:
                              "0: no limit): a target past it fails as a finding, never the harness")
     parser.add_argument("--max-output", type=byte_size, default=None, metavar="BYTES",
                         help="largest file a case's forked child may write (default 1G; 0: no limit)")
+    parser.add_argument("--show-target-output", action="store_true",
+                        help="print what the target prints on every case (its logs and warnings); by default a "
+                             "case's output is kept and attached to the target's crash, hang or raise")
 
 
 def byte_size(text: str) -> int:
@@ -239,9 +242,12 @@ def byte_size(text: str) -> int:
 def apply_limits(args: argparse.Namespace) -> None:
     """The child limits travel by environment, so every worker and child inherits them."""
     from fsdp_verify.engine.run_case import MEMORY_ENV, OUTPUT_ENV
+    from fsdp_verify.execute.isolation import SHOW_OUTPUT_ENV
     for name, value in ((MEMORY_ENV, getattr(args, "max_memory", None)), (OUTPUT_ENV, getattr(args, "max_output", None))):
         if value is not None:
             os.environ[name] = str(value)
+    if getattr(args, "show_target_output", False):
+        os.environ[SHOW_OUTPUT_ENV] = "1"
 
 
 def spec_param(text: str) -> tuple:

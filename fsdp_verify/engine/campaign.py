@@ -32,7 +32,7 @@ from fsdp_verify.graph import fx_sources
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, children_started, close_children
-from fsdp_verify.execute.isolation import die_with_parent
+from fsdp_verify.execute.isolation import die_with_parent, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
@@ -182,6 +182,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
             runner.keep_shrunk()  # shrunk as far as it got
         finally:
             result.isolated, result.forks = config.deadline is not None, children_started()
+            result.output_kept = result.isolated and not shows_output()
             close_children()
             runner.clock.finish()
             result.ranks = real_ranks.session_report(real)

@@ -8,10 +8,11 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import tempfile
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional
 
@@ -26,7 +27,7 @@ from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rou
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
 from fsdp_verify.engine.stages import Stage
-from fsdp_verify.execute.isolation import Child, ChildDied, Served
+from fsdp_verify.execute.isolation import Child, ChildDied, Served, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.base import Target
@@ -218,6 +219,7 @@ def check_all(target: Target, case: Case, only: tuple[str, ...] | None = None,
 # (Python ignores SIGXFSZ; native code that does not is killed by it): a finding either way, and
 # the harness is never the process the kernel's OOM killer picks.
 MEMORY_ENV, OUTPUT_ENV = "FSDP_VERIFY_MAX_MEMORY", "FSDP_VERIFY_MAX_OUTPUT"
+OUTPUT_TAIL = 4096  # bytes of a target's output kept with its finding
 DEFAULT_MAX_MEMORY = 8 << 30
 DEFAULT_MAX_OUTPUT = 1 << 30
 
@@ -293,17 +295,25 @@ def _child_for(target: Target) -> Child:
         return _children[key][1]
     while len(_children) >= MAX_CHILDREN:
         _, (_, old) = _children.popitem(last=False)
-        old.kill()
-    child = Child(lambda request, send: _serve_case(target, request, send), _child_setup)
+        old.close()
+    child = Child(lambda request, send: _serve_case(target, request, send), _child_setup, _output_file())
     _children[key] = (target, child)
     return child
+
+
+def _output_file() -> Optional[str]:
+    if shows_output():
+        return None
+    handle, path = tempfile.mkstemp(prefix="fsdp-verify-target-output-", suffix=".log")
+    os.close(handle)
+    return path
 
 
 def close_children() -> None:
     """Stop every persistent child (end of a campaign, or a test that changed what a child holds)."""
     while _children:
         _, (_, child) = _children.popitem()
-        child.kill()
+        child.close()
 
 
 def children_started() -> int:
@@ -318,8 +328,21 @@ def _finding_from(doc: dict) -> Finding:
 def _check_isolated(target: Target, case: Case, only: tuple[str, ...] | None, deadline: float,
                     check_limit: float | None = None, base: Target | None = None) -> tuple[list[Finding], CheckContext]:
     """``check_limit`` caps the checkers' time too (a campaign passes what is left of its budget).
-    ``base``: the unconfigured target the persistent child holds (``target`` is it configured)."""
+    ``base``: the unconfigured target the persistent child holds (``target`` is it configured).
+    A finding of the target's own (a raise, a death, a hang) carries what the child printed for
+    this case (its last ``OUTPUT_TAIL`` bytes), which the campaign's log no longer shows."""
     child = _child_for(base if base is not None else target)
+    findings, ctx = _judged_in(child, target, case, only, deadline, check_limit)
+    if any(f.checker == "target" for f in findings):
+        tail = child.output_tail(OUTPUT_TAIL)
+        if tail.strip():
+            findings = [replace(f, details={**f.details, "output": tail}) if f.checker == "target" else f
+                        for f in findings]
+    return findings, ctx
+
+
+def _judged_in(child: Child, target: Target, case: Case, only: tuple[str, ...] | None, deadline: float,
+               check_limit: float | None) -> tuple[list[Finding], CheckContext]:
     child.submit(CaseRequest(case, only), memory=_limit(MEMORY_ENV, DEFAULT_MAX_MEMORY),
                  output=_limit(OUTPUT_ENV, DEFAULT_MAX_OUTPUT))
     ctx = CheckContext(TargetRun(case, {}), target)

@@ -12,7 +12,10 @@ fork mode and AFL's persistent mode do:
   torch's global switches) retires the child, so no later request runs where a target broke
   something;
 - each reply carries the number of the request it answers, so a late message from an earlier
-  request (a target's leftover thread) is never taken for the current answer.
+  request (a target's leftover thread) is never taken for the current answer;
+- with an ``output`` file, what the child prints (the target's logs and warnings, a native crash's
+  last words) goes there, emptied at each request, so the caller keeps a request's output with its
+  finding instead of flooding the campaign's log (as libFuzzer's ``-close_fd_mask`` does).
 
 Only this module forks, pipes and kills for a case; what runs in the child is the caller's.
 """
@@ -27,6 +30,16 @@ import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+
+#: "1": persistent children print where the harness prints (their target's logs and warnings on
+#: every case); otherwise a caller keeps each request's output (``Child(output=...)``).
+SHOW_OUTPUT_ENV = "FSDP_VERIFY_SHOW_TARGET_OUTPUT"
+
+
+def shows_output() -> bool:
+    """Whether children are to print to the harness's own streams (else their output is kept)."""
+    return os.environ.get(SHOW_OUTPUT_ENV, "") not in ("", "0")
+
 
 #: A child is replaced after this many requests or this much growth of its address space, so a slow
 #: leak (the target's or the harness's) never reaches a later case's memory limit.
@@ -129,8 +142,32 @@ def fingerprint() -> tuple:
             sys.getrecursionlimit(), tuple(sys.path))
 
 
-def _serve(server: Server, setup: Callable[[], None], conn, parent: int) -> None:
+def _redirect(output: str) -> int:
+    """Point this process's stdout and stderr (Python's and C's) at ``output``; its descriptor."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    # Python's streams anew on those descriptors: the parent's may write elsewhere (a capturing
+    # test runner's, a progress bar's)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    return descriptor
+
+
+def _empty(descriptor: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.ftruncate(descriptor, 0)  # appends start again at 0
+    except OSError:
+        pass
+
+
+def _serve(server: Server, setup: Callable[[], None], conn, parent: int, output: Optional[str] = None) -> None:
     die_with_parent(parent=parent)
+    descriptor = _redirect(output) if output else None
     setup()
     start, served = mapped_bytes(), 0
     before = fingerprint()
@@ -139,6 +176,8 @@ def _serve(server: Server, setup: Callable[[], None], conn, parent: int) -> None
             request = conn.recv()
         except (EOFError, OSError):
             return
+        if descriptor is not None:
+            _empty(descriptor)
         apply_limits(request.memory, request.output)
         served += 1
         result = server(request.payload, lambda message: conn.send(Reply(request.number, message)))
@@ -154,8 +193,9 @@ class Child:
     """The parent's handle on one persistent child: ``submit`` a request, then ``receive`` its
     replies under the parent's own deadlines; ``kill`` whenever the answer is no longer wanted."""
 
-    def __init__(self, server: Server, setup: Callable[[], None] = lambda: None) -> None:
-        self._server, self._setup = server, setup
+    def __init__(self, server: Server, setup: Callable[[], None] = lambda: None,
+                 output: Optional[str] = None) -> None:
+        self._server, self._setup, self.output = server, setup, output
         self._process = None
         self._conn = None
         self._number = 0
@@ -164,8 +204,8 @@ class Child:
     def _start(self) -> None:
         context = multiprocessing.get_context("fork")
         mine, theirs = context.Pipe(duplex=True)
-        self._process = context.Process(target=_serve, args=(self._server, self._setup, theirs, os.getpid()),
-                                        daemon=True)
+        self._process = context.Process(target=_serve, args=(self._server, self._setup, theirs, os.getpid(),
+                                                             self.output), daemon=True)
         self._process.start()
         theirs.close()
         self._conn = mine
@@ -223,6 +263,29 @@ class Child:
         if self._process is not None:
             self._process.join(10)
         self._drop()
+
+    def output_tail(self, limit: int = 4096) -> str:
+        """The last ``limit`` bytes the child printed for the current request ('' without an
+        output file). Read after the request ended, however it ended (the file outlives a death)."""
+        if not self.output:
+            return ""
+        try:
+            with open(self.output, "rb") as handle:
+                handle.seek(0, os.SEEK_END)
+                size = handle.tell()
+                handle.seek(max(0, size - limit))
+                return handle.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        """Stop the child and remove its output file."""
+        self.kill()
+        if self.output:
+            try:
+                os.unlink(self.output)
+            except OSError:
+                pass
 
     def _drop(self) -> None:
         if self._conn is not None:

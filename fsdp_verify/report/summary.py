@@ -110,9 +110,11 @@ def isolation_line(result: Result) -> str:
     if not result.isolated:
         return ("isolation       NONE (--in-process): a target that crashes, exits or hangs ends the run "
                 "instead of being a finding")
+    kept = ("kept per case and attached to its crash, hang or raise (--show-target-output prints it)"
+            if result.output_kept else "printed as it came (--show-target-output)")
     return (f"isolation       persistent child per worker: {result.forks} processes forked for "
             f"{result.examples + result.shrink_steps} cases (a fresh one after each crash, hang, raise or "
-            f"changed process state)")
+            f"changed process state); the target's output {kept}")
 
 
 def ranks_properties(result: Result) -> list[tuple[str, object]]:

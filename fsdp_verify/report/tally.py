@@ -56,6 +56,7 @@ class Result:
     shrunk: bool = True  # failures were shrunk before saving (not --no-shrink)
     isolated: bool = True  # each case's target and checkers ran in a killable child (not --in-process)
     forks: int = 0  # child processes the isolation forked (one, plus one per case that retired its child)
+    output_kept: bool = True  # the children's output was kept per case, not printed (--show-target-output)
     cpu_by_stage: dict = field(default_factory=dict)  # CPU seconds by stage (engine/stages.py), all processes
 
     def merge(self, other: "Result") -> None:
@@ -78,6 +79,7 @@ class Result:
         self.isolated = self.isolated and other.isolated
         self.shrunk = self.shrunk and other.shrunk
         self.forks += other.forks
+        self.output_kept = self.output_kept and other.output_kept
         for stage, seconds in other.cpu_by_stage.items():
             self.cpu_by_stage[stage] = self.cpu_by_stage.get(stage, 0.0) + seconds
 
@@ -103,7 +105,7 @@ class Result:
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),
-                "isolation": {"isolated": self.isolated, "forks": self.forks}, "shrunk": self.shrunk,
+                "isolation": {"isolated": self.isolated, "forks": self.forks, "output_kept": self.output_kept}, "shrunk": self.shrunk,
                 "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())}}
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from fsdp_verify.engine.run_case import check_all, children_started
+from fsdp_verify.engine.run_case import check_all, children_started, close_children
 from fsdp_verify.execute.isolation import Child, ChildDied, Served
 from fsdp_verify.targets import get_target
 from helpers.targets import POLLUTED
@@ -116,3 +116,24 @@ def test_a_child_that_dies_says_how():
     with pytest.raises(ChildDied) as died:
         child.receive(10)
     assert died.value.exitcode == 3
+
+
+def test_a_childs_output_is_kept_per_case_and_attached_to_a_target_crash(capfd, monkeypatch):
+    # A campaign's log once held 1,300 lines of inductor's logs in 30 minutes; a child's output now
+    # goes to its own file, emptied at each case, and a crash of the target carries its last words.
+    from fsdp_verify.execute.isolation import SHOW_OUTPUT_ENV
+    monkeypatch.delenv(SHOW_OUTPUT_ENV, raising=False)
+    close_children()
+    target = get_target("helpers.targets:Chatty")
+    quiet, _ = check_all(target, two_block_case(), deadline=DEADLINE)
+    assert not _errors(quiet)
+    crashed, _ = check_all(target, replace(two_block_case(), seed=1), deadline=DEADLINE)
+    assert _errors(crashed) == [("target", "died")]
+    output = crashed[0].details["output"]
+    assert "about to crash" in output and "planning seed 1" in output  # Python's and C's writes
+    assert "planning seed 0" not in output  # the earlier case's output was emptied
+    assert "chatty" not in capfd.readouterr().err + capfd.readouterr().out
+    close_children()
+    monkeypatch.setenv(SHOW_OUTPUT_ENV, "1")
+    shown, _ = check_all(target, two_block_case(), deadline=DEADLINE)
+    assert "chatty: planning" in capfd.readouterr().out

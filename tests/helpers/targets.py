@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 from fsdp_verify.targets.base import Target
@@ -239,3 +241,18 @@ class RaisesOnce(ReferenceTarget):
             RaisesOnce.raised = True
             raise RuntimeError("first run fails")
         return super().rewrite(case, modules)
+
+
+class Chatty(Target):
+    """Prints on every case (as inductor's passes log), and dies of a native crash on cases with an
+    odd seed after saying why (its last words must reach the finding)."""
+
+    name = "chatty"
+
+    def rewrite(self, case, modules):
+        print("chatty: planning seed", case.seed, flush=True)
+        os.write(2, b"chatty: a C-level warning\n")
+        if case.seed % 2:
+            os.write(2, b"chatty: about to crash\n")
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return {}
