@@ -72,6 +72,13 @@ class Case:
         return {name: ranks for name, ranks in self.graph.group_ranks(rank).items()
                 if name not in self.plan_args.omit_groups}
 
+    def __repr__(self) -> str:
+        # Short on purpose: Hypothesis prints a failing example's repr (and warns past 10 kB), and
+        # the whole case lives in its corpus file, not in a log line.
+        options = f", {len(self.target_options)} target options" if self.target_options else ""
+        return (f"Case({self.label or 'unlabelled'!r}, {len(self.graph.nodes)} nodes, "
+                f"{len(self.graph.params)} parameters, seed={self.seed}{options})")
+
     def with_args(self, **changes: Any) -> "Case":
         """The same case with other planner arguments."""
         return replace(self, plan_args=replace(self.plan_args, **changes))
