@@ -7,16 +7,18 @@ absent when a later job only loads the compiled graph. An in-process second comp
 have it. Why a fresh cache folder per configuration: an entry from another run or another
 configuration must not be the one loaded (the cold compile must store, the warm one must hit).
 
-The child reads a JSON request and writes a JSON reply (tensors as dtype, shape and base64 bytes,
-so the comparison stays bitwise); it never unpickles anything of the parent's.
+The process comes from a fork server that has imported torch and this harness but never compiled
+anything, so each check pays a fork, not an interpreter's start and torch's import; what a compile
+loads or registers is still absent there. The child reads a JSON request and writes a JSON reply
+(tensors as dtype, shape and base64 bytes, so the comparison stays bitwise).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -64,25 +66,50 @@ def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
     return found
 
 
+_PRELOAD = ["torch", "torch.distributed", "fsdp_verify.capture.model", "fsdp_verify.execute.compiled.builtin"]
+_server: Optional[Any] = None
+
+
+def _context() -> Any:
+    """The fork server's context (started on first use, with torch and the harness imported)."""
+    global _server
+    if _server is None:
+        _server = multiprocessing.get_context("forkserver")
+        _server.set_forkserver_preload(_PRELOAD)
+    return _server
+
+
+def _child(request: str, reply: str, folder: str, log: str) -> None:
+    descriptor = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(descriptor, 1)
+    os.dup2(descriptor, 2)
+    os.environ[_ENV] = folder  # read by inductor at each use: this process's whole cache is the folder
+    sys.exit(main([request, reply]))
+
+
 def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: str | Path,
                  timeout: float = WARM_TIMEOUT) -> Warm:
-    """Run the configuration once more in a fresh interpreter on the cache in ``folder``."""
+    """Run the configuration once more in a fresh process on the cache in ``folder``."""
     folder = Path(folder)
-    request, reply = folder / "warm-request.json", folder / "warm-reply.json"
+    request, reply, log = folder / "warm-request.json", folder / "warm-reply.json", folder / "warm-output.log"
     request.write_text(json.dumps({"desc": desc_json, "options": options, "seed": seed}))
-    env = {**os.environ, _ENV: str(folder)}
     started = time.monotonic()
-    try:
-        done = subprocess.run([sys.executable, "-m", "fsdp_verify.execute.compiled.warm", str(request), str(reply)],
-                              capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
+    process = _context().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)), daemon=True)
+    process.start()
+    process.join(timeout)
+    if process.is_alive():
+        process.kill()
+        process.join(5)
         return Warm(error=f"the warm compile did not finish in {timeout:.0f} s", seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
     try:
         doc = json.loads(reply.read_text())
     except (OSError, ValueError):
-        tail = (done.stderr.strip().splitlines() or [""])[-1]
-        return Warm(error=f"the warm compile's process exited {done.returncode} without a reply: {tail}",
+        try:
+            tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
+        except OSError:
+            tail = ""
+        return Warm(error=f"the warm compile's process exited {process.exitcode} without a reply: {tail}",
                     seconds=seconds)
     if doc.get("error"):
         return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
