@@ -6,8 +6,10 @@ every registered checker. Campaign, gate, replay, selftest and the pytest plugin
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -55,6 +57,7 @@ class ChildReport:
     skipped: dict
     error_type: Optional[str]
     error_message: Optional[str]
+    imported: tuple[str, ...] = ()  # modules this case imported in the child (the parent imports them too)
 
 
 @dataclass(frozen=True)
@@ -258,6 +261,7 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
     guards the process-wide state."""
     case, only = request.case, request.only
     began = time.process_time()
+    modules = set(sys.modules)
     fx_sources.forget_old_sources()  # the child serves cases all night: its compiled sources too
     if case.target_options and type(target).configure is not Target.configure:
         target = target.configure(dict(case.target_options))  # the parent checked that it can
@@ -273,7 +277,8 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
             cpu[str(Stage.ISOLATION)] = max(0.0, time.process_time() - began - sum(cpu.values()))
             report = ChildReport([f.to_json() for f in findings],
                                  {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
-                                 ctx.metrics, ctx.skipped, run.error_type, run.error_message)
+                                 ctx.metrics, ctx.skipped, run.error_type, run.error_message,
+                                 tuple(sorted(set(sys.modules) - modules)))
         except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
             return Served(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()), fit=False)
     raised = run.error is not None and any(f.key == ("target", "raised") for f in findings)
@@ -319,6 +324,22 @@ def close_children() -> None:
 def children_started() -> int:
     """Children forked so far by the children alive now (how often isolation paid for a fork)."""
     return sum(child.started for _, child in _children.values())
+
+
+def _import_in_parent(names: tuple[str, ...]) -> None:
+    """Import here what a case imported in its child, so the next child forks with it loaded.
+
+    A target imports much lazily (inductor's passes pull in dynamo, FakeTensor and the pattern
+    matcher: 2-4 CPU-s), and a child forked after a raise would import it all again: per shrink step
+    of a crash, that was most of the step's cost. Sound for isolation: only module code runs here,
+    the same a fresh child would run on demand, never the target's call; a module that cannot be
+    imported here is left to the child."""
+    for name in names:
+        if name not in sys.modules:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - a module only a child can import stays the child's
+                pass
 
 
 def _finding_from(doc: dict) -> Finding:
@@ -398,6 +419,7 @@ def _judged_in(child: Child, target: Target, case: Case, only: tuple[str, ...] |
         return [Finding("harness", "the checkers failed on this case, so it cannot be judged", severity=INVALID,
                         details={"kind": "harness_error", "traceback": why}, rule="harness_error")], ctx
     report = message.report
+    _import_in_parent(report.imported)
     ctx.run.plans = {rank: [PlanRecord(r) for r in rounds] for rank, rounds in report.plans.items()}
     ctx.run.error_type, ctx.run.error_message = report.error_type, report.error_message
     ctx.metrics.update(report.metrics)

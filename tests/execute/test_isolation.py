@@ -137,3 +137,13 @@ def test_a_childs_output_is_kept_per_case_and_attached_to_a_target_crash(capfd, 
     monkeypatch.setenv(SHOW_OUTPUT_ENV, "1")
     shown, _ = check_all(target, two_block_case(), deadline=DEADLINE)
     assert "chatty: planning" in capfd.readouterr().out
+
+
+def test_what_a_case_imported_in_its_child_is_imported_in_the_parent_for_the_next_fork():
+    # A target that raised retires its child; the next child forks from the parent, and imported
+    # again all the target imports lazily (inductor's passes: 2-4 CPU-s per shrink step of a crash).
+    import sys
+    sys.modules.pop("helpers.lazily_imported", None)
+    findings, _ = check_all(get_target("helpers.targets:LazyRaising"), two_block_case(), deadline=DEADLINE)
+    assert ("target", "raised") in _errors(findings)
+    assert "helpers.lazily_imported" in sys.modules

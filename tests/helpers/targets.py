@@ -256,3 +256,13 @@ class Chatty(Target):
             os.write(2, b"chatty: about to crash\n")
             os.kill(os.getpid(), signal.SIGSEGV)
         return {}
+
+
+class LazyRaising(Target):
+    """Imports a module on its first call, then raises (so every case forks a fresh child)."""
+
+    name = "lazy-raising"
+
+    def rewrite(self, case, modules):
+        import helpers.lazily_imported  # noqa: F401 - the import is the point
+        raise RuntimeError("raises after a lazy import")
