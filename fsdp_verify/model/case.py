@@ -79,6 +79,10 @@ class Case:
         return (f"Case({self.label or 'unlabelled'!r}, {len(self.graph.nodes)} nodes, "
                 f"{len(self.graph.params)} parameters, seed={self.seed}{options})")
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis's (and IPython's) pretty printer would walk every dataclass field."""
+        printer.text(repr(self))
+
     def with_args(self, **changes: Any) -> "Case":
         """The same case with other planner arguments."""
         return replace(self, plan_args=replace(self.plan_args, **changes))

@@ -11,3 +11,9 @@ def test_a_case_repr_is_short_and_names_what_identifies_it():
     text = repr(case)
     assert text == "Case('mutated:drop_wait', 88 nodes, 4 parameters, seed=7, 2 target options)"
     assert len(repr(replace(case, graph=case.graph.with_nodes(list(case.graph.nodes) * 50)))) < 200
+
+
+def test_hypothesis_prints_a_case_as_its_short_repr():
+    from hypothesis.vendor.pretty import pretty
+    case = two_block_case()
+    assert pretty(case) == repr(case)
