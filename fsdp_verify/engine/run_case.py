@@ -250,6 +250,11 @@ def _child_setup() -> None:
     faulthandler.disable()  # a target's native crash is reported by the parent, not dumped here
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops (and kills) this child on a stop
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    # Every torch.fx Interpreter run makes a (disabled) tqdm bar, and tqdm starts a monitor thread
+    # with its first bar: a new thread after the first case retired every child whose parent had
+    # never run an Interpreter (inductor on harness graphs: a fork per case). Nothing here shows a bar.
+    import tqdm
+    tqdm.tqdm.monitor_interval = 0
 
 
 def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None]) -> Served:

@@ -267,6 +267,11 @@ class TorchInductorTarget(Target):
 
     def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})
+        # Inductor sets TORCHINDUCTOR_CACHE_DIR in the environment the first time it asks for its
+        # cache folder; done here, in the process that makes the target, a child's first case no
+        # longer changes the environment (which retires the child: a fork per case).
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        cache_dir()
         modes = {self.pins.get("bucket_all_gathers_bucket_mode")} - {None}
         entry = "@fsdp" if self.pins.get("bucket_all_gathers_fx") == "only_fsdp" else ""
         if self.pins.get(MANUAL, "off") != "off":

@@ -147,3 +147,15 @@ def test_what_a_case_imported_in_its_child_is_imported_in_the_parent_for_the_nex
     findings, _ = check_all(get_target("helpers.targets:LazyRaising"), two_block_case(), deadline=DEADLINE)
     assert ("target", "raised") in _errors(findings)
     assert "helpers.lazily_imported" in sys.modules
+
+
+def test_inductor_on_harness_graphs_keeps_one_child_for_every_case():
+    # A round-two campaign forked 2,130 children for 2,128 cases: a child's first case started
+    # tqdm's monitor thread (torch.fx's Interpreter makes a bar) and set TORCHINDUCTOR_CACHE_DIR,
+    # and either change retires the child.
+    close_children()
+    target = get_target("torch-inductor")
+    case = target.normalise(two_block_case())
+    for _ in range(3):
+        findings, _ = check_all(target, case, deadline=DEADLINE)
+    assert children_started() == 1
