@@ -151,9 +151,10 @@ def _span_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -
 
 
 def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
-    """On captured graphs with all-gather bucketing: each lost node is a cast of a parameter that
-    feeds a gather, and each layout finding is about such a cast's parameter."""
-    if "captured_phase" not in case.graph.attrs or options.get("bucket_all_gathers_fx", "none") == "none":
+    """With all-gather bucketing: each lost node is a cast of a parameter that feeds a gather (the
+    pattern ``fsdp.is_fsdp_all_gather`` matches, on captured and harness graphs alike), and each
+    layout finding is about such a cast's parameter."""
+    if options.get("bucket_all_gathers_fx", "none") == "none":
         return None
     nodes = {n.name: n for n in case.graph.nodes}
     gathers = [n for n in case.graph.nodes if "all_gather" in n.target and n.inputs()]

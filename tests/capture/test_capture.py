@@ -231,3 +231,19 @@ def test_a_folded_cast_beside_a_span_finding_is_one_contract_mismatch():
     assert classify(target, case, ("dependencies", "ordering"), [lost, span])[0] == MISMATCH
     other = Finding("dependencies", "lost", ("addmm",), rule="node_lost")
     assert classify(target, case, ("dependencies", "ordering"), [lost, other, span])[0] == CANDIDATE
+
+
+def test_a_folded_cast_on_a_harness_graph_is_the_same_contract_mismatch():
+    # Round two's re-run: inductor folded a harness graph's pre-gather cast exactly as a captured one's.
+    from dataclasses import replace as with_graph
+
+    from fsdp_verify.checks import Finding
+    from fsdp_verify.engine.triage import MISMATCH, classify
+    target = get_target("torch-inductor")
+    case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
+                target_options=(("bucket_all_gathers_fx", "all"),))
+    attrs = {k: v for k, v in case.graph.attrs.items() if k != "captured_phase"}
+    harness = with_graph(case, graph=with_graph(case.graph, attrs=attrs))
+    cast = next(n for n in harness.graph.nodes if "all_gather" in n.target).inputs()[0]
+    lost = Finding("dependencies", "lost", (cast,), rule="node_lost")
+    assert classify(target, harness, ("dependencies",), [lost])[0] == MISMATCH
