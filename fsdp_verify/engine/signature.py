@@ -12,9 +12,9 @@ finding only:
   first node (kept by the rewrite) whose value differs (``checks/divergence.py``);
 - any other rule: ``(checker, rule)``.
 
-The primary finding is the target's own failure when there is one, else the first error finding
-in checker order (the registry's order puts the cheaper, more basic rules first). The others are
-collateral and are reported under it.
+The primary finding is the target's own failure when there is one, else the rewrite's failure to
+run, else the first error finding in checker order (the registry's order puts the cheaper, more
+basic rules first). The others are collateral and are reported under it.
 """
 
 from __future__ import annotations
@@ -73,10 +73,17 @@ def origin(finding: Finding) -> str:
     return f"{kind} at {path.rsplit('/', 1)[-1]}:{name}" if path else kind
 
 
+# A rewrite that cannot run at all: every other finding of the case (an ordering rule broken on the
+# way, a value never computed) follows from it, so it names the bug before any rule in checker order.
+_REWRITE_FAILED = "run_failed"
+
+
 def primary(findings: Sequence[Finding]) -> Finding:
-    """The finding that names the failure: the target's own, else the first error in checker order."""
+    """The finding that names the failure: the target's own, else the rewrite's failure to run,
+    else the first error in checker order."""
     errors = [f for f in findings if f.severity == ERROR] or list(findings)
-    return next((f for f in errors if f.checker == "target"), errors[0])
+    return next((f for f in errors if f.checker == "target"),
+                next((f for f in errors if f.rule == _REWRITE_FAILED), errors[0]))
 
 
 def collateral(findings: Sequence[Finding]) -> list[Finding]:
