@@ -43,8 +43,9 @@ class Warm:
 
     @property
     def visited(self) -> bool:
-        """Whether the warm path ran: every compiled graph came from the cache (no miss, a hit)."""
-        return self.error is None and self.hits > 0 and self.misses == 0
+        """Whether the warm path ran: every compiled graph came from the cache (no miss, a hit),
+        whether or not what it loaded then ran (F11 fails after its hits)."""
+        return self.hits > 0 and self.misses == 0
 
     def summary(self) -> dict[str, Any]:
         """The report's record of the warm compile."""

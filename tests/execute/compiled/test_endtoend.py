@@ -100,7 +100,7 @@ def test_a_warm_start_loads_each_configuration_in_a_fresh_process_and_finds_f11(
     assert warm["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # the cold compile's passes
     assert warm["warm"]["visited"] and warm["warm"]["misses"] == 0, warm["warm"]
     assert failed(warm) is None
-    assert custom["warm"]["hits"] > 0 and "_pre_bucket_all_gather" in (custom["error"] or ""), custom
+    assert custom["warm"]["visited"] and "_pre_bucket_all_gather" in (custom["error"] or ""), custom
 
 
 def test_a_warm_output_that_differs_is_named_as_the_warm_compiles(monkeypatch):
