@@ -109,7 +109,8 @@ def test_parallel_progress_sums_the_workers(tmp_path):
 
 def test_progress_counts_shrink_steps_so_a_long_shrink_never_looks_stalled(tmp_path):
     heard = []
-    result = campaign.run(_config(tmp_path, "helpers.targets:TwoBugs"),
+    result = campaign.run(_config(tmp_path, "helpers.targets:TwoBugs", budget=campaign.Budget(examples=5),
+                                  max_failures=1),
                           progress=lambda examples, failures, steps: heard.append((examples, steps)))
     assert result.shrink_steps > 0
     assert heard[-1][1] == result.shrink_steps
