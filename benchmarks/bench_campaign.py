@@ -19,6 +19,16 @@ import time
 from pathlib import Path
 
 
+def measured(command: list[str]) -> tuple[float, float]:
+    """Run ``command`` quietly; its wall seconds and the CPU seconds of it and all its children."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.monotonic()
+    subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
 def run(examples: int, seed: int, workers: int, in_process: bool) -> dict:
     """One campaign in a fresh process; its CPU time is read from the children's rusage."""
     with tempfile.TemporaryDirectory() as folder:
@@ -26,13 +36,8 @@ def run(examples: int, seed: int, workers: int, in_process: bool) -> dict:
         command = [sys.executable, "-m", "fsdp_verify", "fuzz", "--target", "reference", "--budget", str(examples),
                    "--seed", str(seed), "--workers", str(workers), "--corpus", str(Path(folder) / "found"),
                    "--no-repro", "--json", str(summary), *(["--in-process"] if in_process else [])]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        began = time.monotonic()
-        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.monotonic() - began
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall, cpu = measured(command)
         doc = json.loads(summary.read_text())
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"examples": doc["examples"], "wall": wall, "cpu": cpu, "forks": doc.get("isolation", {}).get("forks"),
             "stages": doc.get("cpu_by_stage", {})}
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_campaign import measured
 
 TARGET = "torch-inductor:custom_ops_multidtype"
 
@@ -32,13 +31,8 @@ def run(source: str, seed: int, budget: int) -> dict:
         command = [sys.executable, "-m", "fsdp_verify", "fuzz", "--target", TARGET, "--strategy", source,
                    "--budget", str(budget), "--seed", str(seed), "--max-failures", "1", "--no-repro",
                    "--corpus", str(Path(folder) / "found"), "--db", str(Path(folder) / "db"), "--json", str(summary)]
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        began = time.monotonic()
-        subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wall = time.monotonic() - began
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        wall, cpu = measured(command)
         doc = json.loads(summary.read_text())
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     first = doc["failures"][0] if doc["failures"] else {}
     found = (first.get("found_at") or [0, 0.0])[1]
     return {"source": source, "examples": doc["examples"], "steps": doc["shrink_steps"], "seconds": doc["seconds"],
