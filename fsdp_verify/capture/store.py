@@ -51,7 +51,8 @@ def folder() -> Optional[Path]:
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """A digest of torch's version and the source that shapes a capture."""
-    digest = hashlib.sha256(f"format {FORMAT}; torch {torch.__version__}".encode())
+    digest = hashlib.sha256(f"format {FORMAT}; torch {torch.__version__} {torch.version.git_version} "
+                            f"{Path(torch.__file__).resolve().parent}".encode())
     package = Path(__file__).resolve().parent.parent
     for sub in _SOURCES:
         for path in sorted((package / sub).glob("*.py")):

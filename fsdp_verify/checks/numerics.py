@@ -121,7 +121,7 @@ def run_failure(checker: str, error: Exception) -> Finding:
         return Finding(checker, f"rewritten graph reads freed storage: {error}", nodes=(error.reader, error.freed),
                        rank=error.rank, details={"kind": "read_after_free"}, rule="read_after_free")
     return Finding(checker, f"rewritten graph fails in the simulated world: {type(error).__name__}: {error}",
-                   details={"kind": "crash"}, rule="run_failed")
+                   details={"kind": "crash", "error_type": type(error).__name__}, rule="run_failed")
 
 
 def _unrunnable(before: Any, after: Any) -> list[Finding]:

@@ -5,6 +5,7 @@ every registered checker. Campaign, gate, replay, selftest and the pytest plugin
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import importlib
 import os
@@ -283,7 +284,7 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
             report = ChildReport([f.to_json() for f in findings],
                                  {rank: [p.to_dict() for p in rounds] for rank, rounds in run.plans.items()},
                                  ctx.metrics, ctx.skipped, run.error_type, run.error_message,
-                                 tuple(sorted(set(sys.modules) - modules)))
+                                 tuple(name for name in list(sys.modules) if name not in modules))  # import order
         except Exception:  # noqa: BLE001 - a harness bug must not be reported as the target's death
             return Served(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()), fit=False)
     raised = run.error is not None and any(f.key == ("target", "raised") for f in findings)
@@ -326,9 +327,15 @@ def close_children() -> None:
         child.close()
 
 
+atexit.register(close_children)  # replay, gate and show end without a campaign's close: no file stays
+
+
 def children_started() -> int:
     """Children forked so far by the children alive now (how often isolation paid for a fork)."""
     return sum(child.started for _, child in _children.values())
+
+
+_imports_stopped = False  # set once an import here changed the process: none is tried again
 
 
 def _import_in_parent(names: tuple[str, ...]) -> None:
@@ -336,15 +343,35 @@ def _import_in_parent(names: tuple[str, ...]) -> None:
 
     A target imports much lazily (inductor's passes pull in dynamo, FakeTensor and the pattern
     matcher: 2-4 CPU-s), and a child forked after a raise would import it all again: per shrink step
-    of a crash, that was most of the step's cost. Sound for isolation: only module code runs here,
-    the same a fresh child would run on demand, never the target's call; a module that cannot be
-    imported here is left to the child."""
-    for name in names:
-        if name not in sys.modules:
-            try:
-                importlib.import_module(name)
-            except Exception:  # noqa: BLE001 - a module only a child can import stays the child's
-                pass
+    of a crash, that was most of the step's cost. Why this keeps isolation: only module code runs
+    here, never the target's call, and only submodules of packages this process already holds (no
+    new top-level package, nothing of a ``testing`` package), in the child's import order. An
+    import that changes what the isolation fingerprint sees (threads, environment, signal handlers,
+    global switches) stops all further imports here; a module that fails to import is the child's."""
+    global _imports_stopped
+    if _imports_stopped or not names:
+        return
+    held = {name.partition(".")[0] for name in sys.modules}
+    wanted = [name for name in names if name not in sys.modules and name.partition(".")[0] in held
+              and ".testing" not in name and not name.startswith("__")]
+    if not wanted:
+        return
+    from fsdp_verify.execute.isolation import fingerprint
+    before = fingerprint()
+    known = {name for name, _ in before[5]}  # config modules already loaded (a new one is no change)
+    for name in wanted:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001 - a module only a child can import stays the child's
+            pass
+    after = fingerprint()
+    after = (*after[:5], tuple(item for item in after[5] if item[0] in known), *after[6:])
+    if after != before:
+        _imports_stopped = True
 
 
 def _finding_from(doc: dict) -> Finding:

@@ -99,6 +99,6 @@ def signature(findings: Sequence[Finding]) -> Signature:
         cause = origin(first)
     elif first.details.get("first_divergent_op"):  # where the values first part, and how
         cause = f"{first.details.get('first_differs')} at {first.details['first_divergent_op']}"
-    else:
-        cause = str(first.details.get("differs", ""))
+    else:  # what differs, or for a rewrite that cannot run, the exception's type
+        cause = str(first.details.get("differs", "") or first.details.get("error_type", ""))
     return Signature(first.checker, first.rule, cause)

@@ -146,7 +146,7 @@ def _redirect(output: str) -> int:
     """Point this process's stdout and stderr (Python's and C's) at ``output``; its descriptor."""
     sys.stdout.flush()
     sys.stderr.flush()
-    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)  # none of a dead child's
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
     # Python's streams anew on those descriptors: the parent's may write elsewhere (a capturing
@@ -156,9 +156,17 @@ def _redirect(output: str) -> int:
     return descriptor
 
 
+def _flush_c() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)  # C's stdio buffers a file: a native printf must land in its case
+    except (OSError, AttributeError):
+        pass
+
+
 def _empty(descriptor: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
+    _flush_c()
     try:
         os.ftruncate(descriptor, 0)  # appends start again at 0
     except OSError:
@@ -181,6 +189,10 @@ def _serve(server: Server, setup: Callable[[], None], conn, parent: int, output:
         apply_limits(request.memory, request.output)
         served += 1
         result = server(request.payload, lambda message: conn.send(Reply(request.number, message)))
+        if descriptor is not None:  # what the request printed is in the file before the parent reads it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            _flush_c()
         after = fingerprint()
         fit = result.fit and after == before and served < MAX_REQUESTS and mapped_bytes() - start < MAX_GROWTH
         conn.send(Reply(request.number, result.message, last=True, retiring=not fit))

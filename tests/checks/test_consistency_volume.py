@@ -39,3 +39,8 @@ def test_a_padded_or_lost_member_changes_both_and_is_found():
     # layout and conformance (the wire dtype) to find, not this rule
     mixed = _run(((32,), "float32"), ((32,), "bfloat16"))
     assert _rules(mixed, _run(((64,), "bfloat16"))) == []
+
+
+def test_a_dtype_of_unknown_width_conserves_no_bytes():
+    before = _run(((32,), "float32"), ((32,), "no_such_dtype"))
+    assert _rules(before, _run(((32,), "float32"), ((64,), "no_such_dtype"))) == ["volume_changed"]

@@ -295,10 +295,13 @@ def test_a_rewrite_that_cannot_run_is_one_bug_whatever_rule_broke_on_the_way():
     # Round two's re-run met F2 (a member view that cannot run) twice: alone, and beside a span
     # finding that the ordering checker, earlier in checker order, reported first.
     fails = [Finding("layout", "rewritten graph fails in the simulated world: RuntimeError: view size",
-                     details={"kind": "crash"}, rule="run_failed"),
+                     details={"kind": "crash", "error_type": "RuntimeError"}, rule="run_failed"),
              Finding("numerics", "rewritten graph fails in the simulated world: RuntimeError: view size",
-                     details={"kind": "crash"}, rule="run_failed")]
+                     details={"kind": "crash", "error_type": "RuntimeError"}, rule="run_failed")]
     span = Finding("ordering", "rank 0: fused launch has no legal insertion point", details={"rule": "fused_window"},
                    rule="fused_window")
     assert campaign.bug_signature([span, *fails]) == campaign.bug_signature(fails)
     assert campaign.bug_signature([span]) != campaign.bug_signature(fails)
+    other = [Finding("layout", "rewritten graph fails in the simulated world: KeyError: 'x'",
+                     details={"kind": "crash", "error_type": "KeyError"}, rule="run_failed")]
+    assert campaign.bug_signature(other) != campaign.bug_signature(fails)  # another crash, another bug

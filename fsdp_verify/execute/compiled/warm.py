@@ -40,6 +40,7 @@ class Warm:
     misses: int = 0
     error: Optional[str] = None
     seconds: float = 0.0
+    unjudged: Optional[str] = None  # the harness's own failure (no reply, a timeout): nothing said of torch
 
     @property
     def visited(self) -> bool:
@@ -49,7 +50,8 @@ class Warm:
 
     def summary(self) -> dict[str, Any]:
         """The report's record of the warm compile."""
-        return {"hits": self.hits, "misses": self.misses, "visited": self.visited, "seconds": round(self.seconds, 1)}
+        found = {"hits": self.hits, "misses": self.misses, "visited": self.visited, "seconds": round(self.seconds, 1)}
+        return {**found, "unjudged": self.unjudged} if self.unjudged else found
 
 
 def _encode(outputs: dict[str, torch.Tensor]) -> dict[str, list]:
@@ -67,6 +69,7 @@ def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
     return found
 
 
+_SHARED_STATE = ("TORCH_COMPILE_JOB_ID", "TORCH_CACHING_PRECOMPILE")
 _PRELOAD = ["torch", "torch.distributed", "fsdp_verify.capture.model", "fsdp_verify.execute.compiled.builtin"]
 _server: Optional[Any] = None
 
@@ -85,6 +88,8 @@ def _child(request: str, reply: str, folder: str, log: str) -> None:
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
     os.environ[_ENV] = folder  # read by inductor at each use: this process's whole cache is the folder
+    for name in _SHARED_STATE:  # caches keyed by a job, not by this folder, would be another run's
+        os.environ.pop(name, None)
     sys.exit(main([request, reply]))
 
 
@@ -101,7 +106,7 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
     if process.is_alive():
         process.kill()
         process.join(5)
-        return Warm(error=f"the warm compile did not finish in {timeout:.0f} s", seconds=time.monotonic() - started)
+        return Warm(unjudged=f"the warm compile did not finish in {timeout:.0f} s", seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
     try:
         doc = json.loads(reply.read_text())
@@ -110,7 +115,7 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
             tail = (log.read_text(errors="replace").strip().splitlines() or [""])[-1]
         except OSError:
             tail = ""
-        return Warm(error=f"the warm compile's process exited {process.exitcode} without a reply: {tail}",
+        return Warm(unjudged=f"the warm compile's process exited {process.exitcode} without a reply: {tail}",
                     seconds=seconds)
     if doc.get("error"):
         return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
