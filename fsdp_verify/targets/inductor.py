@@ -275,7 +275,35 @@ def _f10_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) ->
                   "not support (F10)")
 
 
-_EXCUSES = (_span_excuse, _cast_fold_excuse, _reorder_excuse, _prefetch_memory_excuse, _f10_excuse)
+def _summed_scatters(case: Case) -> set[str]:
+    """The adds of two reduce-scatters' waited results: what ``dedup_reduce_scatters`` rewrites."""
+    nodes = {n.name: n for n in case.graph.nodes}
+
+    def scattered(name: str) -> bool:
+        node = nodes.get(name)
+        return node is not None and "wait_tensor" in node.target and bool(node.inputs()) and \
+            "reduce_scatter" in nodes.get(node.inputs()[0], node).target
+    return {n.name for n in case.graph.nodes
+            if n.target.startswith("aten.add") and len(n.inputs()) == 2 and all(scattered(i) for i in n.inputs())}
+
+
+def _dedup_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
+    """``dedup_reduce_scatters`` rewrites ``add(wait(rs(a)), wait(rs(b)))`` into ``wait(rs(add(a, b)))``
+    by design (reduce-scatter is linear; fsdp.dedup_fsdp_reduce_scatter): the add of the waited
+    results goes (a new one sums the inputs) and the group's reduce-scatters carry fewer elements.
+    A dedup that drops a gradient changes values, which ``numerics`` reports and nothing excuses."""
+    if not options.get("dedup_reduce_scatters"):
+        return None
+    summed = _summed_scatters(case)
+    if not summed:
+        return None
+    return _cover(findings, lambda f: (f.key == ("dependencies", "node_lost") and set(f.nodes) <= summed)
+                  or (f.key == ("consistency", "volume_changed") and "reduce_scatter" in str(f.details.get("op"))),
+                  "inductor's dedup_reduce_scatters turns a sum of two reduce-scatters' results into one "
+                  "reduce-scatter of the summed inputs by design: the add goes and the volume falls")
+
+
+_EXCUSES = (_span_excuse, _cast_fold_excuse, _reorder_excuse, _prefetch_memory_excuse, _f10_excuse, _dedup_excuse)
 
 
 def excused(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> list[str]:

@@ -139,3 +139,21 @@ def test_excuses_compose_but_never_cover_what_none_of_them_names():
     assert classify(target, overlap, ("memory", "numerics", "ordering"), [reorder, peak, wrong])[0] == CANDIDATE
     assert classify(target, manual, ("memory",), [leak])[0] == CANDIDATE  # more than every gather's buffers
     assert classify(target, both, ("memory",), [peak])[0] == CANDIDATE  # the overlap scheduler's 0 stands
+
+
+def test_dedup_of_a_tied_weights_reduce_scatters_is_a_contract_mismatch_a_wrong_value_is_not():
+    # Issue 32's "reduce-scatter sending fewer elements beside a vanished add": a tied weight's two
+    # gradients are reduce-scattered and summed; dedup_reduce_scatters scatters their sum instead.
+    from fsdp_verify.checks.findings import Finding
+    target = get_target("torch-inductor")
+    options = {"dedup_reduce_scatters": True, "bucket_reduce_scatters_fx": "none", "bucket_all_gathers_fx": "none"}
+    case = replace(target.normalise(Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8, tie=0)))).backward)),
+                   target_options=tuple(sorted(options.items())))
+    findings, _ = check_all(target.configure(options), case)
+    errors = [f for f in findings if f.severity == "error"]
+    assert {f.key for f in errors} == {("dependencies", "node_lost"), ("consistency", "volume_changed")}
+    assert classify(target, case, ("consistency", "dependencies"), errors)[0] == MISMATCH
+    wrong = Finding("numerics", "output differs", rule="output_differs")
+    assert classify(target, case, ("consistency", "dependencies", "numerics"), [*errors, wrong])[0] == CANDIDATE
+    off = replace(case, target_options=(("dedup_reduce_scatters", False),))
+    assert classify(target, off, ("consistency", "dependencies"), errors)[0] == CANDIDATE
