@@ -152,11 +152,20 @@ def _span_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -
                   "and deadlock checks found nothing")
 
 
+def _buckets_gathers(options: dict[str, Any]) -> bool:
+    """Whether some pass of the configuration buckets all-gathers: inductor's own, the manual
+    scheduler's plans, or the overlap scheduler's bucketer or FSDP pre-bucketing."""
+    overlap = options.get(_AO + "enable_overlap_scheduling")
+    return options.get("bucket_all_gathers_fx", "none") != "none" or options.get(MANUAL, "off") != "off" or \
+        bool(overlap and (options.get(_AO + "collective_bucketing") or options.get(_AO + "pre_bucketing_fsdp_collectives")))
+
+
 def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
-    """With all-gather bucketing: each lost node is a cast of a parameter that feeds a gather (the
-    pattern ``fsdp.is_fsdp_all_gather`` matches, on captured and harness graphs alike), and each
-    layout finding is about such a cast's parameter."""
-    if options.get("bucket_all_gathers_fx", "none") == "none":
+    """Where a pass buckets all-gathers: each lost node is a cast of a parameter that feeds a gather
+    (the pattern ``fsdp.is_fsdp_all_gather`` and the manual scheduler both fold into the bucket's
+    copy-in, on captured and harness graphs alike), and each layout finding is about such a cast's
+    parameter."""
+    if not _buckets_gathers(options):
         return None
     nodes = {n.name: n for n in case.graph.nodes}
     gathers = [n for n in case.graph.nodes if "all_gather" in n.target and n.inputs()]

@@ -247,3 +247,18 @@ def test_a_folded_cast_on_a_harness_graph_is_the_same_contract_mismatch():
     cast = next(n for n in harness.graph.nodes if "all_gather" in n.target).inputs()[0]
     lost = Finding("dependencies", "lost", (cast,), rule="node_lost")
     assert classify(target, harness, ("dependencies",), [lost])[0] == MISMATCH
+
+
+def test_the_manual_scheduler_folding_a_cast_is_the_same_contract_mismatch():
+    # The third captured campaign: the manual scheduler, inductor's own gather bucketing off, folded
+    # a pre-gather cast as inductor's bucketing does.
+    from fsdp_verify.checks import Finding
+    from fsdp_verify.engine.triage import CANDIDATE, MISMATCH, classify
+    target = get_target("torch-inductor")
+    case = Case(capture(ModelDesc((Layer("linear", 8), Layer("linear", 8)), param_dtype="bfloat16")).forward,
+                target_options=(("bucket_all_gathers_fx", "none"), ("manual_bucket_plans", "blocks")))
+    cast = next(n for n in case.graph.nodes if "all_gather" in n.target).inputs()[0]
+    lost = Finding("dependencies", "lost", (cast,), rule="node_lost")
+    assert classify(target, case, ("dependencies",), [lost])[0] == MISMATCH
+    nothing = Case(case.graph, target_options=(("bucket_all_gathers_fx", "none"),))
+    assert classify(target, nothing, ("dependencies",), [lost])[0] == CANDIDATE  # no pass buckets gathers
