@@ -30,7 +30,7 @@ from fsdp_verify.checks.planner_oracle import expected_argument_error, watch_rou
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
 from fsdp_verify.engine.stages import Stage
-from fsdp_verify.execute.isolation import Child, ChildDied, Served, shows_output
+from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets.base import Target
@@ -356,7 +356,6 @@ def _import_in_parent(names: tuple[str, ...]) -> None:
               and ".testing" not in name and not name.startswith("__")]
     if not wanted:
         return
-    from fsdp_verify.execute.isolation import fingerprint
     before = fingerprint()
     known = {name for name, _ in before[5]}  # config modules already loaded (a new one is no change)
     for name in wanted:
