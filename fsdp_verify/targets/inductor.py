@@ -152,12 +152,17 @@ def _span_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -
                   "and deadlock checks found nothing")
 
 
+def _schedulers(options: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the overlap scheduler, and whether the manual one, run under ``options``."""
+    return bool(options.get(_AO + "enable_overlap_scheduling")), options.get(MANUAL, "off") != "off"
+
+
 def _buckets_gathers(options: dict[str, Any]) -> bool:
     """Whether some pass of the configuration buckets all-gathers: inductor's own, the manual
     scheduler's plans, or the overlap scheduler's bucketer or FSDP pre-bucketing."""
-    overlap = options.get(_AO + "enable_overlap_scheduling")
-    return options.get("bucket_all_gathers_fx", "none") != "none" or options.get(MANUAL, "off") != "off" or \
-        bool(overlap and (options.get(_AO + "collective_bucketing") or options.get(_AO + "pre_bucketing_fsdp_collectives")))
+    overlap, manual = _schedulers(options)
+    return options.get("bucket_all_gathers_fx", "none") != "none" or manual or \
+        (overlap and bool(options.get(_AO + "collective_bucketing") or options.get(_AO + "pre_bucketing_fsdp_collectives")))
 
 
 def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
@@ -191,7 +196,7 @@ def _reorder_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]
     overlap them with compute), and bucket across whatever lies between: the FSDP planner's
     issue-order and span rules are not their contract (the ordering checker's cross-rank streams
     and deadlock verdicts are never excused, so a reorder that differs between ranks still fails)."""
-    overlap, manual = options.get(_AO + "enable_overlap_scheduling"), options.get(MANUAL, "off") != "off"
+    overlap, manual = _schedulers(options)
     if not (overlap or manual):
         return None
     which = "overlap scheduler" if overlap else "manual scheduler (per module plan)"
@@ -204,18 +209,10 @@ def _gathered_bytes(case: Case) -> int:
     """What every all-gather of the graph moves: its shard (the bucket's copy-in) and the gathered
     result twice (a bucket's flat buffer beside its members' copies out). A scheduler that prefetches
     every gather at once adds at most that to peak memory."""
-    params = {p.placeholder: p for p in case.graph.params}
+    params = {p.fqn: p for p in case.graph.params}
     total = 0
-    for node in case.graph.nodes:
-        if "all_gather" not in node.target or not node.inputs():
-            continue
-        source = node.inputs()[0]
-        while source not in params and source in {n.name for n in case.graph.nodes}:
-            inputs = case.graph.node(source).inputs()
-            if len(inputs) != 1:
-                break
-            source = inputs[0]
-        param = params.get(source)
+    for node in case.graph.nodes:  # a gather names its parameter (the FSDP tags), whatever its source
+        param = params.get(node.meta.get("param_name")) if "all_gather" in node.target else None
         if param is not None and param.group in case.graph.groups:
             itemsize = DTYPES[param.dtype].itemsize if param.dtype in DTYPES else 8
             shard = math.prod(param.shard_shape) * itemsize
@@ -231,7 +228,7 @@ def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[s
     has no memory limit; the overlap scheduler's is ``max_memory_increase_gb``/``_ratio`` (1 GB or
     5%, the larger, by default: far above these graphs). A drawn limit of 0 promises no increase,
     so there a peak finding stays a candidate, whatever else is on."""
-    overlap, manual = options.get(_AO + "enable_overlap_scheduling"), options.get(MANUAL, "off") != "off"
+    overlap, manual = _schedulers(options)
     bounded = overlap and (options.get(_AO + "max_memory_increase_gb") == 0.0
                            or options.get(_AO + "max_memory_increase_ratio") == 0.0)
     if not (manual or overlap) or bounded:
@@ -264,7 +261,7 @@ def _chained(case: Case, kind: str) -> bool:
     return any(kind in n.target and n.inputs() and after(n.inputs()[0]) for n in case.graph.nodes)
 
 
-def _chained_gathers(case: Case) -> bool:
+def _chained_collectives(case: Case) -> bool:
     """A gather whose input is another gather's result, or a reduce-scatter of another's."""
     return _chained(case, "all_gather") or _chained(case, "reduce_scatter")
 
@@ -276,7 +273,7 @@ def _f10_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) ->
     buckets the outer collectives before the inner bucket's wait and crashes on its own graph lint
     (docs/findings.md, F10): real, but on input SimpleFSDP never hands it, so it is counted apart.
     Only a crash is excused, never a wrong result."""
-    if options.get(MANUAL, "off") == "off" or not _chained_gathers(case):
+    if options.get(MANUAL, "off") == "off" or not _chained_collectives(case):
         return None
     return _cover(findings, lambda f: f.key == ("target", "raised"),
                   "the manual scheduler assumes one collective per parameter (SimpleFSDP's placements); a "
@@ -290,8 +287,8 @@ def _summed_scatters(case: Case) -> set[str]:
 
     def scattered(name: str) -> bool:
         node = nodes.get(name)
-        return node is not None and "wait_tensor" in node.target and bool(node.inputs()) and \
-            "reduce_scatter" in nodes.get(node.inputs()[0], node).target
+        launch = nodes.get(node.inputs()[0]) if node is not None and node.inputs() else None
+        return "wait_tensor" in node.target and launch is not None and "reduce_scatter" in launch.target
     return {n.name for n in case.graph.nodes
             if n.target.startswith("aten.add") and len(n.inputs()) == 2 and all(scattered(i) for i in n.inputs())}
 

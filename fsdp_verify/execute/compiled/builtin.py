@@ -141,6 +141,18 @@ def eager_step(model: nn.Module, inputs: tuple) -> Run:
         return _step(Gathered(model, group), inputs, model)
 
 
+def plain(outputs: dict[str, torch.Tensor]) -> dict[str, tuple[str, list[int], bytes]]:
+    """Tensors as (dtype, shape, bytes): plain data another process can hand back bit for bit."""
+    return {name: (str(t.dtype).removeprefix("torch."), list(t.shape), t.contiguous().view(torch.uint8).numpy().tobytes())
+            for name, t in outputs.items()}
+
+
+def tensors(found: dict[str, tuple[str, list[int], bytes]]) -> dict[str, torch.Tensor]:
+    """What ``plain`` gave, as tensors again."""
+    return {name: torch.frombuffer(bytearray(data), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
+            if data else torch.empty(shape, dtype=getattr(torch, dtype)) for name, (dtype, shape, data) in found.items()}
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
         a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))

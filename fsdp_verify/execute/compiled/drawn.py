@@ -191,9 +191,9 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
               "exercised": baseline_launches is None or launches != baseline_launches}
     if warm is not None:
         report["warm"] = warm.summary()
-        if warm.unjudged:  # the harness's failure, said in the report, never a finding against inductor
-            pass
-        elif warm.error:
+        if warm.unjudged:  # the harness's failure: said in the report's "warm", never one of inductor's
+            return report
+        if warm.error:
             report["error"] = f"the warm compile (a fresh process loading the FX graph cache) failed: {warm.error}"
         elif not report["difference"]:
             differs = first_difference(baseline, warm.outputs)

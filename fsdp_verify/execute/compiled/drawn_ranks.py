@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import torch
 
+from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import OFF, Outputs, first_difference
 from fsdp_verify.execute.ranks.pool import RankContext, RankFailure, RankPool
 
@@ -73,28 +74,17 @@ def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
             compiled = torch.compile(built, backend="inductor", fullgraph=True, dynamic=bool(options.get("dynamic")))
             return _outputs(built, compiled(x)), launches
 
-    runs: dict[str, Any] = {"eager": _plain(step(None)[0]), "baseline": _plain(step(OFF)[0]), "configs": []}
+    runs: dict[str, Any] = {"eager": plain(step(None)[0]), "baseline": plain(step(OFF)[0]), "configs": []}
     for options in job.configs:
         try:
             outputs, launches = step(options)
-            runs["configs"].append({"outputs": _plain(outputs), "launches": launches, "error": None})
+            runs["configs"].append({"outputs": plain(outputs), "launches": launches, "error": None})
         except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding
             message = str(exc).strip().splitlines()
             runs["configs"].append({"outputs": {}, "launches": {},
                                     "error": f"{type(exc).__name__}: {message[0] if message else ''}"})
         dist.barrier()
     return runs
-
-
-def _plain(outputs: Outputs) -> dict[str, tuple[str, list[int], bytes]]:
-    """Tensors as (dtype, shape, bytes): what crosses the pipe is plain data, no shared storage."""
-    return {name: (str(t.dtype).removeprefix("torch."), list(t.shape), t.contiguous().view(torch.uint8).numpy().tobytes())
-            for name, t in outputs.items()}
-
-
-def _tensors(plain: dict[str, tuple[str, list[int], bytes]]) -> Outputs:
-    return {name: torch.frombuffer(bytearray(data), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
-            if data else torch.empty(shape, dtype=getattr(torch, dtype)) for name, (dtype, shape, data) in plain.items()}
 
 
 def _outputs(model: Any, out: torch.Tensor) -> Outputs:
@@ -170,11 +160,11 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
                 report["error"] = f"rank {rank}: {run['error']}"
             if run["error"]:
                 continue
-            outputs = _tensors(run["outputs"])
-            diff = first_difference(_tensors(results[rank]["baseline"]), outputs)
+            outputs = tensors(run["outputs"])
+            diff = first_difference(tensors(results[rank]["baseline"]), outputs)
             if diff and not report["difference"]:
                 report["difference"] = f"rank {rank}: {diff}"
-            diff = first_difference(_tensors(results[rank]["eager"]), outputs)
+            diff = first_difference(tensors(results[rank]["eager"]), outputs)
             if diff and not report["eager_difference"]:
                 report["eager_difference"] = f"rank {rank}: {diff}"
         reports.append(report)

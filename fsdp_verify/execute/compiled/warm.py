@@ -27,6 +27,8 @@ from typing import Any, Optional
 
 import torch
 
+from fsdp_verify.execute.compiled.builtin import plain, tensors
+
 WARM_TIMEOUT = 600.0  # seconds the fresh process may take (start, imports, load, one step)
 _ENV = "TORCHINDUCTOR_CACHE_DIR"
 
@@ -55,18 +57,12 @@ class Warm:
 
 
 def _encode(outputs: dict[str, torch.Tensor]) -> dict[str, list]:
-    return {name: [str(t.dtype).removeprefix("torch."), list(t.shape),
-                   base64.b64encode(t.contiguous().view(torch.uint8).numpy().tobytes()).decode()]
-            for name, t in outputs.items()}
+    """``plain`` tensors with their bytes in base64, for a JSON reply."""
+    return {name: [dtype, shape, base64.b64encode(data).decode()] for name, (dtype, shape, data) in plain(outputs).items()}
 
 
 def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
-    found = {}
-    for name, (dtype, shape, data) in doc.items():
-        raw = base64.b64decode(data)
-        found[name] = (torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(getattr(torch, dtype)).reshape(shape)
-                       if raw else torch.empty(shape, dtype=getattr(torch, dtype)))
-    return found
+    return tensors({name: (dtype, shape, base64.b64decode(data)) for name, (dtype, shape, data) in doc.items()})
 
 
 _SHARED_STATE = ("TORCH_COMPILE_JOB_ID", "TORCH_CACHING_PRECOMPILE")

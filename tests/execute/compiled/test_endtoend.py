@@ -131,3 +131,15 @@ def test_endtoend_draws_the_compile_dimensions():
     assert {c["dynamic"] for c in configs} == {False, True}
     assert {c["compile_cache"] for c in configs} == {"cold", "warm"}
     assert configs[0]["dynamic"] is False and configs[0]["compile_cache"] == "cold"
+
+
+def test_a_warm_check_the_harness_could_not_run_is_no_finding(monkeypatch):
+    import torch
+
+    from fsdp_verify.execute.compiled import drawn
+    from fsdp_verify.execute.compiled.warm import Warm
+    base = {"output": torch.zeros(2)}
+    monkeypatch.setattr(drawn, "_cold_then_warm", lambda desc, options, seed: (
+        dict(base), {}, Warm(unjudged="the warm compile's process exited -9 without a reply: ")))
+    report = drawn.judge(TWO_LAYERS, {**ALL, "compile_cache": "warm"}, 0, base, base, {})
+    assert failed(report) is None and report["warm"]["unjudged"] and not report["warm"]["visited"]
