@@ -834,6 +834,20 @@ def gain_by_bare_reduction(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_by_keyword_reduction(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain reduces with ``amax(x, dim=[], keepdim=False)``, its dims by keyword: the same 0-dim
+    result, but one the walk can only get by running amax, and amax refuses an empty input, so a
+    walk whose stand-ins hold no element leaves the gain unknown."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, args=amax.args[:1],
+                                                kwargs={"dim": [], "keepdim": False}))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
     the same promotion as ``aten.mul.Tensor``."""
@@ -891,6 +905,7 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             cast_scaled_by_product),
                                                       "scaled_cast_forms": (gain_summed_with_dtype,
                                                                             gain_by_bare_reduction,
+                                                                            gain_by_keyword_reduction,
                                                                             cast_scaled_by_python_operator),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,

@@ -434,6 +434,7 @@ _PLAIN = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((
     (mutations.gain_summed_with_dtype, _SCALED, "reduction_keywords_unknown"),
     (mutations.gain_summed_with_dtype, _SCALED, "dtype_keyword_read_as_cast"),
     (mutations.gain_by_bare_reduction, _SCALED, "bare_reductions_unknown"),
+    (mutations.gain_by_keyword_reduction, _SCALED, "standins_empty"),
     (mutations.cast_scaled_by_python_operator, _SCALED, "python_operators_unknown"),
     (mutations.cast_through_opaque_packet, _PLAIN, "packets_not_evaluated"),
     (mutations.cast_of_unfollowable_value, _PLAIN, "casts_of_unknown_values_unknown"),

@@ -248,6 +248,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("bare_reductions_unknown", "amax(x) with its dims left to their default is unknown to the dtype walk, "
            "so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.bare_reductions_unknown, hunt="rule:scaled_cast_forms"),
+    Mutant("standins_empty", "the dtype walk's stand-ins hold no element, so amax(x, dim=[]) fails on them and "
+           "the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.standins_empty, hunt="rule:scaled_cast_forms"),
     Mutant("packets_not_evaluated", "an op called as its packet (aten.relu) is not run on stand-ins, so relu of a "
            "bf16 cast is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.packets_not_evaluated,
            hunt="rule:cast_beside_opaque_op"),

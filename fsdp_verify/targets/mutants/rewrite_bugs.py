@@ -550,6 +550,18 @@ def bare_reductions_unknown() -> list[tuple]:
     return [(rewrite, "_walk", unknown)]
 
 
+def standins_empty() -> list[tuple]:
+    """The walk's stand-ins hold no element: an op that refuses an empty input (``amax`` over every
+    dim, named by keyword) then fails on them, its result is unknown, and the scaled cast it gains
+    falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def empty(node: fx.Node, walk) -> torch.Tensor | None:
+        found = walk.seen.get(node)
+        return None if found is None else torch.empty(() if found[1] else (0,), dtype=found[0], device="meta")
+    return [(rewrite, "_standin", empty)]
+
+
 def uint8_exceeds_bf16() -> list[tuple]:
     """An integer fits a float dtype only below 1/eps (half the exact span): uint8 beside a bf16 gather
     is packed in float32, wider than bf16, which holds all 256 values."""
