@@ -12,6 +12,8 @@ mutmut and cosmic-ray run only the tests that cover a mutant's line).
 from __future__ import annotations
 
 import contextlib
+import enum
+import importlib
 import json
 import os
 import signal
@@ -19,9 +21,11 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional, Sequence
+
+from fsdp_verify.engine import probes
 
 #: A line the default phases run in fewer than this share of their examples gets an aimed phase
 #: (when some planted shape runs it more often).
@@ -45,12 +49,30 @@ class Reach:
     statements: dict[str, list[int]] = field(default_factory=dict)
     seconds: float = 0.0
     error: str = ""  # the measurement failed: no phase is aimed, and the run says why
+    # per phase, per probed mutant and level (0: its own function; then its callers, ``probes``), the
+    # examples in which it changed that level's result
+    infected: dict[str, dict[str, dict[int, int]]] = field(default_factory=dict)
+    probed: dict[str, str] = field(default_factory=dict)  # per mutant: "" probed, else why not
+    levels: dict[str, list[str]] = field(default_factory=dict)  # per probed mutant: its levels' functions
 
     def rate(self, phase: str, path: str, line: int) -> float:
         """The share of ``phase``'s examples that ran the statement holding ``line`` of ``path``."""
         if not self.examples.get(phase):
             return 0.0
         return self.hits.get(phase, {}).get(_key(path), {}).get(self.statement(path, line), 0) / self.examples[phase]
+
+    def telling_level(self, ident: str) -> Optional[int]:
+        """The outermost level whose result mutant ``ident`` ever changed (None: none ever changed):
+        the nearest the map sees to the change reaching what the module hands its caller."""
+        levels = [level for by in self.infected.values() for level, n in by.get(ident, {}).items() if n]
+        return max(levels) if levels else None
+
+    def infection(self, phase: str, ident: str) -> float:
+        """The share of ``phase``'s examples in which mutant ``ident`` changed its telling level's result."""
+        level = self.telling_level(ident)
+        if not self.examples.get(phase) or level is None:
+            return 0.0
+        return self.infected.get(phase, {}).get(ident, {}).get(level, 0) / self.examples[phase]
 
     def statement(self, path: str, line: int) -> int:
         """The statement line that holds ``line`` (cosmic-ray names the mutated node's line, which
@@ -61,23 +83,39 @@ class Reach:
     def to_json(self) -> dict:
         return {"examples": self.examples, "seconds": self.seconds, "error": self.error,
                 "hits": {p: {f: {str(k): v for k, v in lines.items()} for f, lines in files.items()}
-                         for p, files in self.hits.items()}, "statements": self.statements}
+                         for p, files in self.hits.items()}, "statements": self.statements,
+                "infected": {p: {m: {str(k): v for k, v in levels.items()} for m, levels in by.items()}
+                             for p, by in self.infected.items()}, "probed": self.probed, "levels": self.levels}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Reach":
         return cls(examples=dict(doc["examples"]), seconds=doc["seconds"], error=doc["error"],
                    hits={p: {f: {int(k): v for k, v in lines.items()} for f, lines in files.items()}
-                         for p, files in doc["hits"].items()}, statements=dict(doc["statements"]))
+                         for p, files in doc["hits"].items()}, statements=dict(doc["statements"]),
+                   infected={p: {m: {int(k): v for k, v in levels.items()} for m, levels in by.items()}
+                             for p, by in doc.get("infected", {}).items()},
+                   probed=dict(doc.get("probed", {})), levels=dict(doc.get("levels", {})))
+
+
+class Basis(enum.Enum):
+    """What an aimed phase was chosen by."""
+
+    LINE = "line"  # the shape whose examples run the mutant's line most
+    RESULT = "result"  # the shape whose examples the mutant changes its function's result in most
 
 
 @dataclass(frozen=True)
 class Aim:
-    """What the map says of one mutant's line: the default phases' best rate, and the phase added
-    (None where the defaults run it often enough, or no shape runs it more often)."""
+    """What the map says of one mutant: the default phases' best rate of running its line (and, where
+    its function was probed, of its changing the function's result), and the phase added (None where
+    the defaults do either often enough, or no shape does more often)."""
 
     default_rate: float
     phase: Optional[str] = None
     phase_rate: float = 0.0
+    basis: Basis = Basis.LINE
+    default_infected: Optional[float] = None  # None: not probed, or no level's result ever changed
+    level: str = ""  # the telling level's function
 
 
 def _key(path: str) -> str:
@@ -96,24 +134,37 @@ def shape_phases() -> list[str]:
     return [phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons]
 
 
-def aim(reach: Reach, path: str, line: int, defaults: Sequence[str]) -> Aim:
-    """The phase to add for a mutant of ``line`` of ``path``: the planted shape that runs it most,
-    when the default phases run it in fewer than AIM_BELOW of their examples and the shape more."""
+def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Optional[str] = None) -> Aim:
+    """The phase to add for a mutant of ``line`` of ``path``. Where its function was probed and the
+    default phases' examples change its result in fewer than AIM_BELOW of them: the planted shape
+    whose examples it changes most (a line run by a third of the mix can still be one whose mutation
+    matters in one draw in hundreds). Else, when the default phases run the line in fewer than
+    AIM_BELOW of their examples: the shape that runs it most."""
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
-    if best >= AIM_BELOW or reach.error:
+    if reach.error:
         return Aim(best)
+    infected, level = None, ""
+    telling = reach.telling_level(ident) if ident is not None and reach.probed.get(ident) == "" else None
+    if telling is not None:
+        level = reach.levels.get(ident, [])[telling] if telling < len(reach.levels.get(ident, [])) else ""
+        infected = max((reach.infection(phase, ident) for phase in defaults), default=0.0)
+        shapes = sorted((-reach.infection(phase, ident), phase) for phase in reach.examples if phase not in defaults)
+        if infected < AIM_BELOW and shapes and -shapes[0][0] > infected:
+            return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level)
+    if best >= AIM_BELOW:
+        return Aim(best, default_infected=infected, level=level)
     shapes = sorted(((-reach.rate(phase, path, line), phase) for phase in reach.examples if phase not in defaults))
     if not shapes or -shapes[0][0] <= best:
-        return Aim(best)
-    return Aim(best, shapes[0][1], -shapes[0][0])
+        return Aim(best, default_infected=infected, level=level)
+    return Aim(best, shapes[0][1], -shapes[0][0], Basis.LINE, infected, level)
 
 
 def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str]], seed: int, workers: int = 1,
             default_examples: int = DEFAULT_EXAMPLES, shape_examples: int = SHAPE_EXAMPLES,
-            shapes: Optional[Sequence[str]] = None) -> Reach:
+            shapes: Optional[Sequence[str]] = None, probed: Sequence[probes.Probe | probes.Unprobed] = ()) -> Reach:
     """The map, measured in forked children (``workers`` at once, each a share of the phases): the
-    project's modules are imported afresh under coverage there, and this process stays as it was
-    for the mutants it forks."""
+    project's modules are imported afresh under coverage there, with ``probed`` mutants' functions
+    probed (``probes``), and this process stays as it was for the mutants it forks."""
     start = time.monotonic()
     phases = [_Measured(phase_name(*d), d[0], d[1], default_examples, seed + i) for i, d in enumerate(defaults)]
     phases += [_Measured(name, name.rsplit(":", 1)[0], SHAPE_SIZE, shape_examples, seed + len(defaults) + i)
@@ -127,7 +178,8 @@ def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(files, target, phases[share::shares], out)
+                _child(files, target, phases[share::shares], out,
+                       [p for p in probed if isinstance(p, probes.Probe)])
             children[pid] = out
         parts = []
         try:
@@ -141,7 +193,13 @@ def measure(files: Sequence[str], target: str, defaults: Sequence[tuple[str, str
             except (OSError, ValueError, KeyError) as exc:
                 why = "overran its wall limit" if pid in overran else f"left no map ({type(exc).__name__})"
                 parts.append(Reach(error=f"a share of the reach measurement {why}"))
-    return _merged(parts, round(time.monotonic() - start, 1))
+    merged = _merged(parts, round(time.monotonic() - start, 1))
+    if merged.error:
+        return merged
+    reasons = {p.ident: p.reason for p in probed if isinstance(p, probes.Unprobed)}
+    return replace(merged, probed={p.ident: reasons.get(p.ident, merged.probed.get(p.ident, "")) for p in probed},
+                   levels={p.ident: [level.qualname for level in p.levels] for p in probed
+                           if isinstance(p, probes.Probe)})
 
 
 def _wait(children: dict[int, Path], until: float) -> set[int]:
@@ -179,21 +237,25 @@ def _merged(parts: Sequence[Reach], seconds: float) -> Reach:
     errors = [part.error for part in parts if part.error]
     if errors:
         return Reach(seconds=seconds, error=errors[0])
-    examples, hits, statements = {}, {}, {}
+    examples, hits, statements, infected, probed = {}, {}, {}, {}, {}
     for part in parts:
         examples.update(part.examples)
         hits.update(part.hits)
         statements.update(part.statements)
-    return Reach(examples, hits, statements, seconds)
+        infected.update(part.infected)
+        for ident, why in part.probed.items():  # a probe one share could not install is not probed
+            probed[ident] = probed.get(ident) or why
+    return Reach(examples, hits, statements, seconds, infected=infected, probed=probed)
 
 
-def _child(files: Sequence[str], target: str, phases: Sequence[_Measured], out: Path) -> None:
+def _child(files: Sequence[str], target: str, phases: Sequence[_Measured], out: Path,
+           probed: Sequence[probes.Probe] = ()) -> None:
     """In a forked child: run its phases' examples under coverage, write its map; never returns."""
     code = 0
     try:
         descriptor = os.open(os.devnull, os.O_WRONLY)
         os.dup2(descriptor, 1)  # the campaigns' own output is not the run's
-        out.write_text(json.dumps(_measured(files, target, phases).to_json()))
+        out.write_text(json.dumps(_measured(files, target, phases, probed).to_json()))
     except BaseException:  # noqa: BLE001 - the parent reads the error instead of a map
         try:
             out.write_text(json.dumps(Reach(error=traceback.format_exc(limit=3).strip().splitlines()[-1]).to_json()))
@@ -202,26 +264,44 @@ def _child(files: Sequence[str], target: str, phases: Sequence[_Measured], out: 
     os._exit(code)
 
 
-def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured]) -> Reach:
+def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured],
+              probed: Sequence[probes.Probe] = ()) -> Reach:
     import coverage
 
     from fsdp_verify.engine import mutate
     keys = [_key(f) for f in files]
     cov = coverage.Coverage(data_file=None, include=keys, branch=False, config_file=False)  # not the project's
     cov.start()
+    infected: dict[str, dict[str, dict[int, set[int]]]] = {}
+    current: list[Optional[tuple[str, int]]] = [None]  # the example running now: (phase, number)
+
+    def flush(now: Optional[tuple[str, int]]) -> None:
+        """Credit the mutants that changed a level's result to the example that just ran."""
+        changed = probes.take()
+        if current[0] is not None:
+            for ident, level in changed:
+                infected.setdefault(current[0][0], {}).setdefault(ident, {}).setdefault(level, set()).add(current[0][1])
+        current[0] = now
+
     try:
         mutate._fresh_modules(mutate.module_name(Path(files[0])) if files else "fsdp_verify")
         from fsdp_verify.engine import campaign
+        not_installed: dict[str, str] = {}
+        if probed:
+            importlib.import_module("fsdp_verify.targets").get_target(target)  # its modules, before probing
+            not_installed = probes.install(probed)
         examples: dict[str, int] = {}
         with tempfile.TemporaryDirectory(prefix="fsdp-verify-aim-corpus-") as corpus:
             for phase in phases:
                 def tick(done: int, failures: int, steps: int, name: str = phase.name) -> None:
                     cov.switch_context(f"{name}|{done}")  # the next example's lines are its own
+                    flush((name, done))
                 config = campaign.Config(target=target, budget=campaign.Budget(examples=phase.examples),
                                          seed=phase.seed, profile="ci", corpus_dir=corpus, size=phase.size,
                                          modules=False, max_failures=phase.examples, strategy=phase.strategy,
                                          shrink=False)
                 examples[phase.name] = campaign.run(config, progress=tick).examples
+                flush(None)
     finally:
         cov.stop()
     data = cov.get_data()
@@ -237,4 +317,7 @@ def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured]) ->
                     ran.setdefault(name, set()).add(number)
             for name, numbers in ran.items():
                 hits[name].setdefault(key, {})[line] = len(numbers)
-    return Reach(examples, hits, statements)
+    return Reach(examples, hits, statements,
+                 infected={name: {ident: {level: len(numbers) for level, numbers in levels.items()}
+                                  for ident, levels in by.items()} for name, by in infected.items()},
+                 probed={p.ident: not_installed.get(p.ident, "") for p in probed})

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from fsdp_verify.engine import aim
+from fsdp_verify.engine import aim, probes
 
 # Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
 # mutant could change (the project's own modules are imported afresh in each child).
@@ -101,7 +101,13 @@ class MutantResult:
     wall_seconds: float = 0.0  # the child's whole life, campaign and imports
     cpu_seconds: float = 0.0  # the child and its descendants (user + system)
     default_rate: Optional[float] = None  # share of the default phases' examples that ran its line
+    # share of them in which it changed the result of ``level`` (the outermost function of its module
+    # whose result it ever changed; None: not probed, ``probed`` says why, or no result ever changed)
+    default_infected: Optional[float] = None
+    level: str = ""
+    probed: str = ""
     aimed: str = ""  # the phase added for it (``aim``): the planted shape that runs its line most
+    aimed_by: str = ""  # what chose that phase: its line's reach, or its function's result (aim.Basis)
     before: str = ""  # the changed lines, stripped: the equivalence file's key
     after: str = ""
     diff: str = ""
@@ -474,6 +480,7 @@ class _Running:
     after: str
     diff: str
     aimed: Optional[aim.Aim] = None
+    probed: str = ""  # why its function was not probed ("" where it was, or there is no map)
 
 
 def warm_up() -> None:
@@ -522,8 +529,9 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished."""
     equivalences = list(equivalences)
     warm_up()
+    sources: dict[str, tuple[str, Optional[str]]] = {}
     try:
-        reach = _reach(mutants, settings)
+        reach = _reach(mutants, settings, sources)
     except KeyboardInterrupt:  # stopped while measuring: nothing ran, and the run says so
         return Run([], True, total or len(mutants))
     done: dict[str, MutantResult] = {}
@@ -536,7 +544,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             while queue or running:
                 while queue and len(running) < settings.workers:
                     mutant = queue.pop(0)
-                    source, mutated = mutated_source(mutant)
+                    source, mutated = sources.pop(mutant.ident, None) or mutated_source(mutant)
                     if mutated is None:
                         done[mutant.ident] = MutantResult(mutant, Outcome.INCOMPETENT,
                                                           reason="cosmic-ray made no mutation at this occurrence")
@@ -556,7 +564,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                     if pid == 0:
                         _child(mutant, mutated, aimed.settings, out, log)
                     running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff,
-                                            aimed.found)
+                                            aimed.found, reach.probed.get(mutant.ident, "") if reach else "")
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
                 if pid == 0:
                     for job in list(running.values()):
@@ -581,13 +589,21 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     return Run(results, interrupted, total or len(mutants), reach)
 
 
-def _reach(mutants: Sequence[Mutant], settings: Settings) -> Optional[aim.Reach]:
-    """The map of which phases run which lines of the mutated files (None: not aimed)."""
+def _reach(mutants: Sequence[Mutant], settings: Settings,
+           sources: dict[str, tuple[str, Optional[str]]]) -> Optional[aim.Reach]:
+    """The map of which phases run which lines of the mutated files, and in which examples each
+    probed mutant changes its function's result (None: not aimed). ``sources`` keeps each
+    mutant's source for the run (cosmic-ray takes about 50 ms to make one)."""
     if not settings.aim or not mutants:
         return None
     files = sorted({m.path for m in mutants})
+    probed: list = []
+    for mutant in mutants:
+        source, mutated = sources.setdefault(mutant.ident, mutated_source(mutant))
+        if mutated is not None:
+            probed.append(probes.probe_for(mutant.ident, mutant.module, mutant.line, source, mutated))
     return aim.measure(files, settings.target, [(p.strategy, p.size) for p in settings.phases], settings.seed,
-                        settings.workers)
+                       settings.workers, probed=probed)
 
 
 @dataclass(frozen=True)
@@ -603,7 +619,8 @@ def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> Ai
     others; the budget is split over all of them."""
     if reach is None or reach.error:  # no map: nothing is said of the mutant's line
         return Aimed(settings)
-    found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases])
+    found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases],
+                    mutant.ident)
     if found.phase is None:
         return Aimed(settings, found)
     strategy, size = found.phase.rsplit(":", 1)
@@ -633,8 +650,11 @@ def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
         claim = next((e for e in equivalences if e.matches(job.mutant, job.before, job.after)), None)
         if claim is not None:
             outcome, facts = Outcome.EQUIVALENT, facts | {"reason": claim.reason}
-    aimed = {} if job.aimed is None else {"default_rate": round(job.aimed.default_rate, 3),
-                                          "aimed": job.aimed.phase or ""}
+    aimed = {} if job.aimed is None else {
+        "default_rate": round(job.aimed.default_rate, 3), "aimed": job.aimed.phase or "",
+        "aimed_by": job.aimed.basis.value if job.aimed.phase else "",
+        "default_infected": None if job.aimed.default_infected is None else round(job.aimed.default_infected, 3),
+        "level": job.aimed.level, "probed": job.probed}
     return MutantResult(job.mutant, outcome, wall_seconds=round(time.monotonic() - job.started, 3),
                         cpu_seconds=round(usage.ru_utime + usage.ru_stime, 3), before=job.before,
                         after=job.after, diff=job.diff, **aimed, **facts)
@@ -650,10 +670,13 @@ def _aim_line(outcome: Run) -> str:
         return "aimed phases: off (every mutant ran the given phases only)"
     if reach.error:
         return f"aimed phases: none, the reach map failed: {reach.error}"
-    aimed = sum(bool(r.aimed) for r in outcome.results)
-    return (f"aimed phases: {aimed} of {len(outcome.results)} mutants (their line ran in under "
-            f"{100 * aim.AIM_BELOW:.0f}% of the default phases' examples); reach map {reach.seconds:.0f} s, "
-            f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases")
+    by_line = sum(r.aimed_by == aim.Basis.LINE.value for r in outcome.results)
+    by_result = sum(r.aimed_by == aim.Basis.RESULT.value for r in outcome.results)
+    probed = sum(not r.probed for r in outcome.results if r.default_rate is not None)
+    return (f"aimed phases: {by_line + by_result} of {len(outcome.results)} mutants, {by_result} by what their "
+            f"module's functions return (changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
+            f"{by_line} by their line (run in under {100 * aim.AIM_BELOW:.0f}%); {probed} probed; reach map "
+            f"{reach.seconds:.0f} s, {sum(reach.examples.values())} examples over {len(reach.examples)} phases")
 
 
 def format_table(outcome: Run) -> str:
@@ -683,8 +706,11 @@ def format_table(outcome: Run) -> str:
             lines.append(f"\n{r.outcome.value}: {r.mutant.ident} (in {r.mutant.definition or 'module'})"
                          f"{': ' + r.reason if r.reason else ''}")
             if r.outcome is Outcome.SURVIVED and r.default_rate is not None:
-                lines.append(f"    its line ran in {100 * r.default_rate:.0f}% of the default phases' examples"
-                             + (f"; aimed phase {r.aimed}" if r.aimed else
+                result = (f"; it changed what {r.level} returns in {100 * r.default_infected:.0f}% of them"
+                          if r.default_infected is not None else f"; not probed: {r.probed}" if r.probed else
+                          "; it never changed what a function of its module returns")
+                lines.append(f"    its line ran in {100 * r.default_rate:.0f}% of the default phases' examples{result}"
+                             + (f"; aimed phase {r.aimed} (by its {r.aimed_by})" if r.aimed else
                                 "; no planted shape runs it more often" if r.default_rate < aim.AIM_BELOW else ""))
             lines.extend("    " + line for line in r.diff.splitlines())
     return "\n".join(lines)
