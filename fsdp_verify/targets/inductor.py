@@ -220,25 +220,42 @@ def _gathered_bytes(case: Case) -> int:
     return total
 
 
+# What ``schedule_overlap_bucketing`` takes when the config leaves a memory option unset (None is
+# not passed on): 1 GB or 5% of its baseline peak, the larger, may be added by prefetching.
+_OVERLAP_MEMORY_DEFAULTS = {"max_memory_increase_gb": 1.0, "max_memory_increase_ratio": 0.05}
+
+
+def _overlap_memory_allowance(options: dict[str, Any], original_peak: int) -> int:
+    """The bytes the overlap scheduler lets prefetching add to its baseline peak, as the pass computes
+    them: the larger of the absolute cap and the ratio of the peak (a drawn 0 of one leaves the
+    other's default, so only both at 0 promise no increase). Its peak is its own estimate; the
+    harness's original peak stands in for it."""
+    gb, ratio = (options.get(_AO + key, default) for key, default in _OVERLAP_MEMORY_DEFAULTS.items())
+    gb = _OVERLAP_MEMORY_DEFAULTS["max_memory_increase_gb"] if gb is None else gb
+    ratio = _OVERLAP_MEMORY_DEFAULTS["max_memory_increase_ratio"] if ratio is None else ratio
+    return max(int(gb * 1024 ** 3), int(original_peak * ratio))
+
+
 def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """Both schedulers prefetch gathers ahead of their compute, so peak memory rises by design past
     the FSDP rewriter's bound (twice the largest fused buffer), by at most every gather's buffers
     held at once (``_gathered_bytes``); a rise past that stays a candidate. Within it, a leaked
-    buffer is not told from a prefetched one: under these schedulers the peak bound is weaker. The manual scheduler
-    has no memory limit; the overlap scheduler's is ``max_memory_increase_gb``/``_ratio`` (1 GB or
-    5%, the larger, by default: far above these graphs). A drawn limit of 0 promises no increase,
-    so there a peak finding stays a candidate, whatever else is on."""
+    buffer is not told from a prefetched one: under these schedulers the peak bound is weaker. The
+    manual scheduler has no memory limit; the overlap scheduler's is its allowance
+    (``_overlap_memory_allowance``), and a rise past that stays a candidate too: with both options
+    at 0 it promised no increase."""
     overlap, manual = _schedulers(options)
-    bounded = overlap and (options.get(_AO + "max_memory_increase_gb") == 0.0
-                           or options.get(_AO + "max_memory_increase_ratio") == 0.0)
-    if not (manual or overlap) or bounded:
+    if not (manual or overlap):
         return None
     room = _gathered_bytes(case)
 
     def prefetched(finding: Any) -> bool:
-        rise = finding.details.get("rewritten_peak_bytes", 0) - finding.details.get("original_peak_bytes", 0)
-        return finding.key == ("memory", "peak_memory") and isinstance(rise, int) and rise <= room
-    which = "manual scheduler" if manual else "overlap scheduler (no memory limit drawn)"
+        before = finding.details.get("original_peak_bytes", 0)
+        rise = finding.details.get("rewritten_peak_bytes", 0) - before
+        if finding.key != ("memory", "peak_memory") or not isinstance(rise, int) or not isinstance(before, int):
+            return False
+        return rise <= (min(room, _overlap_memory_allowance(options, before)) if overlap else room)
+    which = "manual scheduler" if manual and not overlap else "overlap scheduler, within its memory allowance,"
     return _cover(findings, prefetched,
                   f"inductor's {which} prefetches all-gathers ahead of their compute, raising peak memory by "
                   f"design past the FSDP rewriter's bound (at most every gather's buffers at once, {room} bytes)")

@@ -121,7 +121,8 @@ def test_excuses_compose_but_never_cover_what_none_of_them_names():
     manual = replace(case, target_options=((MANUAL, "blocks"),))
     overlap = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),))
     bounded = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),
-                                            ("aten_distributed_optimizations.max_memory_increase_gb", 0.0)))
+                                            ("aten_distributed_optimizations.max_memory_increase_gb", 0.0),
+                                            ("aten_distributed_optimizations.max_memory_increase_ratio", 0.0)))
     from fsdp_verify.targets.inductor import _gathered_bytes
     room = _gathered_bytes(case)
     assert room > 0
@@ -134,11 +135,38 @@ def test_excuses_compose_but_never_cover_what_none_of_them_names():
     wrong = Finding("numerics", "output differs", rule="output_differs")
     assert classify(target, manual, ("memory",), [peak])[0] == MISMATCH  # prefetch by design, no limit
     assert classify(target, overlap, ("memory", "ordering"), [reorder, peak])[0] == MISMATCH  # two excuses
-    assert classify(target, bounded, ("memory",), [peak])[0] == CANDIDATE  # a limit of 0 promised no increase
+    assert classify(target, bounded, ("memory",), [peak])[0] == CANDIDATE  # both at 0 promised no increase
     assert classify(target, case, ("memory",), [peak])[0] == CANDIDATE  # no scheduler: the bound holds
     assert classify(target, overlap, ("memory", "numerics", "ordering"), [reorder, peak, wrong])[0] == CANDIDATE
     assert classify(target, manual, ("memory",), [leak])[0] == CANDIDATE  # more than every gather's buffers
     assert classify(target, both, ("memory",), [peak])[0] == CANDIDATE  # the overlap scheduler's 0 stands
+
+
+def test_a_memory_limit_of_0_drawn_alone_leaves_the_other_options_default():
+    """The overlap scheduler allows the larger of its two caps, each at its default (1 GB, 5% of the
+    peak) where the config leaves it unset: a gb of 0 alone still allows 5%, a ratio of 0 alone 1 GB.
+    Three findings of the captured campaign were peak rises under one option at 0."""
+    from fsdp_verify.checks.findings import Finding
+    from fsdp_verify.targets.inductor import _gathered_bytes, _overlap_memory_allowance
+    target = get_target("torch-inductor")
+    case = target.normalise(Case(capture(ONE_D).forward))
+    room = _gathered_bytes(case)
+    overlap = (("aten_distributed_optimizations.enable_overlap_scheduling", True),)
+    gb = "aten_distributed_optimizations.max_memory_increase_gb"
+    ratio = "aten_distributed_optimizations.max_memory_increase_ratio"
+    assert _overlap_memory_allowance({gb: 0.0}, 2000) == 100
+    assert _overlap_memory_allowance({ratio: 0.0}, 2000) == 1024 ** 3
+    assert _overlap_memory_allowance({gb: 0.0, ratio: 0.0}, 2000) == 0
+
+    def peak(before: int, rise: int) -> Finding:
+        return Finding("memory", "peak live bytes exceed", rule="peak_memory",
+                       details={"original_peak_bytes": before, "rewritten_peak_bytes": before + rise})
+    gb_only = replace(case, target_options=(*overlap, (gb, 0.0)))
+    ratio_only = replace(case, target_options=(*overlap, (ratio, 0.0)))
+    assert classify(target, gb_only, ("memory",), [peak(20 * room, room)])[0] == MISMATCH  # within 5%
+    assert classify(target, gb_only, ("memory",), [peak(10 * room, room)])[0] == CANDIDATE  # past 5%
+    assert classify(target, ratio_only, ("memory",), [peak(100, room)])[0] == MISMATCH  # within 1 GB
+    assert classify(target, ratio_only, ("memory",), [peak(100, room + 1)])[0] == CANDIDATE  # past every gather
 
 
 def test_dedup_of_a_tied_weights_reduce_scatters_is_a_contract_mismatch_a_wrong_value_is_not():
