@@ -111,8 +111,11 @@ def run(args: argparse.Namespace) -> int:
         tally = {"done": 0, "survivors": 0}
 
         def tell(result) -> None:
-            tally["done"] += 1
-            tally["survivors"] += result.outcome is mutate.Outcome.SURVIVED
+            if result.round == 2:  # a survivor run again: it was counted, and may be a survivor no more
+                tally["survivors"] -= result.outcome is not mutate.Outcome.SURVIVED
+            else:
+                tally["done"] += 1
+                tally["survivors"] += result.outcome is mutate.Outcome.SURVIVED
             progress.update(tally["done"], tally["survivors"])
         outcome = mutate.run(chosen, settings, equivalences, progress=tell, total=len(everything))
     print(mutate.format_table(outcome))

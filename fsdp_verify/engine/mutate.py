@@ -108,6 +108,7 @@ class MutantResult:
     probed: str = ""
     aimed: str = ""  # the phase added for it (``aim``): the planted shape that runs its line most
     aimed_by: str = ""  # what chose that phase: its line's reach, or its function's result (aim.Basis)
+    round: int = 1  # 2: a survivor run again, aimed by its probes (its times count both rounds)
     before: str = ""  # the changed lines, stripped: the equivalence file's key
     after: str = ""
     diff: str = ""
@@ -480,7 +481,6 @@ class _Running:
     after: str
     diff: str
     aimed: Optional[aim.Aim] = None
-    probed: str = ""  # why its function was not probed ("" where it was, or there is no map)
 
 
 def warm_up() -> None:
@@ -526,25 +526,57 @@ class Run:
 
 def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Equivalence] = (),
         progress: Optional[Callable[[MutantResult], None]] = None, total: int = 0) -> Run:
-    """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished."""
+    """Run every mutant, ``settings.workers`` at a time; Ctrl-C stops them and keeps what finished.
+
+    Two rounds: every mutant, aimed by its line (``aim``); then each survivor whose probes show a
+    planted shape changing what its module's functions return more often than the default phases
+    do, again, that shape first (``probes``). Probing is for survivors only: a copy of each level
+    runs beside the original on every call, so probing every mutant of a module would run its
+    planner a hundred times per call."""
     equivalences = list(equivalences)
     warm_up()
     sources: dict[str, tuple[str, Optional[str]]] = {}
     try:
-        reach = _reach(mutants, settings, sources)
+        reach = _reach(mutants, settings)
     except KeyboardInterrupt:  # stopped while measuring: nothing ran, and the run says so
         return Run([], True, total or len(mutants))
     done: dict[str, MutantResult] = {}
+    interrupted = _judge([(m, _aimed(reach, m, settings)) for m in mutants], settings, equivalences, progress,
+                         sources, done)
+    survivors = [m for m in mutants if m.ident in done and done[m.ident].outcome is Outcome.SURVIVED]
+    if reach is not None and not reach.error and survivors and not interrupted:
+        try:
+            probed = _probed(survivors, settings, sources)
+            second = {m.ident: _aimed(probed, m, settings) for m in survivors}
+            again = [(m, second[m.ident]) for m in survivors if second[m.ident].found is not None
+                     and second[m.ident].found.basis is aim.Basis.RESULT and second[m.ident].found.phase]
+            for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
+                _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
+            firsts = {m.ident: done[m.ident] for m, _ in again}
+            interrupted = _judge(again, settings, equivalences, None, sources, done)
+            for mutant, _ in again:
+                done[mutant.ident] = _second_round(firsts[mutant.ident], done.get(mutant.ident), settings)
+                _tell(progress, done[mutant.ident])
+        except KeyboardInterrupt:
+            interrupted = True
+    results = [done[m.ident] for m in mutants if m.ident in done]
+    return Run(results, interrupted, total or len(mutants), reach)
+
+
+def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivalences: list[Equivalence],
+           progress: Optional[Callable[[MutantResult], None]], sources: dict[str, tuple[str, Optional[str]]],
+           done: dict[str, MutantResult]) -> bool:
+    """Run each mutant's campaign in a forked child, ``settings.workers`` at a time, into ``done``;
+    whether Ctrl-C stopped them."""
     running: dict[int, _Running] = {}
-    queue = list(mutants)
+    queue = list(items)
     limit = settings.seconds + settings.grace
-    interrupted = False
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutate-") as scratch:
         try:
             while queue or running:
                 while queue and len(running) < settings.workers:
-                    mutant = queue.pop(0)
-                    source, mutated = sources.pop(mutant.ident, None) or mutated_source(mutant)
+                    mutant, aimed = queue.pop(0)
+                    source, mutated = _source(mutant, sources)
                     if mutated is None:
                         done[mutant.ident] = MutantResult(mutant, Outcome.INCOMPETENT,
                                                           reason="cosmic-ray made no mutation at this occurrence")
@@ -556,15 +588,14 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                             reason="changes only annotations, which PEP 563 keeps as strings nothing reads")
                         _tell(progress, done[mutant.ident])
                         continue
-                    out, log = Path(scratch, f"{len(done) + len(running)}.json"), Path(scratch, f"{len(done) + len(running)}.log")
-                    aimed = _aimed(reach, mutant, settings)
+                    number = len(done) + len(running) + len(queue)
+                    out, log = Path(scratch, f"{number}.json"), Path(scratch, f"{number}.log")
                     sys.stdout.flush()
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
                         _child(mutant, mutated, aimed.settings, out, log)
-                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff,
-                                            aimed.found, reach.probed.get(mutant.ident, "") if reach else "")
+                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed.found)
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
                 if pid == 0:
                     for job in list(running.values()):
@@ -581,29 +612,64 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
                 done[job.mutant.ident] = _finish(job, usage, False, equivalences)
                 _tell(progress, done[job.mutant.ident])
         except KeyboardInterrupt:
-            interrupted = True
             for pid in list(running):
                 _kill_group(pid)
                 os.waitpid(pid, 0)
-    results = [done[m.ident] for m in mutants if m.ident in done]
-    return Run(results, interrupted, total or len(mutants), reach)
+            return True
+    return False
 
 
-def _reach(mutants: Sequence[Mutant], settings: Settings,
-           sources: dict[str, tuple[str, Optional[str]]]) -> Optional[aim.Reach]:
-    """The map of which phases run which lines of the mutated files, and in which examples each
-    probed mutant changes its function's result (None: not aimed). ``sources`` keeps each
-    mutant's source for the run (cosmic-ray takes about 50 ms to make one)."""
+def _source(mutant: Mutant, sources: dict[str, tuple[str, Optional[str]]]) -> tuple[str, Optional[str]]:
+    """The module's source and the mutant's, made once per run (cosmic-ray takes about 50 ms)."""
+    if mutant.ident not in sources:
+        sources[mutant.ident] = mutated_source(mutant)
+    return sources[mutant.ident]
+
+
+def _reach(mutants: Sequence[Mutant], settings: Settings) -> Optional[aim.Reach]:
+    """The map of which phases run which lines of the mutated files (None: not aimed)."""
     if not settings.aim or not mutants:
         return None
     files = sorted({m.path for m in mutants})
+    return aim.measure(files, settings.target, [(p.strategy, p.size) for p in settings.phases], settings.seed,
+                       settings.workers)
+
+
+def _probed(survivors: Sequence[Mutant], settings: Settings,
+            sources: dict[str, tuple[str, Optional[str]]]) -> aim.Reach:
+    """The map again, with each survivor probed: in which examples it changes what its module's
+    functions return."""
     probed: list = []
-    for mutant in mutants:
-        source, mutated = sources.setdefault(mutant.ident, mutated_source(mutant))
+    for mutant in survivors:
+        source, mutated = _source(mutant, sources)
         if mutated is not None:
             probed.append(probes.probe_for(mutant.ident, mutant.module, mutant.line, source, mutated))
-    return aim.measure(files, settings.target, [(p.strategy, p.size) for p in settings.phases], settings.seed,
-                       settings.workers, probed=probed)
+    return aim.measure(sorted({m.path for m in survivors}), settings.target,
+                       [(p.strategy, p.size) for p in settings.phases], settings.seed, settings.workers, probed=probed)
+
+
+def _note_probe(result: MutantResult, found: Optional[aim.Aim], reach: aim.Reach) -> None:
+    """Keep on a survivor what its probes said (or why it was not probed)."""
+    result.probed = reach.error or reach.probed.get(result.mutant.ident, "not probed")
+    if found is not None:
+        result.default_infected = None if found.default_infected is None else round(found.default_infected, 3)
+        result.level = found.level
+
+
+def _second_round(first: MutantResult, second: Optional[MutantResult], settings: Settings) -> MutantResult:
+    """A survivor's verdict after its aimed second campaign: a kill counts the first round's whole
+    budget in its time and examples (the honest time to kill of a run that needed both)."""
+    if second is None:
+        return first
+    merged = replace(second, wall_seconds=round(first.wall_seconds + second.wall_seconds, 3),
+                     cpu_seconds=round(first.cpu_seconds + second.cpu_seconds, 3),
+                     examples=first.examples + second.examples, round=2,
+                     default_rate=first.default_rate, probed=first.probed,
+                     default_infected=first.default_infected, level=first.level)
+    if second.outcome is Outcome.KILLED:
+        merged.seconds_to_kill = round(settings.seconds + (second.seconds_to_kill or 0.0), 3)
+        merged.examples_to_kill = first.examples + (second.examples_to_kill or 0)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -652,9 +718,7 @@ def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
             outcome, facts = Outcome.EQUIVALENT, facts | {"reason": claim.reason}
     aimed = {} if job.aimed is None else {
         "default_rate": round(job.aimed.default_rate, 3), "aimed": job.aimed.phase or "",
-        "aimed_by": job.aimed.basis.value if job.aimed.phase else "",
-        "default_infected": None if job.aimed.default_infected is None else round(job.aimed.default_infected, 3),
-        "level": job.aimed.level, "probed": job.probed}
+        "aimed_by": job.aimed.basis.value if job.aimed.phase else ""}
     return MutantResult(job.mutant, outcome, wall_seconds=round(time.monotonic() - job.started, 3),
                         cpu_seconds=round(usage.ru_utime + usage.ru_stime, 3), before=job.before,
                         after=job.after, diff=job.diff, **aimed, **facts)
@@ -670,13 +734,15 @@ def _aim_line(outcome: Run) -> str:
         return "aimed phases: off (every mutant ran the given phases only)"
     if reach.error:
         return f"aimed phases: none, the reach map failed: {reach.error}"
-    by_line = sum(r.aimed_by == aim.Basis.LINE.value for r in outcome.results)
-    by_result = sum(r.aimed_by == aim.Basis.RESULT.value for r in outcome.results)
-    probed = sum(not r.probed for r in outcome.results if r.default_rate is not None)
-    return (f"aimed phases: {by_line + by_result} of {len(outcome.results)} mutants, {by_result} by what their "
-            f"module's functions return (changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
-            f"{by_line} by their line (run in under {100 * aim.AIM_BELOW:.0f}%); {probed} probed; reach map "
-            f"{reach.seconds:.0f} s, {sum(reach.examples.values())} examples over {len(reach.examples)} phases")
+    by_line = sum(r.aimed_by == aim.Basis.LINE.value and r.round == 1 for r in outcome.results)
+    again = [r for r in outcome.results if r.round == 2]
+    probed = [r for r in outcome.results if r.round == 2 or (r.outcome is Outcome.SURVIVED and not r.probed)]
+    return (f"aimed phases: {by_line} of {len(outcome.results)} mutants by their line (run in under "
+            f"{100 * aim.AIM_BELOW:.0f}% of the default phases' examples); reach map {reach.seconds:.0f} s, "
+            f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases. Second round: "
+            f"{len(probed)} survivors probed, {len(again)} run again aimed by what their module's functions return "
+            f"(changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
+            f"{sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
 
 
 def format_table(outcome: Run) -> str:
@@ -708,7 +774,7 @@ def format_table(outcome: Run) -> str:
             if r.outcome is Outcome.SURVIVED and r.default_rate is not None:
                 result = (f"; it changed what {r.level} returns in {100 * r.default_infected:.0f}% of them"
                           if r.default_infected is not None else f"; not probed: {r.probed}" if r.probed else
-                          "; it never changed what a function of its module returns")
+                          "; in no example of the map did it change what a function of its module returns")
                 lines.append(f"    its line ran in {100 * r.default_rate:.0f}% of the default phases' examples{result}"
                              + (f"; aimed phase {r.aimed} (by its {r.aimed_by})" if r.aimed else
                                 "; no planted shape runs it more often" if r.default_rate < aim.AIM_BELOW else ""))

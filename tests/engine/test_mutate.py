@@ -203,3 +203,23 @@ def test_the_reach_map_sees_which_shape_runs_the_dtype_walks_stand_ins() -> None
     assert reach.examples == {"hazards:tiny": 6, "rule:cast_beside_opaque_op:tiny": 20, "rule:capacity:tiny": 20}
     found = aim.aim(reach, path, line, ["hazards:tiny"])
     assert found.phase == "rule:cast_beside_opaque_op:tiny" and found.phase_rate > 0, found
+
+
+def test_the_reach_map_probes_where_a_mutant_of_the_dtype_walk_changes_what_the_rewriter_reads() -> None:
+    """``is convert`` to ``is not`` in the dtype walk: its line runs in a third of the mix's examples,
+    but what ``moved_dtype`` returns changes only for a cast form with a dtype keyword, so the probe
+    aims it at the scaled-cast forms (it survived 60 s of the default phases before)."""
+    from fsdp_verify.engine import aim, probes
+    path = "fsdp_verify/reference/rewrite.py"
+    lines = Path(path).read_text().splitlines()
+    [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_IsNot$")
+                if "is torch.ops.prims.convert_element_type.default:" in lines[m.line - 1]]
+    source, mutated = mutate.mutated_source(mutant)
+    probe = probes.probe_for(mutant.ident, mutant.module, mutant.line, source, mutated)
+    assert [level.qualname for level in probe.levels][-1] == "moved_dtype"
+    reach = aim.measure([path], "reference", [("hazards", "tiny")], seed=0, workers=2, default_examples=6,
+                        shape_examples=40, shapes=["rule:scaled_cast_forms:tiny", "rule:capacity:tiny"],
+                        probed=[probe])
+    assert not reach.error and reach.probed == {mutant.ident: ""}, reach.error or reach.probed
+    found = aim.aim(reach, path, mutant.line, ["hazards:tiny"], mutant.ident)
+    assert (found.basis, found.phase, found.level) == (aim.Basis.RESULT, "rule:scaled_cast_forms:tiny", "moved_dtype"), found
