@@ -278,8 +278,9 @@ def _loop_fresh(definition: ast.FunctionDef, items: frozenset[str]) -> set[str]:
 
 
 def _is_fresh(value: ast.AST) -> bool:
+    # not a BoolOp or IfExp: ``memo or {}`` is the caller's memo when it has one
     if isinstance(value, (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.Tuple,
-                          ast.Constant, ast.JoinedStr, ast.BinOp, ast.Compare, ast.BoolOp, ast.UnaryOp)):
+                          ast.Constant, ast.JoinedStr, ast.BinOp, ast.Compare, ast.UnaryOp)):
         return True
     if isinstance(value, ast.Call):
         func = value.func

@@ -44,6 +44,11 @@ SOURCE = textwrap.dedent('''
     def shared(x):
         return remember(CACHE, x)
 
+    def aliased(memo, x):
+        seen = memo or {}
+        seen[x] = kind(x)
+        return seen[x]
+
     def deep(box, x):
         box.items[0].append(x)
         return x
@@ -87,6 +92,7 @@ def _probe(function: str, old: str, new: str, nth: int = 1) -> probes.Probe | pr
 @pytest.mark.parametrize("function, old, new, why", [
     ("shared", "remember(CACHE, x)", "remember(CACHE, x + 1)", "passes CACHE to remember, which writes it"),
     ("cached", "x > LIMIT", "x >= LIMIT", "a decorated function"),
+    ("aliased", "seen[x] = kind(x)", "seen[x] = kind(x + 1)", "assigns seen[x]"),  # ``memo or {}`` is memo
     ("deep", "box.items[0].append(x)", "box.items[0].append(x + 1)", "writes deep into its argument box"),
 ])
 def test_a_function_that_writes_what_a_copy_cannot_keep_apart_is_not_probed(function, old, new, why) -> None:
