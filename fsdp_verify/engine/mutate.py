@@ -500,6 +500,7 @@ class Run:
     interrupted: bool = False
     total: int = 0  # mutants enumerated before sampling
     reach: Optional[aim.Reach] = None  # which phases ran which lines (None: phases not aimed)
+    probes: Optional[aim.Reach] = None  # the second round's map, survivors probed (None: no second round)
 
     def counts(self) -> dict[str, int]:
         return {o.value: sum(r.outcome is o for r in self.results) for o in Outcome}
@@ -520,6 +521,12 @@ class Run:
         return {"total_mutants": self.total, "run": len(self.results), "interrupted": self.interrupted,
                 "aim": None if self.reach is None else {"seconds": self.reach.seconds, "error": self.reach.error,
                                                         "examples": self.reach.examples},
+                "probes": None if self.probes is None else {
+                    "seconds": self.probes.seconds, "error": self.probes.error, "probed": self.probes.probed,
+                    "levels": self.probes.levels,
+                    "changed": {ident: {phase: round(self.probes.infection(phase, ident), 3)
+                                        for phase in self.probes.examples if self.probes.infection(phase, ident)}
+                                for ident in self.probes.probed if self.probes.telling_level(ident) is not None}},
                 "counts": self.counts(), "score": self.score, "median_seconds_to_kill": self.median_seconds_to_kill,
                 "results": [r.to_json() for r in self.results]}
 
@@ -544,6 +551,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     interrupted = _judge([(m, _aimed(reach, m, settings)) for m in mutants], settings, equivalences, progress,
                          sources, done)
     survivors = [m for m in mutants if m.ident in done and done[m.ident].outcome is Outcome.SURVIVED]
+    probed: Optional[aim.Reach] = None
     if reach is not None and not reach.error and survivors and not interrupted:
         try:
             probed = _probed(survivors, settings, sources)
@@ -560,7 +568,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
         except KeyboardInterrupt:
             interrupted = True
     results = [done[m.ident] for m in mutants if m.ident in done]
-    return Run(results, interrupted, total or len(mutants), reach)
+    return Run(results, interrupted, total or len(mutants), reach, probed)
 
 
 def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivalences: list[Equivalence],
