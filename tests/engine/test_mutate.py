@@ -191,35 +191,30 @@ def test_a_line_the_default_phases_seldom_run_is_aimed_at_the_shape_that_runs_it
     assert aim.Reach.from_json(json.loads(json.dumps(reach.to_json()))) == reach
 
 
-def test_the_reach_map_sees_which_shape_runs_the_dtype_walks_stand_ins() -> None:
-    """Measured on the reference's rewriter: only the opaque-op shape runs ``_evaluated``'s op call,
-    so a mutant there gets that shape's phase (the default mix draws it about once in a hundred)."""
-    from fsdp_verify.engine import aim
-    path = "fsdp_verify/reference/rewrite.py"
-    line = next(i for i, text in enumerate(Path(path).read_text().splitlines(), 1) if "out = node.target(" in text)
-    reach = aim.measure([path], "reference", [("hazards", "tiny")], seed=0, workers=2, default_examples=6,
-                        shape_examples=20, shapes=["rule:cast_beside_opaque_op:tiny", "rule:capacity:tiny"])
-    assert not reach.error, reach.error
-    assert reach.examples == {"hazards:tiny": 6, "rule:cast_beside_opaque_op:tiny": 20, "rule:capacity:tiny": 20}
-    found = aim.aim(reach, path, line, ["hazards:tiny"])
-    assert found.phase == "rule:cast_beside_opaque_op:tiny" and found.phase_rate > 0, found
-
-
-def test_the_reach_map_probes_where_a_mutant_of_the_dtype_walk_changes_what_the_rewriter_reads() -> None:
-    """``is convert`` to ``is not`` in the dtype walk: its line runs in a third of the mix's examples,
-    but what ``moved_dtype`` returns changes only for a cast form with a dtype keyword, so the probe
-    aims it at the scaled-cast forms (it survived 60 s of the default phases before)."""
+def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
+    """One measurement on the reference's rewriter. By line: the default phases never run
+    ``_evaluated``'s op call (only casts through opaque ops or reductions with keywords do), so a
+    mutant there gets the phase of the shape that runs it most. By probe: ``is convert`` to
+    ``is not`` in the dtype walk runs in a third of the mix's examples, but what ``moved_dtype``
+    returns changes only beside a cast form with a dtype keyword or an op the walk cannot follow,
+    so the probe aims it at such a shape (it survived 60 s before)."""
     from fsdp_verify.engine import aim, probes
     path = "fsdp_verify/reference/rewrite.py"
     lines = Path(path).read_text().splitlines()
+    call = next(i for i, text in enumerate(lines, 1) if "out = node.target(" in text)
     [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_IsNot$")
                 if "is torch.ops.prims.convert_element_type.default:" in lines[m.line - 1]]
     source, mutated = mutate.mutated_source(mutant)
     probe = probes.probe_for(mutant.ident, mutant.module, mutant.line, source, mutated)
     assert [level.qualname for level in probe.levels][-1] == "moved_dtype"
+    shapes = ["rule:cast_beside_opaque_op:tiny", "rule:scaled_cast_forms:tiny"]
     reach = aim.measure([path], "reference", [("hazards", "tiny")], seed=0, workers=2, default_examples=6,
-                        shape_examples=40, shapes=["rule:scaled_cast_forms:tiny", "rule:capacity:tiny"],
-                        probed=[probe])
+                        shape_examples=20, shapes=shapes, probed=[probe])
     assert not reach.error and reach.probed == {mutant.ident: ""}, reach.error or reach.probed
+    assert reach.examples == {"hazards:tiny": 6, **{shape: 20 for shape in shapes}}
+    found = aim.aim(reach, path, call, ["hazards:tiny"])
+    assert found.default_rate == 0 and found.basis is aim.Basis.LINE and found.phase in shapes, found
+    assert found.phase_rate == max(reach.rate(shape, path, call) for shape in shapes) > 0
     found = aim.aim(reach, path, mutant.line, ["hazards:tiny"], mutant.ident)
-    assert (found.basis, found.phase, found.level) == (aim.Basis.RESULT, "rule:scaled_cast_forms:tiny", "moved_dtype"), found
+    assert found.default_rate >= aim.AIM_BELOW and found.default_infected == 0, found  # by line: not aimed
+    assert (found.basis, found.level) == (aim.Basis.RESULT, "moved_dtype") and found.phase in shapes, found
