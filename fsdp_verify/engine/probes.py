@@ -328,14 +328,6 @@ def _params(definition: ast.FunctionDef) -> list[str]:
         [a.arg for a in (args.vararg, args.kwarg) if a is not None]
 
 
-def _impurity(tree: ast.Module, path: Sequence[str], definition: ast.FunctionDef, seen: dict) -> str:
-    """The first thing ``definition`` does that a caller could see, or ""."""
-    effects = _effects(tree, path, definition, seen)
-    if effects.reason:
-        return effects.reason
-    return f"writes its argument {sorted(effects.params)[0]}" if effects.params else ""  # as a probe of itself
-
-
 def _depth(node: ast.AST) -> tuple[Optional[str], int]:
     """The name an attribute or subscript chain starts from, and how many steps it takes."""
     steps = 0
