@@ -73,10 +73,12 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
     return module
 
 
-# Tag values a planner compares with its own constants. A planner comparing them by identity
-# (``is``) works on graphs tagged from the same interned constants and fails on graphs loaded
-# from disk or another process, whose strings are new objects: every built graph is like those.
-TAG_KEYS = ("comm_type", "comm_group", "param_name")
+# Tag values a planner compares with its own constants or with one another. A planner comparing
+# them by identity (``is``) works on graphs tagged from the same interned constants (or one string
+# object shared by a prep chain's nodes) and fails on graphs loaded from disk or another process,
+# whose strings are new objects: every built graph is like those.
+TAG_KEYS = ("comm_type", "comm_group", "param_name", "fsdp_bucket_id", "fsdp_bucket_prepare",
+            "fsdp_reduce_scatter_prepare")
 
 
 def unshared(text: str) -> str:

@@ -204,3 +204,18 @@ def test_read_only_ranks_are_localised_copies_of_the_first():
                for i in tagged)
     assert shared[3] is not shared[0] and all(other[i].meta is not first[i].meta for i in tagged)
     assert [n.meta for n in other] == [n.meta for n in built[3].graph.nodes]
+
+
+def test_a_built_graph_holds_each_tag_as_its_own_string_object():
+    """Graphs loaded from disk or another process hold every tag as a new string object, so a
+    planner that compares tags by identity (a prep chain's owner with ``is``) fails on them: every
+    built graph is like those, whatever the spec shared (the composer gives a chain one object)."""
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.reference import predicates
+    spec = render(Blueprint(blocks=((ParamDraw((2, 4)), ParamDraw((3,))),), prep_chains=True))
+    module = build_module(spec)
+    sources = [n for n in module.graph.nodes if n.meta.get("fsdp_reduce_scatter_prepare")]
+    assert sources and all(n.meta["fsdp_bucket_prepare"] == n.meta["fsdp_reduce_scatter_prepare"] for n in sources)
+    assert not any(n.meta["fsdp_bucket_prepare"] is n.meta["fsdp_reduce_scatter_prepare"] for n in sources)
+    launches = [n for n in module.graph.nodes if n.meta.get("comm_type") == "fsdp_reduce_scatter"]
+    assert any(predicates.rs_layout_preparation(launch) for launch in launches)  # found by equality

@@ -31,6 +31,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     misreported_skip,
     module_plans_built,
     module_prefix_without_dot,
+    prep_owner_by_identity,
     rs_prep_not_excluded,
     schemaless_calls_are_views,
     parameters_counted_per_collective,
@@ -66,6 +67,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            lambda: _suppress("phase_boundary")),
     Mutant("rs_prep_not_excluded", "an RS bucket's own preparation chains are judged as span nodes", ("planner",),
            rs_prep_not_excluded),
+    Mutant("prep_owner_by_identity", "the RS preparation walk compares chain tags by identity, so on graphs "
+           "whose tags are new string objects the chain is judged as span nodes", ("planner",),
+           prep_owner_by_identity),
     Mutant("dependency_conflict_ignored", "a consumer before the latest input is ignored", ("planner",),
            lambda: _suppress("dependency_conflict")),
     Mutant("device_index_grouping", "grouping depends on the rank's device index", ("planner",),

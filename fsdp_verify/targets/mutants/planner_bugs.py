@@ -319,6 +319,21 @@ def rs_prep_not_excluded() -> list[Patch]:
     return [(planner, "_span_reason", span_reason)]
 
 
+def prep_owner_by_identity() -> list[Patch]:
+    """The RS preparation walk compares each chain node's tag with the owner by identity (``is``):
+    right where the tags share one string object, wrong on graphs loaded from disk or from another
+    process, where the chain comes out empty and its untagged source splits the bucket as a phase
+    flip."""
+    from fsdp_verify.reference import predicates
+    original = predicates.rs_layout_preparation
+
+    def by_identity(launch):
+        chain = original(launch)
+        owner = launch.all_input_nodes[0].meta.get("fsdp_reduce_scatter_prepare") if chain else None
+        return chain if all(node.meta.get("fsdp_bucket_prepare") is owner for node in chain) else []
+    return [(predicates, "rs_layout_preparation", by_identity)]
+
+
 def schemaless_calls_are_views() -> list[Patch]:
     """``is_view`` that takes a call with no operator schema (Python's ``operator.neg``) for a view:
     the walk to consumers passes through it, so what reads a gradient through ``-`` looks unread."""
