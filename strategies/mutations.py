@@ -972,6 +972,7 @@ ARG_MUTATIONS: dict[str, dict] = {
     "module_plans_wildcard": {"module_bucket_plans": ["blocks.*"]},
     "module_plans_empty_part": {"module_bucket_plans": ["blocks..0"]},
     "module_plans_whitespace": {"module_bucket_plans": ["blocks. 0"]},
+    "module_plans_trailing_space": {"module_bucket_plans": ["blocks.0 "]},  # a check of leading space only passes it
     "module_plans_overlap": {"module_bucket_plans": ["blocks", "blocks.0"]},
     "module_plans_not_str": {"module_bucket_plans": [["blocks.0", 7]]},
     "policy_cap_zero": {"policy": {"cap_bytes": 0}},

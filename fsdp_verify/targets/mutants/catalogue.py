@@ -21,6 +21,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     barrier_without_writes,
     cap_zero_accepted,
     degree_rule_weakened,
+    fqn_trailing_space_accepted,
     fqn_type_unchecked,
     kinds_by_identity,
     _shapes_swapped,
@@ -113,6 +114,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("cap_zero_accepted", "the policy admits a byte cap of 0", ("planner",), cap_zero_accepted),
     Mutant("fqn_type_unchecked", "an explicit module FQN that is no string raises TypeError", ("planner",),
            fqn_type_unchecked),
+    Mutant("fqn_trailing_space_accepted", "an explicit module FQN with trailing whitespace is accepted",
+           ("planner",), fqn_trailing_space_accepted),
     # -- module plans from a model (spec 2.2): the module_plans checker asks on the case's own names
     Mutant("nested_blocks_kept", "module plans keep blocks nested inside other blocks", ("module_plans",),
            lambda: module_plans_built(outermost=False)),

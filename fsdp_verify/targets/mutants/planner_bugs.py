@@ -273,6 +273,16 @@ def fqn_type_unchecked() -> list[Patch]:
     return [(planner, "_invalid_fqn", invalid)]
 
 
+def fqn_trailing_space_accepted() -> list[Patch]:
+    """An explicit FQN part is refused for whitespace only where it sorts before its stripped self
+    (leading whitespace): ``blocks.0 `` is accepted as a module that no model has."""
+    def invalid(fqn) -> bool:
+        if not isinstance(fqn, str) or not fqn or any(char in fqn for char in "*?[]"):
+            return True
+        return any(not part or part < part.strip() for part in fqn.split("."))
+    return [(planner, "_invalid_fqn", invalid)]
+
+
 def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     """Rule 5 of spec 2.5 passes a degree ``accepts(degree, group size)`` lets through: the launch is
     judged by the later rules as if its degree were the group's size."""
