@@ -206,17 +206,21 @@ def _reorder_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]
 
 
 def _gathered_bytes(case: Case) -> int:
-    """What every all-gather of the graph moves: its shard (the bucket's copy-in) and the gathered
-    result twice (a bucket's flat buffer beside its members' copies out). A scheduler that prefetches
-    every gather at once adds at most that to peak memory."""
-    params = {p.fqn: p for p in case.graph.params}
+    """What every collective of the graph holds at once, as a scheduler that prefetches or delays
+    them all could: an all-gather its shard (the bucket's copy-in) and the gathered result twice (a
+    bucket's flat buffer beside its members' copies out); a reduce-scatter or an all-reduce its
+    input and its result. Sizes from each collective's FSDP spec (``fsdp_bucket_spec``)."""
     total = 0
-    for node in case.graph.nodes:  # a gather names its parameter (the FSDP tags), whatever its source
-        param = params.get(node.meta.get("param_name")) if "all_gather" in node.target else None
-        if param is not None and param.group in case.graph.groups:
-            itemsize = DTYPES[param.dtype].itemsize if param.dtype in DTYPES else 8
-            shard = math.prod(param.shard_shape) * itemsize
-            total += shard + 2 * shard * case.graph.degree(param.group)
+    for node in case.graph.nodes:
+        spec = node.meta.get("fsdp_bucket_spec")
+        kind = next((k for k in ("all_gather", "reduce_scatter", "all_reduce") if k in node.target), None)
+        if kind is None or not isinstance(spec, dict):
+            continue
+        dtype = spec.get("dtype")
+        dtype = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
+        itemsize = getattr(dtype, "itemsize", 8)
+        sizes = [math.prod(spec.get(key) or ()) * itemsize for key in ("input_shape", "output_shape")]
+        total += sizes[0] + (2 if kind == "all_gather" else 1) * sizes[1]
     return total
 
 
@@ -238,12 +242,13 @@ def _overlap_memory_allowance(options: dict[str, Any], original_peak: int) -> in
 
 def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """Both schedulers prefetch gathers ahead of their compute, so peak memory rises by design past
-    the FSDP rewriter's bound (twice the largest fused buffer), by at most every gather's buffers
-    held at once (``_gathered_bytes``); a rise past that stays a candidate. Within it, a leaked
-    buffer is not told from a prefetched one: under these schedulers the peak bound is weaker. The
-    manual scheduler has no memory limit; the overlap scheduler's is its allowance
-    (``_overlap_memory_allowance``), and a rise past that stays a candidate too: with both options
-    at 0 it promised no increase."""
+    the FSDP rewriter's bound (twice the largest fused buffer), by at most every collective's
+    buffers held at once (``_gathered_bytes``); a rise past that stays a candidate. Within it, a
+    leaked buffer is not told from a prefetched one: under these schedulers the peak bound is
+    weaker. The manual scheduler has no memory limit (and where it runs, the overlap scheduler's
+    limit bounds only what that adds to the graph it receives); the overlap scheduler alone keeps
+    to its allowance (``_overlap_memory_allowance``), and a rise past that stays a candidate too:
+    with both options at 0 it promised no increase."""
     overlap, manual = _schedulers(options)
     if not (manual or overlap):
         return None
@@ -254,11 +259,12 @@ def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[s
         rise = finding.details.get("rewritten_peak_bytes", 0) - before
         if finding.key != ("memory", "peak_memory") or not isinstance(rise, int) or not isinstance(before, int):
             return False
-        return rise <= (min(room, _overlap_memory_allowance(options, before)) if overlap else room)
-    which = "manual scheduler" if manual and not overlap else "overlap scheduler, within its memory allowance,"
+        # the manual scheduler has no limit, and the overlap scheduler's bounds only its own additions
+        return rise <= (room if manual else min(room, _overlap_memory_allowance(options, before)))
+    which = "manual scheduler" if manual else "overlap scheduler, within its memory allowance,"
     return _cover(findings, prefetched,
-                  f"inductor's {which} prefetches all-gathers ahead of their compute, raising peak memory by "
-                  f"design past the FSDP rewriter's bound (at most every gather's buffers at once, {room} bytes)")
+                  f"inductor's {which} moves collectives ahead of or behind their compute, raising peak memory by "
+                  f"design past the FSDP rewriter's bound (at most every collective's buffers at once, {room} bytes)")
 
 
 def _chained(case: Case, kind: str) -> bool:
