@@ -20,6 +20,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import itertools
 import json
 import os
 import random
@@ -578,6 +579,7 @@ def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivale
     whether Ctrl-C stopped them."""
     running: dict[int, _Running] = {}
     queue = list(items)
+    numbers = itertools.count()  # each child its own report and log file: two at once never share one
     limit = settings.seconds + settings.grace
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutate-") as scratch:
         try:
@@ -596,7 +598,7 @@ def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivale
                             reason="changes only annotations, which PEP 563 keeps as strings nothing reads")
                         _tell(progress, done[mutant.ident])
                         continue
-                    number = len(done) + len(running) + len(queue)
+                    number = next(numbers)
                     out, log = Path(scratch, f"{number}.json"), Path(scratch, f"{number}.log")
                     sys.stdout.flush()
                     sys.stderr.flush()

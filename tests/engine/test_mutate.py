@@ -218,3 +218,26 @@ def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
     found = aim.aim(reach, path, mutant.line, ["hazards:tiny"], mutant.ident)
     assert found.default_rate >= aim.AIM_BELOW and found.default_infected == 0, found  # by line: not aimed
     assert (found.basis, found.level) == (aim.Basis.RESULT, "moved_dtype") and found.phase in shapes, found
+
+
+def test_children_running_at_once_never_share_a_report_file(monkeypatch) -> None:
+    """Each mutant's child writes its own report: with two at a time, a shared file would hand one
+    mutant the other's verdict."""
+    import os
+    import time
+
+    def child(mutant, source, settings, out, log):
+        late = mutant.occurrence % 2 == 0  # writes first and exits last: a sharer would overwrite it
+        time.sleep(0 if late else 0.1)
+        out.write_text(json.dumps({"examples": 100 + mutant.occurrence, "checkers": [], "harness_errors": 0,
+                                   "excused": 0, "loaded": True}))
+        time.sleep(0.3 if late else 0)
+        os._exit(0)
+    monkeypatch.setattr(mutate, "_child", child)
+    mutants = [mutate.Mutant(str(HELPER), "helpers.mutable_target", "core/ReplaceFalseWithTrue", 0, 1)]
+    mutants = [mutate.Mutant(m.path, m.module, m.operator, i, m.line) for m in mutants for i in range(4)]
+    sources = {m.ident: ("x = 1\n", "x = 2\n") for m in mutants}
+    done: dict = {}
+    settings = mutate.Settings(workers=2, seconds=5)
+    assert not mutate._judge([(m, mutate.Aimed(settings)) for m in mutants], settings, [], None, sources, done)
+    assert {ident: r.examples for ident, r in done.items()} == {m.ident: 100 + m.occurrence for m in mutants}
