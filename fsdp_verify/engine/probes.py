@@ -188,8 +188,7 @@ def _fresh_locals(definition: ast.FunctionDef) -> set[str]:
     """Names every binding of which, in ``definition``, is a new container (a display, a
     comprehension, or a call of a constructor): writing such a name writes only this call's object.
     A parameter, a loop variable or anything bound to another value may alias the caller's."""
-    params = {a.arg for a in (*definition.args.posonlyargs, *definition.args.args, *definition.args.kwonlyargs)}
-    params |= {a.arg for a in (definition.args.vararg, definition.args.kwarg) if a is not None}
+    params = set(_params(definition))
     fresh: dict[str, bool] = {}
 
     def bind(target: ast.AST, value: Optional[ast.AST]) -> None:

@@ -205,7 +205,7 @@ def _reorder_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]
                   "issues the same order (the cross-rank streams and deadlock checks found nothing)")
 
 
-def _gathered_bytes(case: Case) -> int:
+def _collective_bytes(case: Case) -> int:
     """What every collective of the graph holds at once, as a scheduler that prefetches or delays
     them all could: an all-gather its shard (the bucket's copy-in) and the gathered result twice (a
     bucket's flat buffer beside its members' copies out); a reduce-scatter or an all-reduce its
@@ -234,16 +234,15 @@ def _overlap_memory_allowance(options: dict[str, Any], original_peak: int) -> in
     them: the larger of the absolute cap and the ratio of the peak (a drawn 0 of one leaves the
     other's default, so only both at 0 promise no increase). Its peak is its own estimate; the
     harness's original peak stands in for it."""
-    gb, ratio = (options.get(_AO + key, default) for key, default in _OVERLAP_MEMORY_DEFAULTS.items())
-    gb = _OVERLAP_MEMORY_DEFAULTS["max_memory_increase_gb"] if gb is None else gb
-    ratio = _OVERLAP_MEMORY_DEFAULTS["max_memory_increase_ratio"] if ratio is None else ratio
+    gb, ratio = (default if options.get(_AO + key) is None else options[_AO + key]
+                 for key, default in _OVERLAP_MEMORY_DEFAULTS.items())
     return max(int(gb * 1024 ** 3), int(original_peak * ratio))
 
 
 def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """Both schedulers prefetch gathers ahead of their compute, so peak memory rises by design past
     the FSDP rewriter's bound (twice the largest fused buffer), by at most every collective's
-    buffers held at once (``_gathered_bytes``); a rise past that stays a candidate. Within it, a
+    buffers held at once (``_collective_bytes``); a rise past that stays a candidate. Within it, a
     leaked buffer is not told from a prefetched one: under these schedulers the peak bound is
     weaker. The manual scheduler has no memory limit (and where it runs, the overlap scheduler's
     limit bounds only what that adds to the graph it receives); the overlap scheduler alone keeps
@@ -252,7 +251,7 @@ def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[s
     overlap, manual = _schedulers(options)
     if not (manual or overlap):
         return None
-    room = _gathered_bytes(case)
+    room = _collective_bytes(case)
 
     def prefetched(finding: Any) -> bool:
         before = finding.details.get("original_peak_bytes", 0)

@@ -123,8 +123,8 @@ def test_excuses_compose_but_never_cover_what_none_of_them_names():
     bounded = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),
                                             ("aten_distributed_optimizations.max_memory_increase_gb", 0.0),
                                             ("aten_distributed_optimizations.max_memory_increase_ratio", 0.0)))
-    from fsdp_verify.targets.inductor import _gathered_bytes
-    room = _gathered_bytes(case)
+    from fsdp_verify.targets.inductor import _collective_bytes
+    room = _collective_bytes(case)
     assert room > 0
     peak = Finding("memory", "peak live bytes exceed", rule="peak_memory",
                    details={"original_peak_bytes": 100, "rewritten_peak_bytes": 100 + room})
@@ -149,10 +149,10 @@ def test_a_memory_limit_of_0_drawn_alone_leaves_the_other_options_default():
     peak) where the config leaves it unset: a gb of 0 alone still allows 5%, a ratio of 0 alone 1 GB.
     Three findings of the captured campaign were peak rises under one option at 0."""
     from fsdp_verify.checks.findings import Finding
-    from fsdp_verify.targets.inductor import _gathered_bytes, _overlap_memory_allowance
+    from fsdp_verify.targets.inductor import _collective_bytes, _overlap_memory_allowance
     target = get_target("torch-inductor")
     case = target.normalise(Case(capture(ONE_D).forward))
-    room = _gathered_bytes(case)
+    room = _collective_bytes(case)
     overlap = (("aten_distributed_optimizations.enable_overlap_scheduling", True),)
     gb = "aten_distributed_optimizations.max_memory_increase_gb"
     ratio = "aten_distributed_optimizations.max_memory_increase_ratio"
@@ -176,11 +176,11 @@ def test_every_collective_gives_a_scheduler_room_not_only_gathers():
     HSDP's all-reduces too: a peak rise within their buffers is its design (a captured campaign's
     false alarm: +48 bytes from two reordered all-reduces, room 0 when only gathers counted)."""
     from fsdp_verify.checks.findings import Finding
-    from fsdp_verify.targets.inductor import _gathered_bytes
+    from fsdp_verify.targets.inductor import _collective_bytes
     target = get_target("torch-inductor")
     backward = target.normalise(Case(capture(ONE_D).backward))
     assert not any("all_gather" in n.target for n in backward.graph.nodes)
-    room = _gathered_bytes(backward)
+    room = _collective_bytes(backward)
     assert room > 0
     overlap = replace(backward, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),))
     rise = Finding("memory", "peak live bytes exceed", rule="peak_memory",
