@@ -16,6 +16,7 @@ from fsdp_verify.graph import edit
 from fsdp_verify.model.case import Case, PlanArgs
 
 from fsdp_verify.strategies import mutations
+from fsdp_verify.strategies.uneven import sometimes_uneven
 from fsdp_verify.strategies.blueprint import (DTYPES, PREP_KINDS, STORAGE_ONLY, VIEW_KINDS, WIRES, Blueprint, ParamDraw,
                                              render)
 
@@ -324,4 +325,5 @@ def cases(size: Size | str = "default", *, modules: bool = False) -> st.SearchSt
     if modules:
         from fsdp_verify.strategies.modules import graphs_from_modules
         sources.append(graphs_from_modules())
-    return st.one_of(*sources)
+    # Some cases shard unevenly: their ranks' graphs differ, so rank-local decisions are seen.
+    return sometimes_uneven(st.one_of(*sources))

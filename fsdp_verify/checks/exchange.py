@@ -26,13 +26,12 @@ from torch import fx
 
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.graph_facts import FSDP_KINDS, changed, snapshot
-from fsdp_verify.checks.planner_oracle import expected_argument_error
+from fsdp_verify.checks.planner_oracle import DISAGREE, expected_argument_error
 from fsdp_verify.graph.clone import clone_module
 from fsdp_verify.checks.registry import Checker
 
 NAME = "exchange"
 MISSING = "Expected reports for group"
-DISAGREE = "Bucket plans disagree for group"
 # Added to a launch's state_idx on one rank: far above any index a drawn or captured graph holds.
 STATE_IDX_SHIFT = 1_000_003
 DIVERGENT_EVERY = 4

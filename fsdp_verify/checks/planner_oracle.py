@@ -32,6 +32,10 @@ GROUP_ERROR = "group_ranks must map PG names to distinct ordered non-negative gl
 
 # -- input validation ------------------------------------------------------------------------
 
+# The validator's error for a group whose ranks' reports disagree (spec 2.12).
+DISAGREE = "Bucket plans disagree for group"
+
+
 def expected_argument_error(args: Any, group_ranks: Any) -> Optional[str]:
     """The message the planner must raise for these arguments, or None when they are valid."""
     plans = args.module_bucket_plans
@@ -355,9 +359,12 @@ def _first_round_plans(ctx: CheckContext) -> dict[int, list]:
         return {}
 
 
-def _exchange_problems(case: Any, plans: dict[int, list[dict]]) -> list[Finding]:
+def _exchange_problems(case: Any, plans: dict[int, list[dict]], expected: dict[int, list[dict]],
+                       stopped: bool) -> list[Finding]:
     """Spec 2.12 on every group and round: each member rank reports, with the same ranks and digest
-    (``plans``: each rank's reports, round by round)."""
+    (``plans``: each rank's reports, round by round). Where the spec's own plans of the ranks differ
+    (``expected``: ranks whose graphs differ, as uneven shards make them), differing digests are
+    right, and the round must stop (spec 3.6: the validation raises on every rank)."""
     findings = []
     rounds = {rank: len(plans[rank]) for rank in plans}
     if len(set(rounds.values())) > 1:
@@ -371,12 +378,54 @@ def _exchange_problems(case: Any, plans: dict[int, list[dict]]) -> list[Finding]
                                                  f"{list(ranks)}, ranks {sorted(set(ranks) - set(members))} have none",
                                         rule="group_reports_missing"))
                 continue
+            if _digests_differ(expected, members, group, round_index):
+                if not stopped:
+                    findings.append(Finding(NAME, f"group {group} {list(ranks)} round {round_index + 1}: the ranks' "
+                                                     f"graphs differ and so do the spec's plans of them, but the "
+                                                     f"target went on (spec 3.6: a disagreement stops the round)",
+                                            rule="disagreement_not_stopped"))
+                continue
             digests = {json.dumps(reports[r].get("group_digests", {}).get(group)) for r in members}
             claimed = {json.dumps(reports[r].get("group_ranks", {}).get(group)) for r in members}
             if len(digests) > 1 or len(claimed) > 1:
                 findings.append(Finding(NAME, f"group {group} {list(ranks)} round {round_index + 1}: ranks planned "
                                                  f"different digests", rule="group_digests_differ"))
     return findings
+
+
+def _digests_differ(expected: dict[int, list[dict]], ranks: list[int], group: str, round_index: int) -> bool:
+    """Whether the spec's plans of ``ranks``' graphs differ on ``group`` in that round."""
+    digests = {json.dumps(expected[rank][round_index].get("group_digests", {}).get(group))
+               for rank in ranks if rank in expected and round_index < len(expected[rank])}
+    return len(digests) > 1
+
+
+def expected_disagreement(ctx: CheckContext) -> Optional[str]:
+    """The first group whose ranks' first-round plans, as the spec derives them, differ: spec 3.6
+    then stops the round on every rank. Only ranks whose graphs differ by more than device indices
+    (uneven shards) can disagree: a digest holds no device index (spec 2.11)."""
+    if not ctx.case.graph.uneven or ctx.target is None or not ctx.target.has_planner:
+        return None
+    expectations = Expectations(ctx.case.plan_args)
+    digests = {rank: expectations.report(module, ctx.case.group_ranks(rank))["group_digests"]
+               for rank, module in ctx.original.items()}
+    for group in sorted({group for found in digests.values() for group in found}):
+        for part in ctx.case.graph.groups.get(group, ()):
+            if len({json.dumps(digests[rank].get(group)) for rank in part if rank in digests}) > 1:
+                return group
+    return None
+
+
+def refused_rightly(ctx: CheckContext) -> bool:
+    """Whether the target's error is the one the spec gives: invalid planner arguments, or a group
+    whose ranks' plans disagree (the validator's error, spec 2.12, names the group)."""
+    if not ctx.has_planner or ctx.run.error is None:
+        return False
+    first = min(ctx.case.graph.world())
+    if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is not None:
+        return True
+    group = expected_disagreement(ctx)
+    return group is not None and f"{DISAGREE} {group}" in ctx.run.error
 
 
 def _argument_probes(ctx: CheckContext, module: fx.GraphModule, rank: int) -> list[Finding]:
@@ -442,8 +491,10 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
     if isinstance(watch, RoundWatch) and watch.impure:
         findings.append(Finding(NAME, f"planning mutated the graph (purity): {', '.join(watch.impure[:3])} in the "
                                       f"target's run changed the graph it planned", rule="purity"))
+    expected: dict[int, list[dict]] = {}
     for rank in sorted(plans):
         wanted, unreplayable = _expected_rounds(ctx, rank, reports[rank], plans[rank], expectations, replayed, spare)
+        expected[rank] = wanted
         if unreplayable:
             findings.append(Finding(NAME, unreplayable, rank=rank, rule="rounds_unreplayable"))
         for round_index, want in enumerate(wanted):
@@ -451,6 +502,6 @@ def check_planner(ctx: CheckContext) -> list[Finding]:
                 findings.append(Finding(NAME, problem.message, rank=rank, rule=problem.rule))
         if findings:
             return findings
-    return findings + _exchange_problems(case, reports)
+    return findings + _exchange_problems(case, reports, expected, stopped=ctx.run.error is not None)
 
 CHECKER = Checker(NAME, check_planner, summary='planner invariants of spec 5.2, re-derived from the graph')

@@ -40,7 +40,7 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
-            "casts_beside_opaque_ops", "partly_traced_sources")
+            "casts_beside_opaque_ops", "partly_traced_sources", "uneven_shards")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -309,7 +309,9 @@ def case_features(case: Case) -> Counter:
                                           ("twice_scaled_casts", _twice_scaled_casts(case)),
                                           ("keyword_casts", _keyword_casts(case)),
                                           ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case)),
-                                          ("partly_traced_sources", _partly_traced_sources(case))) if has)
+                                          ("partly_traced_sources", _partly_traced_sources(case)),
+                                          # ranks whose graphs differ: some pad a short shard
+                                          ("uneven_shards", case.graph.uneven)) if has)
 
 
 @dataclass

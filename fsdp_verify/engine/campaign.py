@@ -98,6 +98,7 @@ class Config:
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
     # each), "captured" (models compiled through torch.compile; default_strategy gives it to inductor),
+    # "uneven" (the mix, every case with uneven shards: ranks whose graphs differ),
     # "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
     # self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
@@ -129,12 +130,15 @@ def _strategy(config: Config, target: Optional[Any] = None):
     """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
     from fsdp_verify.strategies import captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings
+    from fsdp_verify.strategies.uneven import uneven_cases
     if config.strategy == "captured":
         graphs = captured_graphs()
     elif config.strategy == "hazards":
         graphs = hazard_graphs(config.size, max_hazards=6)
     elif config.strategy == "mutations":
         graphs = mutated_graphs(config.size)
+    elif config.strategy == "uneven":
+        graphs = uneven_cases(cases(config.size))
     elif config.strategy.startswith(("skip:", "rule:")):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from fsdp_verify.graph.builder import placeholder_tensors
+from fsdp_verify.graph.builder import localize, placeholder_tensors
 from fsdp_verify.graph.spec import GraphSpec
 
 MODES = ("exact", "random")
@@ -46,9 +46,11 @@ def exact_tensor(seed: int, rank: int, name: str, value: torch.Tensor) -> torch.
 
 def make_inputs(spec: GraphSpec, rank: int, seed: int = 0, mode: str = "exact",
                 device: str | torch.device = "cpu") -> list[Any]:
-    """One tensor per placeholder, in graph order: this rank's shards and inputs."""
+    """One tensor per placeholder, in graph order: this rank's shards and inputs (of the graph
+    ``spec`` is on ``rank``: a rank that pads a shard holds fewer rows)."""
     if mode not in MODES:
         raise ValueError(f"unknown input mode {mode!r}; expected one of {MODES}")
+    spec = localize(spec, rank)
     facts = placeholder_tensors(spec)
     highs = {item.placeholder: item.high for item in spec.inputs}
     return [input_tensor(facts[node.name][0], facts[node.name][1], seed, rank, node.name, highs.get(node.name, 0),

@@ -20,9 +20,11 @@ def build_world(case: Case, shared: bool = False) -> dict[int, fx.GraphModule]:
     validated once and the first rank's graph linted: localising changes device indices only).
     ``shared``, for callers that only read the modules (the originals a run is checked against):
     ranks whose graphs are the same (no device index to localise) share one module, and the
-    others' are copies of the first that share its meta values but their bucket specs."""
+    others' are copies of the first that share its meta values but their bucket specs. A graph
+    whose ranks pad shards differs by more than that: each rank builds its own."""
     validate(case.graph)
     first = min(case.graph.world(), default=None)
+    shared = shared and not case.graph.uneven
     modules: dict[int, fx.GraphModule] = {}
     unlocalised: Optional[fx.GraphModule] = None  # the module ranks share, when ``shared``
     localised: Optional[fx.GraphModule] = None  # the module the others copy, when ``shared``
@@ -35,7 +37,7 @@ def build_world(case: Case, shared: bool = False) -> dict[int, fx.GraphModule]:
         elif shared and localised is not None:
             modules[rank] = relocalised(localised, spec)
         else:
-            modules[rank] = build_module(spec, validated=True, lint=rank == first)
+            modules[rank] = build_module(spec, validated=True, lint=rank == first or case.graph.uneven)
             localised = modules[rank] if shared else None
     return modules
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -16,7 +17,7 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fsdp_verify.graph.ops import resolve_target
-from fsdp_verify.graph.spec import GraphSpec, InputSpec, ParamSpec, traced_value, validate
+from fsdp_verify.graph.spec import GraphSpec, InputSpec, NodeSpec, ParamSpec, traced_value, unpadded, validate
 from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
@@ -113,11 +114,16 @@ def set_inputs(node: fx.Node, args: tuple, kwargs: dict) -> None:
 
 
 def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
-    """The same graph as seen by a rank whose device index is ``local_index`` (``spec`` itself
-    when it names no device index).
+    """The same graph as seen by rank ``local_index`` (``spec`` itself when it names no device
+    index and the rank pads no shard).
 
-    Only device indices change (``cuda:0`` -> ``cuda:3``): the planner must give the same
-    group digests on every rank although graph signatures differ.
+    Device indices change (``cuda:0`` -> ``cuda:3``): the planner must give the same group digests
+    on every rank although graph signatures differ. A rank that pads a shard (``ParamSpec.padding``)
+    holds fewer rows in its own placeholder (``unpadded(name)``); a ``constant_pad_nd`` named as the
+    parameter's placeholder was, just before the first node that reads it, restores the shard's
+    shape, so every other node, name and shape is the other ranks'. Only the node count, the padded
+    ranks' placeholders and what is ready where differ: what a pass deciding on rank-local facts
+    sees. The result has no padding left, so localising it again changes nothing.
     """
     changed = False
 
@@ -137,7 +143,32 @@ def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
         nodes.append(node)
     params = tuple(ParamSpec(p.fqn, p.placeholder, p.shard_shape, p.dtype, relabel(p.device), p.state_idx, p.group)
                    for p in spec.params)
+    if spec.uneven:
+        changed = True
+        nodes, params = _padded(nodes, params, {p.placeholder: p.pad_rows(local_index) for p in spec.params})
     return GraphSpec(spec.groups, params, spec.inputs, tuple(nodes), spec.attrs, spec.version) if changed else spec
+
+
+def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
+            rows: dict[str, int]) -> tuple[list[NodeSpec], tuple[ParamSpec, ...]]:
+    """The nodes and parameters of a rank that pads ``rows[placeholder]`` rows onto each shard."""
+    padded = {name: count for name, count in rows.items() if count}
+    shapes = {p.placeholder: p.shard_shape for p in params}
+    out: list[NodeSpec] = []
+    for node in nodes:
+        if node.op == "placeholder" and node.name in padded:
+            out.append(replace(node, name=unpadded(node.name), target=unpadded(node.name)))
+            continue
+        for name in [name for name in node.inputs() if name in padded]:
+            shape = shapes[name]
+            widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)
+            out.append(NodeSpec(name, "call_function", "aten.constant_pad_nd.default",
+                                (NodeRef(unpadded(name)), widths)))
+        out.append(node)
+    local = tuple(replace(p, placeholder=unpadded(p.placeholder),
+                          shard_shape=(p.shard_shape[0] - rows[p.placeholder], *p.shard_shape[1:]))
+                  if rows[p.placeholder] else p for p in params)
+    return out, local
 
 
 def placeholder_tensors(spec: GraphSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

@@ -31,7 +31,12 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 @dataclass(frozen=True)
 class ParamSpec:
-    """One FSDP-sharded parameter: its placeholder holds this rank's shard."""
+    """One FSDP-sharded parameter: its placeholder holds this rank's shard.
+
+    ``padding`` makes the shards uneven, as a dim-0 size the degree does not divide does: each
+    ``(rank, rows)`` names a rank that holds ``rows`` fewer rows and pads its shard back to
+    ``shard_shape`` before anything reads it (``builder.localize``), as SimpleFSDP pads an uneven
+    DTensor shard before its all-gather. Those ranks' graphs differ from the others'."""
 
     fqn: str
     placeholder: str
@@ -40,6 +45,11 @@ class ParamSpec:
     device: str
     state_idx: int
     group: str
+    padding: tuple[tuple[int, int], ...] = ()
+
+    def pad_rows(self, rank: int) -> int:
+        """Rows ``rank`` adds to its shard (0: it holds a whole one)."""
+        return dict(self.padding).get(rank, 0)
 
 
 @dataclass(frozen=True)
@@ -113,6 +123,11 @@ class GraphSpec:
                 return param
         raise KeyError(fqn)
 
+    @property
+    def uneven(self) -> bool:
+        """Whether some rank pads a shard: its graph is not the others' (``ParamSpec.padding``)."""
+        return any(param.padding for param in self.params)
+
     def with_nodes(self, nodes: list[NodeSpec]) -> "GraphSpec":
         """The same graph with another node list."""
         return replace(self, nodes=tuple(nodes))
@@ -125,7 +140,8 @@ class GraphSpec:
             "groups": {name: list(parts[0]) if len(parts) == 1 else [list(part) for part in parts]
                        for name, parts in self.groups.items()},
             "params": [{"fqn": p.fqn, "placeholder": p.placeholder, "shard_shape": list(p.shard_shape),
-                        "dtype": p.dtype, "device": p.device, "state_idx": p.state_idx, "group": p.group}
+                        "dtype": p.dtype, "device": p.device, "state_idx": p.state_idx, "group": p.group,
+                        **({"padding": [list(pair) for pair in p.padding]} if p.padding else {})}
                        for p in self.params],
             "inputs": [{"placeholder": i.placeholder, "shape": list(i.shape), "dtype": i.dtype,
                         **({"high": i.high} if i.high else {})} for i in self.inputs],
@@ -220,6 +236,27 @@ def _validate_groups(spec: GraphSpec) -> None:
     for index, param in enumerate(spec.params):
         if param.group not in spec.groups:
             raise SpecError(f"params[{index}].group", f"unknown group {param.group!r}")
+        _validate_padding(spec, param, f"params[{index}].padding", world)
+
+
+def _validate_padding(spec: GraphSpec, param: ParamSpec, path: str, world: tuple[int, ...]) -> None:
+    ranks = [rank for rank, _ in param.padding]
+    if len(set(ranks)) != len(ranks):
+        raise SpecError(path, "a rank is padded twice")
+    for rank, rows in param.padding:
+        if rank not in world:
+            raise SpecError(path, f"rank {rank} is not in the world {list(world)}")
+        if not param.shard_shape or not 1 <= rows <= param.shard_shape[0]:
+            raise SpecError(path, f"rank {rank} pads {rows} rows; a shard of shape {list(param.shard_shape)} "
+                                  f"takes 1 to its first dimension's size")
+    if param.padding and any(node.name == unpadded(param.placeholder) for node in spec.nodes):
+        raise SpecError(path, f"a node is named {unpadded(param.placeholder)!r}, the name a padded rank's "
+                              f"placeholder takes")
+
+
+def unpadded(placeholder: str) -> str:
+    """The name of a padded rank's own placeholder (its padded shard keeps ``placeholder``)."""
+    return f"{placeholder}_unpadded"
 
 
 def _field(doc: dict, key: str, kind: type, path: str) -> Any:
@@ -286,7 +323,16 @@ def _param(doc: Any, path: str) -> ParamSpec:
         shard_shape=_shape(_field(doc, "shard_shape", list, path), f"{path}.shard_shape"),
         dtype=_dtype_name(_field(doc, "dtype", str, path), f"{path}.dtype"),
         device=_field(doc, "device", str, path), state_idx=_field(doc, "state_idx", int, path),
-        group=_field(doc, "group", str, path))
+        group=_field(doc, "group", str, path), padding=_padding(doc.get("padding", []), f"{path}.padding"))
+
+
+def _padding(value: Any, path: str) -> tuple[tuple[int, int], ...]:
+    if (not isinstance(value, list) or len(value) > MAX_RANKS
+            or any(not isinstance(pair, list) or len(pair) != 2
+                   or any(not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= MAX_INT for v in pair)
+                   for pair in value)):
+        raise SpecError(path, "must be a list of [rank, rows] pairs of non-negative integers")
+    return tuple((rank, rows) for rank, rows in value)
 
 
 def _input(doc: Any, path: str) -> InputSpec:
@@ -344,4 +390,4 @@ def graph_from_text(text: str, file: str | None = None) -> GraphSpec:
 
 
 __all__ = ["SCHEMA_VERSION", "GraphSpec", "InputSpec", "NodeRef", "NodeSpec", "ParamSpec",
-           "graph_from_json", "graph_from_text", "validate"]
+           "graph_from_json", "graph_from_text", "unpadded", "validate"]

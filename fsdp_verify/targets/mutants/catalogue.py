@@ -166,6 +166,11 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            lambda: [(driver, "exchange_and_validate", exchange_bugs.first_group_only)]),
     Mutant("rewrite_then_exchange", "the driver rewrites every rank, then validates the round's plans",
            ("exchange",), lambda: [(driver, "bucket_world", exchange_bugs.rewrite_then_exchange)]),
+    # Killed where ranks' graphs differ so that their plans do (uneven shards), or on the exchange's
+    # own disagreeing worlds (one case in four).
+    Mutant("disagreement_unbucketed", "a round whose ranks disagree is left out on every rank instead of raising",
+           ("planner", "exchange"), lambda: [(driver, "bucket_world", exchange_bugs.disagreement_unbucketed)],
+           hunt="uneven"),
     # -- rewriter contract
     Mutant("stale_plan_accepted", "the rewriter applies plans made for another graph", ("consistency",),
            lambda: [(rewrite, "check_fresh", lambda module, plan: None)]),

@@ -93,3 +93,23 @@ def rewrite_then_exchange(modules: Mapping[int, fx.GraphModule], plan_for, round
             history[rank].append(plans[rank])
         driver.exchange_and_validate(plans)
     return history
+
+
+def disagreement_unbucketed(modules: Mapping[int, fx.GraphModule], plan_for, rounds: tuple = driver.ROUNDS):
+    """A round whose ranks disagree is left out on every rank, where spec 3.6 raises: safe (every
+    rank keeps its graph), but a job whose ranks' graphs differ runs unbucketed without a word. Only
+    ranks whose graphs differ (uneven shards) disagree on their own."""
+    history: dict[int, list] = {rank: [] for rank in modules}
+    for apply in rounds:
+        plans = {rank: plan_for(rank, module) for rank, module in modules.items()}
+        try:
+            driver.exchange_and_validate(plans)
+        except ValueError:
+            agreed = False
+        else:
+            agreed = True
+        for rank, module in modules.items():
+            if agreed:
+                apply(module, plans[rank])
+            history[rank].append(plans[rank])
+    return history
