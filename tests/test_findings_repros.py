@@ -11,9 +11,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = sorted((ROOT / "docs" / "repros").glob("f*_*.py"))  # the hand-written ones
-# the upstream defects of docs/findings.md (F2, F7, F8, F9, F12), as `fsdp-verify repro` wrote their cases
+# the upstream defects of docs/findings.md (F2, F7, F8, F9, F12, F13), as `fsdp-verify repro` wrote their cases
 DEFECTS = {"F2": "c7b4d2d170e8ca759d92", "F7": "d16f1596769588ce66bd", "F8": "1bffb0577cf669e31606",
-           "F9": "c2ee48fa77cc446f6e5e", "F12": "9c432634943bb6c88eec"}
+           "F9": "c2ee48fa77cc446f6e5e", "F12": "9c432634943bb6c88eec", "F13": "a8f9cee317f18f626ebd"}
 # failures on torch alone that the triage counts apart (input outside what the target receives in practice)
 APART = {"F10": "7b7d5c7883ff987e96ad", "F10 (backward)": "9b914aae62adac5e3a6d"}
 

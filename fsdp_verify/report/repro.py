@@ -243,7 +243,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "notes": [f"{note.caveat.value}: {note.reason}; a failure here is no defect of the target" for note in notes], "filename": filename,
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
         "seed": case.seed, "inputs": _inputs(spec),
-        "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding}), "exact": list(collectives.reduce_sources(spec)),
+        "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding}) if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
         "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
         "case_json": repr(json.dumps(case.to_json(), sort_keys=True)),
         "needs_bucketing_ops": any(n.target.startswith("bucketing.") for n in spec.nodes),

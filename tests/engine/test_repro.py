@@ -200,3 +200,24 @@ def test_real_ranks_leave_a_renamed_reduction_source_inexact_in_both_runs():
                                 for n in graph.nodes])
     assert kept_in_every((grad,), [graph]) == (grad,)
     assert kept_in_every((grad,), [graph, renamed]) == ()
+
+
+def test_an_uneven_case_s_script_builds_each_rank_s_graph_and_inputs_as_the_harness_does():
+    """A rank that pads a short shard has its own graph and inputs: the script rebuilds both."""
+    import runpy
+
+    from fsdp_verify.execute.inputs import make_inputs
+    from fsdp_verify.graph.builder import build_module, localize
+    stem = "a8f9cee317f18f626ebd"
+    namespace = runpy.run_path(str(ROOT / "docs" / "repros" / f"{stem}.py"), run_name="not_main")
+    case = corpus.load(ROOT / "corpus" / "found" / f"{stem}.json").case
+    assert case.graph.uneven
+    shapes = set()
+    for rank in case.graph.world():
+        written, built = namespace["build_graph"](rank), build_module(localize(case.graph, rank))
+        assert [(n.name, n.op, str(n.target), str(n.args)) for n in written.graph.nodes] == \
+            [(n.name, n.op, str(n.target), str(n.args)) for n in built.graph.nodes]
+        values, expected = namespace["make_inputs"](rank), make_inputs(case.graph, rank)
+        assert len(values) == len(expected) and all(torch.equal(a, b) for a, b in zip(values, expected))
+        shapes.add(tuple(tuple(v.shape) for v in values))
+    assert len(shapes) == 2  # the short rank's shard is its own
