@@ -170,7 +170,7 @@ def _describe(gm: fx.GraphModule, desc: ModelDesc, phase: str, owners: dict[str,
         if node.name in owners:
             group = next((u.args[-1] for u in node.users if "all_gather" in str(u.target)), mesh_dim_names(desc.mesh)[-1])
             params.append(ParamSpec(owners[node.name], node.name, shape, dtype, "cpu", fqns.index(owners[node.name]),
-                                    group))
+                                    group, _padding(desc, owners[node.name], shape, groups.get(group, ()))))
         else:
             high = VOCAB if desc.tokens and not val.dtype.is_floating_point else 0
             inputs.append(InputSpec(node.name, shape, dtype, high))
@@ -179,6 +179,25 @@ def _describe(gm: fx.GraphModule, desc: ModelDesc, phase: str, owners: dict[str,
                                      "state_is_param": [True] * len(fqns), "captured_phase": phase,
                                      "captured_model": desc.to_json()}}
     return import_module(gm)
+
+
+def _padding(desc: ModelDesc, fqn: str, shard: tuple[int, ...],
+             parts: tuple[tuple[int, ...], ...]) -> tuple[tuple[int, int], ...]:
+    """The ranks whose shard of ``fqn`` is short, and by how many rows: DTensor's ``Shard(0)`` gives
+    each position of a group ``ceil(rows / degree)`` rows while any are left, and a short rank pads
+    before its all-gather. The graph was traced on rank 0, which is never short; the others' graphs
+    are that graph with their pad (``builder.localize``). A parameter sharded on both dims of a
+    2-D mesh gathers twice and is left even."""
+    full = param_shapes(desc).get(fqn)
+    layer = desc.layers[int(fqn.split(".")[1])]
+    if not full or not shard or not parts or (len(desc.mesh) > 1 and layer.placement == "shard2d"):
+        return ()
+    degree, chunk = len(parts[0]), shard[0]
+    if chunk != -(-full[0] // degree):
+        return ()  # not the layout this models
+    return tuple(sorted((rank, chunk - max(0, min(chunk, full[0] - position * chunk)))
+                        for part in parts for position, rank in enumerate(part)
+                        if full[0] - position * chunk < chunk))
 
 
 def capture(desc: ModelDesc) -> Captured:

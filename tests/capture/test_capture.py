@@ -262,3 +262,16 @@ def test_the_manual_scheduler_folding_a_cast_is_the_same_contract_mismatch():
     assert classify(target, case, ("dependencies",), [lost])[0] == MISMATCH
     nothing = Case(case.graph, target_options=(("bucket_all_gathers_fx", "none"),))
     assert classify(target, nothing, ("dependencies",), [lost])[0] == CANDIDATE  # no pass buckets gathers
+
+
+def test_a_captured_uneven_shard_pads_on_the_ranks_dtensor_gives_fewer_rows():
+    """Rank 0's trace is never short; the others pad as DTensor's ``Shard(0)`` leaves them short."""
+    from fsdp_verify.capture.trace import _padding
+    desc = ModelDesc((Layer("linear", 5), Layer("linear", 8, placement="shard2d")), mesh=(4,))
+    # 5 rows over 4 ranks: 2, 2, 1, 0 rows (ceil(5 / 4) = 2 while any are left)
+    assert _padding(desc, "layers.0.weight", (2, 8), ((0, 1, 2, 3),)) == ((2, 1), (3, 2))
+    assert _padding(desc, "layers.0.bias", (2,), ((0, 1, 2, 3),)) == ((2, 1), (3, 2))
+    assert _padding(desc, "layers.1.weight", (2, 5), ((0, 1, 2, 3),)) == ()  # 8 rows: even
+    hsdp = ModelDesc((Layer("linear", 3), Layer("linear", 8, placement="shard2d")), mesh=(2, 2))
+    assert _padding(hsdp, "layers.0.weight", (2, 8), ((0, 1), (2, 3))) == ((1, 1), (3, 1))  # each replica
+    assert _padding(hsdp, "layers.1.weight", (1, 3), ((0, 1), (2, 3))) == ()  # sharded on both dims
