@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections import Counter
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from torch import fx
 
@@ -400,20 +400,25 @@ def _digests_differ(expected: dict[int, list[dict]], ranks: list[int], group: st
     return len(digests) > 1
 
 
+def disagreeing_groups(case: Any, originals: Mapping[int, fx.GraphModule]) -> tuple[str, ...]:
+    """Groups whose ranks' first-round plans, as the spec derives them from each rank's graph, differ:
+    spec 3.6 then stops the round on every rank. Only ranks whose graphs differ by more than device
+    indices (uneven shards) can disagree: a digest holds no device index (spec 2.11)."""
+    if not case.graph.uneven:
+        return ()
+    expectations = Expectations(case.plan_args)
+    digests = {rank: expectations.report(module, case.group_ranks(rank))["group_digests"]
+               for rank, module in originals.items()}
+    return tuple(group for group in sorted({group for found in digests.values() for group in found})
+                 if any(len({json.dumps(digests[rank].get(group)) for rank in part if rank in digests}) > 1
+                        for part in case.graph.groups.get(group, ())))
+
+
 def expected_disagreement(ctx: CheckContext) -> Optional[str]:
-    """The first group whose ranks' first-round plans, as the spec derives them, differ: spec 3.6
-    then stops the round on every rank. Only ranks whose graphs differ by more than device indices
-    (uneven shards) can disagree: a digest holds no device index (spec 2.11)."""
-    if not ctx.case.graph.uneven or ctx.target is None or not ctx.target.has_planner:
+    """The first group whose ranks' plans the spec stops (``disagreeing_groups``), for a planning target."""
+    if ctx.target is None or not ctx.target.has_planner:
         return None
-    expectations = Expectations(ctx.case.plan_args)
-    digests = {rank: expectations.report(module, ctx.case.group_ranks(rank))["group_digests"]
-               for rank, module in ctx.original.items()}
-    for group in sorted({group for found in digests.values() for group in found}):
-        for part in ctx.case.graph.groups.get(group, ()):
-            if len({json.dumps(digests[rank].get(group)) for rank in part if rank in digests}) > 1:
-                return group
-    return None
+    return next(iter(disagreeing_groups(ctx.case, ctx.original)), None)
 
 
 def refused_rightly(ctx: CheckContext) -> bool:

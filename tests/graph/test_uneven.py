@@ -67,12 +67,29 @@ def _disagreeing(case) -> bool:
     return False
 
 
-def test_ranks_whose_graphs_make_their_plans_disagree_stop_as_the_spec_says():
-    """The reference raises (spec 3.6) and that is judged right; a driver that leaves the round out
-    instead is caught by the planner oracle's rule, on a graph only uneven shards give."""
-    case = find(uneven_cases(fsdp_graphs("tiny")), _disagreeing,
+@pytest.fixture(scope="module")
+def disagreeing():
+    """A drawn case whose ranks' plans disagree, so the reference refuses it."""
+    return find(uneven_cases(fsdp_graphs("tiny")), _disagreeing,
                 settings=settings(database=None, max_examples=300, phases=[Phase.generate],
                                   suppress_health_check=list(HealthCheck)))
-    assert check_all(get_target("reference"), case)[0] == []
-    rules = {f.key for f in check_all(MUTANTS["disagreement_unbucketed"], case)[0]}
+
+
+def test_ranks_whose_graphs_make_their_plans_disagree_stop_as_the_spec_says(disagreeing):
+    """The reference raises (spec 3.6) and that is judged right; a driver that leaves the round out
+    instead is caught by the planner oracle's rule, on a graph only uneven shards give."""
+    assert check_all(get_target("reference"), disagreeing)[0] == []
+    rules = {f.key for f in check_all(MUTANTS["disagreement_unbucketed"], disagreeing)[0]}
     assert ("planner", "disagreement_not_stopped") in rules
+
+
+def test_real_ranks_take_a_refusal_the_spec_makes_for_right_and_no_other(disagreeing):
+    from fsdp_verify.execute.ranks.judge import _disagreed_as_the_spec_does
+    group = next(iter(disagreeing.graph.groups))
+    refused = {rank: {"status": "disagree", "group": group} for rank in disagreeing.graph.world()}
+    assert _disagreed_as_the_spec_does(disagreeing, refused)
+    even = replace(disagreeing, graph=replace(disagreeing.graph, params=tuple(
+        replace(p, padding=()) for p in disagreeing.graph.params)))
+    assert not _disagreed_as_the_spec_does(even, refused)  # even ranks never disagree rightly
+    one = {**refused, min(refused): {"status": "ok"}}
+    assert not _disagreed_as_the_spec_does(disagreeing, one)  # a rank that went on: rank-dependent

@@ -62,6 +62,7 @@ from fsdp_verify.execute.ranks.collectives import compare_outputs
 from fsdp_verify.checks.findings import ERROR, INVALID, CheckContext, Finding
 from fsdp_verify.checks.numerics import output_names
 from fsdp_verify.checks.real_ranks import NAME
+from fsdp_verify.checks.planner_oracle import disagreeing_groups
 
 MODES = RANK_MODES
 HASH_STRIDE = 7919  # rank r of a pool runs with PYTHONHASHSEED = seed + r * HASH_STRIDE
@@ -283,6 +284,8 @@ class RealRanks:
             return [_rank_failure("while planning", exc)], None
         findings = planning(case, planned, pool.flight_record())
         statuses = {rank: planned[rank]["status"] for rank in world}
+        if findings and _disagreed_as_the_spec_does(case, planned):
+            return [], "not executed: the ranks' plans disagree as the spec's plans of their graphs do (spec 3.6 stops the round)"
         if findings:
             return findings, None
         if set(statuses.values()) != {"ok"}:
@@ -541,6 +544,16 @@ def _rank_failure(when: str, exc: RankFailure) -> Finding:
                             "last_collective": {str(r): c for r, c in exc.last_collective.items()},
                             "errors": {str(r): e[-2000:] for r, e in exc.errors.items()}},
                    rule=f"rank_{exc.kind}")
+
+
+def _disagreed_as_the_spec_does(case: Case, planned: dict) -> bool:
+    """Every rank's exchange refused the round for a group whose ranks' graphs the spec itself plans
+    differently (uneven shards): the refusal is right, not rank-dependent planning."""
+    groups = {result.get("group") for result in planned.values() if result["status"] == "disagree"}
+    if not case.graph.uneven or not groups or len(groups) > 1 or \
+            any(result["status"] != "disagree" for result in planned.values()):
+        return False
+    return groups <= set(disagreeing_groups(case, build_world(case)))
 
 
 def planning(case: Case, planned: dict, flight: dict) -> list[Finding]:
