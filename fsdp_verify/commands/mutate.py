@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # the engine is imported when a mutate command runs, not when
 
 def _phase(text: str) -> Phase:
     """STRATEGY[:SIZE], or rule:REASON[:SIZE] / skip:REASON[:SIZE]: graphs with that one planted shape
-    (the self-test's hunts), for a class of bugs the default mix reaches too rarely."""
+    (the self-test's hunts), for a class of bugs the default mix reaches too rarely; STRATEGY+spec
+    draws the spec's [I] settings per example."""
     from fsdp_verify.engine.mutate import Phase
     from fsdp_verify.model import names
     parts = text.split(":")
@@ -23,9 +24,10 @@ def _phase(text: str) -> Phase:
     strategy = ":".join(parts)
     directed = parts[0] in ("rule", "skip") and len(parts) == 2 and _kind_of(parts[1]) in \
         (("skip",) if parts[0] == "skip" else ("split", "singleton", "fusion"))
-    if not directed and strategy not in names.STRATEGIES:
+    if not directed and strategy.removesuffix("+spec") not in names.STRATEGIES:
         raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY[:SIZE] with a strategy of "
-                                         f"{', '.join(names.STRATEGIES)} (or rule:REASON, skip:REASON) and a size "
+                                         f"{', '.join(names.STRATEGIES)} (or rule:REASON, skip:REASON; STRATEGY+spec draws "
+                                         f"the [I] settings) and a size "
                                          f"of {', '.join(names.SIZES)}")
     return Phase(strategy, size)
 

@@ -126,12 +126,25 @@ def phase_name(strategy: str, size: str) -> str:
     return f"{strategy}:{size}"
 
 
+# A strategy with this suffix draws the spec's [I] settings per example (``Config.draw_spec``): a line
+# that runs only under a setting other than its default (a foreign wait taken for a barrier, other
+# launch namespaces) is run by no other phase.
+DRAWN_SPEC = "+spec"
+
+
+def campaign_strategy(strategy: str) -> tuple[str, bool]:
+    """A phase's strategy as a campaign takes it, and whether it draws the [I] settings."""
+    return (strategy[:-len(DRAWN_SPEC)], True) if strategy.endswith(DRAWN_SPEC) else (strategy, False)
+
+
 def shape_phases() -> list[str]:
-    """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike."""
+    """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike, and
+    hazards under drawn [I] settings."""
     from fsdp_verify.strategies import mutations
     reasons = sorted({*mutations.SKIP_MUTATIONS, *mutations.SPLIT_MUTATIONS, *mutations.SINGLETON_MUTATIONS,
                       *mutations.FUSION_MUTATIONS})
-    return [phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons]
+    return [*(phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons),
+            phase_name("hazards" + DRAWN_SPEC, SHAPE_SIZE)]
 
 
 def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Optional[str] = None) -> Aim:
@@ -296,10 +309,11 @@ def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured],
                 def tick(done: int, failures: int, steps: int, name: str = phase.name) -> None:
                     cov.switch_context(f"{name}|{done}")  # the next example's lines are its own
                     flush((name, done))
+                strategy, draw_spec = campaign_strategy(phase.strategy)
                 config = campaign.Config(target=target, budget=campaign.Budget(examples=phase.examples),
                                          seed=phase.seed, profile="ci", corpus_dir=corpus, size=phase.size,
-                                         modules=False, max_failures=phase.examples, strategy=phase.strategy,
-                                         shrink=False)
+                                         modules=False, max_failures=phase.examples, strategy=strategy,
+                                         shrink=False, draw_spec=draw_spec)
                 examples[phase.name] = campaign.run(config, progress=tick).examples
                 flush(None)
     finally:

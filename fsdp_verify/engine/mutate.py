@@ -397,10 +397,11 @@ def _campaign(settings: Settings, corpus: str) -> dict:
     report = {"examples": 0, "checkers": [], "first_failure": None, "harness_errors": 0, "excused": 0}
     start = time.monotonic()
     for index, phase in enumerate(settings.phases):
+        strategy, draw_spec = aim.campaign_strategy(phase.strategy)
         config = campaign.Config(target=settings.target, budget=campaign.Budget(seconds=share),
                                  seed=settings.seed + index, profile="ci", corpus_dir=corpus, size=phase.size,
-                                 modules=False, max_failures=1, strategy=phase.strategy, shrink=False,
-                                 deadline=settings.case_deadline)
+                                 modules=False, max_failures=1, strategy=strategy, shrink=False,
+                                 deadline=settings.case_deadline, draw_spec=draw_spec)
         elapsed = time.monotonic() - start
         result = campaign.run(config)
         report["harness_errors"] += result.harness_errors

@@ -148,8 +148,8 @@ def graph_lines(spec: GraphSpec) -> list[str]:
             param = padded.pop(name)
             widths = f"[0] * {2 * len(param.shard_shape) - 1} + [PADDING[{name!r}][rank]]"
             lines += [f"if rank in PADDING[{name!r}]:  # this rank's shard is short: padded before it is read",
-                      f"    {variable(name)} = graph.create_node(\"call_function\", torch.ops.aten.constant_pad_nd.default, "
-                      f"({variable(name)}, {widths}), {{}}, name={name!r})"]
+                      f"    {variable(name)} = graph.create_node(\"call_function\", "
+                      f"torch.ops.aten.constant_pad_nd.default, ({variable(name)}, {widths}), {{}}, name={name!r})"]
         if node.op == "placeholder" and node.name in padded:
             lines.append(f"{variable(node.name)} = graph.placeholder(local_name({node.name!r}, rank))")
             continue
@@ -243,7 +243,8 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "notes": [f"{note.caveat.value}: {note.reason}; a failure here is no defect of the target" for note in notes], "filename": filename,
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
         "seed": case.seed, "inputs": _inputs(spec),
-        "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding}) if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
+        "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding})
+        if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
         "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
         "case_json": repr(json.dumps(case.to_json(), sort_keys=True)),
         "needs_bucketing_ops": any(n.target.startswith("bucketing.") for n in spec.nodes),

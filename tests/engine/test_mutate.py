@@ -241,3 +241,15 @@ def test_children_running_at_once_never_share_a_report_file(monkeypatch) -> None
     settings = mutate.Settings(workers=2, seconds=5)
     assert not mutate._judge([(m, mutate.Aimed(settings)) for m in mutants], settings, [], None, sources, done)
     assert {ident: r.examples for ident, r in done.items()} == {m.ident: 100 + m.occurrence for m in mutants}
+
+
+def test_the_map_measures_a_phase_that_draws_the_spec_settings_and_the_cli_takes_it():
+    """A line run only under an [I] setting other than its default is run by that phase alone."""
+    from fsdp_verify.commands.mutate import _phase
+    from fsdp_verify.engine import aim
+    assert aim.phase_name("hazards+spec", aim.SHAPE_SIZE) in aim.shape_phases()
+    assert aim.campaign_strategy("hazards+spec") == ("hazards", True)
+    assert aim.campaign_strategy("rule:capacity") == ("rule:capacity", False)
+    assert _phase("hazards+spec:tiny") == mutate.Phase("hazards+spec", "tiny")
+    with pytest.raises(Exception):
+        _phase("nonsense+spec")

@@ -285,7 +285,8 @@ class RealRanks:
         findings = planning(case, planned, pool.flight_record())
         statuses = {rank: planned[rank]["status"] for rank in world}
         if findings and _disagreed_as_the_spec_does(case, planned):
-            return [], "not executed: the ranks' plans disagree as the spec's plans of their graphs do (spec 3.6 stops the round)"
+            return [], ("not executed: the ranks' plans disagree as the spec's plans of their graphs do "
+                        "(spec 3.6 stops the round)")
         if findings:
             return findings, None
         if set(statuses.values()) != {"ok"}:
