@@ -421,16 +421,24 @@ def expected_disagreement(ctx: CheckContext) -> Optional[str]:
     return next(iter(disagreeing_groups(ctx.case, ctx.original)), None)
 
 
+def stopped_as_the_spec_says(ctx: CheckContext) -> bool:
+    """Whether the target raised the validator's error (spec 2.12, naming the group) for a group
+    whose ranks' plans the spec itself makes differ (spec 3.6 stops the round)."""
+    if not ctx.has_planner or ctx.run.error is None:
+        return False
+    group = expected_disagreement(ctx)
+    return group is not None and f"{DISAGREE} {group}" in ctx.run.error
+
+
 def refused_rightly(ctx: CheckContext) -> bool:
     """Whether the target's error is the one the spec gives: invalid planner arguments, or a group
-    whose ranks' plans disagree (the validator's error, spec 2.12, names the group)."""
+    whose ranks' plans disagree."""
     if not ctx.has_planner or ctx.run.error is None:
         return False
     first = min(ctx.case.graph.world())
     if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is not None:
         return True
-    group = expected_disagreement(ctx)
-    return group is not None and f"{DISAGREE} {group}" in ctx.run.error
+    return stopped_as_the_spec_says(ctx)
 
 
 def _argument_probes(ctx: CheckContext, module: fx.GraphModule, rank: int) -> list[Finding]:

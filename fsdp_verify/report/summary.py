@@ -166,7 +166,10 @@ def summary_text(result: Result, target: str) -> str:
              f"{result.proofs['layout_two_runs']} told apart by a second coded run (codes wrapped once), "
              f"{result.proofs['layout_tested']} only tested (codes wrapped past two runs); exchange: "
              f"{result.proofs['exchange_divergent_worlds']} worlds made to disagree (one case in {DIVERGENT_EVERY}, "
-             f"by seed; every case's reports edited)",
+             f"by seed; every case's reports edited)"
+             + (f"; {result.proofs['planner_disagreements_stopped']} worlds whose ranks' graphs the spec plans "
+                f"differently (uneven shards) stopped by the target as spec 3.6 says: the planner judged them, no "
+                f"rewrite was" if result.proofs['planner_disagreements_stopped'] else ""),
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),

@@ -112,11 +112,13 @@ class Result:
 # What the ordering, numerics and planner verdicts rested on: schedule segments proved by the
 # lockstep witness or by z3, cases whose outputs numerics compared on the shared (coded) runs or on
 # plain runs (where codes could have hidden something), and later-round plans judged against the
-# graph seen in the target's own run or a replay of its earlier rounds, and worlds whose ranks were
-# made to disagree (the exchange checker builds one for a sample of cases).
+# graph seen in the target's own run or a replay of its earlier rounds, worlds whose ranks were
+# made to disagree (the exchange checker builds one for a sample of cases), and worlds whose ranks'
+# graphs the spec itself plans differently (uneven shards), which the target rightly refused: only
+# the planner judged those, never a rewrite.
 PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
           "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_two_runs", "layout_tested",
-          "exchange_divergent_worlds")
+          "exchange_divergent_worlds", "planner_disagreements_stopped")
 
 
 def proofs_of(metrics: dict) -> Counter:
@@ -132,7 +134,8 @@ def proofs_of(metrics: dict) -> Counter:
                     "layout_proved": int(layout.get("proved") is True),
                     "layout_two_runs": int(layout.get("proved") is False and layout.get("two_digits") is True),
                     "layout_tested": int(layout.get("proved") is False and layout.get("two_digits") is not True),
-                    "exchange_divergent_worlds": metrics.get("exchange", {}).get("divergent_worlds", 0)})
+                    "exchange_divergent_worlds": metrics.get("exchange", {}).get("divergent_worlds", 0),
+                    "planner_disagreements_stopped": planner.get("disagreements_stopped", 0)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:

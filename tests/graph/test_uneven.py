@@ -78,7 +78,10 @@ def disagreeing():
 def test_ranks_whose_graphs_make_their_plans_disagree_stop_as_the_spec_says(disagreeing):
     """The reference raises (spec 3.6) and that is judged right; a driver that leaves the round out
     instead is caught by the planner oracle's rule, on a graph only uneven shards give."""
-    assert check_all(get_target("reference"), disagreeing)[0] == []
+    findings, ctx = check_all(get_target("reference"), disagreeing)
+    assert findings == []
+    from fsdp_verify.report.tally import proofs_of
+    assert proofs_of(ctx.metrics)["planner_disagreements_stopped"] == 1  # said: no rewrite was judged
     rules = {f.key for f in check_all(MUTANTS["disagreement_unbucketed"], disagreeing)[0]}
     assert ("planner", "disagreement_not_stopped") in rules
 
