@@ -159,6 +159,8 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
         if node.op == "placeholder" and node.name in padded:
             out.append(replace(node, name=unpadded(node.name), target=unpadded(node.name)))
             continue
+        if rows.get(node.meta.get("param_node"), 0):  # the FSDP pass names the rank's placeholder (spec 1.4)
+            node = replace(node, meta={**node.meta, "param_node": unpadded(node.meta["param_node"])})
         for name in [name for name in node.inputs() if name in padded]:
             shape = shapes[name]
             widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)
