@@ -84,10 +84,13 @@ def param_dtypes(nodes: Iterable[fx.Node]) -> dict[str, torch.dtype]:
     return {name: dtypes.pop() for name, dtypes in seen.items() if len(dtypes) == 1}
 
 
-# Ops whose result has their (first) tensor input's dtype and rank.
+# Ops whose result has their (first) tensor input's dtype and rank. A pad is one: a short rank of an
+# uneven shard pads its shard before the gather, and on a one-element stand-in a pad of a 2-D shard
+# (four widths) cannot run, so that rank alone would fall back to the spec dtype.
 _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpose", "permute", "slice", "expand",
                          "neg", "abs", "_unsafe_view", "view_as", "unsqueeze", "squeeze", "select", "alias",
-                         "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor", "all_reduce"})
+                         "constant_pad_nd", "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor",
+                         "all_reduce"})
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
 # Reductions that, over every dim (no dims given, or an empty list), give a 0-dim result of the
 # input's dtype.

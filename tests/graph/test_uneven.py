@@ -100,3 +100,11 @@ def test_real_ranks_take_a_refusal_the_spec_makes_for_right_and_no_other(disagre
     assert not _disagreed_as_the_spec_does(even, refused)  # even ranks never disagree rightly
     one = {**refused, min(refused): {"status": "ok"}}
     assert not _disagreed_as_the_spec_does(disagreeing, one)  # a rank that went on: rank-dependent
+
+
+def test_invalid_planner_arguments_on_uneven_ranks_are_refused_before_any_plan_is_derived():
+    """The planner must refuse these first; deriving the ranks' plans from them would crash."""
+    from fsdp_verify.model.case import PlanArgs
+    case, _ = _padded(two_block_case())
+    case = replace(case, plan_args=PlanArgs(module_bucket_plans=[["blocks.0", 7]]))
+    assert check_all(get_target("reference"), case)[0] == []
