@@ -17,28 +17,32 @@ from fsdp_verify.execute.simulated import WorldRun, run_world
 
 def build_world(case: Case, shared: bool = False) -> dict[int, fx.GraphModule]:
     """One module per rank, each with that rank's device index in its specs (the description is
-    validated once and the first rank's graph linted: localising changes device indices only).
+    validated once and the first rank's graph of each padding linted: localising changes device
+    indices only, and, for a rank that pads a shard, adds its pads).
     ``shared``, for callers that only read the modules (the originals a run is checked against):
-    ranks whose graphs are the same (no device index to localise) share one module, and the
-    others' are copies of the first that share its meta values but their bucket specs. A graph
-    whose ranks pad shards differs by more than that: each rank builds its own."""
+    ranks whose graphs are the same (no device index to localise, no shard padded) share one module,
+    and the others' are copies of the first of their padding that share its meta values but their
+    bucket specs (ranks that pad the same rows have the same nodes)."""
     validate(case.graph)
-    first = min(case.graph.world(), default=None)
-    shared = shared and not case.graph.uneven
     modules: dict[int, fx.GraphModule] = {}
     unlocalised: Optional[fx.GraphModule] = None  # the module ranks share, when ``shared``
-    localised: Optional[fx.GraphModule] = None  # the module the others copy, when ``shared``
+    localised: dict[tuple, fx.GraphModule] = {}  # by padding: the module the others copy, when ``shared``
+    linted: set[tuple] = set()  # paddings whose graph has been linted once
     for rank in case.graph.world():
         spec = localize(case.graph, rank)
+        padding = tuple(param.pad_rows(rank) for param in case.graph.params)
         if shared and spec is case.graph:
             if unlocalised is None:
-                unlocalised = build_module(spec, validated=True, lint=rank == first)
+                unlocalised = build_module(spec, validated=True, lint=padding not in linted)
+                linted.add(padding)
             modules[rank] = unlocalised
-        elif shared and localised is not None:
-            modules[rank] = relocalised(localised, spec)
+        elif shared and padding in localised:
+            modules[rank] = relocalised(localised[padding], spec)
         else:
-            modules[rank] = build_module(spec, validated=True, lint=rank == first or case.graph.uneven)
-            localised = modules[rank] if shared else None
+            modules[rank] = build_module(spec, validated=True, lint=padding not in linted)
+            linted.add(padding)
+            if shared:
+                localised[padding] = modules[rank]
     return modules
 
 

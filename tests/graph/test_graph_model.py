@@ -14,6 +14,7 @@ from fsdp_verify.graph.importer import import_module
 from fsdp_verify.graph.spec import graph_from_json, graph_from_text
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.reference.planner import graph_signature
+from fsdp_verify.strategies.uneven import uneven_cases
 from fsdp_verify.strategies import cases, mutations
 from helpers.cases import two_block_case
 
@@ -183,6 +184,17 @@ def _plain(meta: dict) -> dict:
 def test_read_only_worlds_are_what_building_each_rank_gives(case):
     # ``build_world(shared=True)`` copies the first localised module for the other ranks instead
     # of building each: every rank's graph, node meta and header must be what building gives.
+    _shared_is_built(case)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(uneven_cases(cases("tiny")))
+def test_read_only_worlds_of_uneven_shards_are_what_building_each_rank_gives(case):
+    # ranks that pad the same rows share a copy; the others build their own
+    _shared_is_built(case)
+
+
+def _shared_is_built(case) -> None:
     from fsdp_verify.checks.graph_facts import fingerprint
     from fsdp_verify.execute.world import build_world
     shared, built = build_world(case, shared=True), build_world(case)
