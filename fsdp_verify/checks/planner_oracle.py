@@ -14,6 +14,7 @@ import json
 import threading
 import time
 from collections import Counter
+from enum import Enum
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from torch import fx
@@ -421,26 +422,23 @@ def expected_disagreement(ctx: CheckContext) -> Optional[str]:
     return next(iter(disagreeing_groups(ctx.case, ctx.original)), None)
 
 
-def stopped_as_the_spec_says(ctx: CheckContext) -> bool:
-    """Whether the target raised the validator's error (spec 2.12, naming the group) for a group
-    whose ranks' plans the spec itself makes differ (spec 3.6 stops the round)."""
+class Refusal(Enum):
+    """Why the spec has a planning target raise (and so a raise is no finding)."""
+
+    ARGUMENTS = "invalid planner arguments"  # refused before any exchange (spec 2.1)
+    DISAGREEMENT = "ranks' plans disagree"  # the validator stops the round on every rank (spec 3.6)
+
+
+def spec_refusal(ctx: CheckContext) -> Optional[Refusal]:
+    """The refusal the spec gives for the target's error: invalid planner arguments, or a group whose
+    ranks' plans the spec itself makes differ, refused with the validator's error naming it (spec
+    2.12); None where the error is no refusal of the spec's."""
     if not ctx.has_planner or ctx.run.error is None:
-        return False
+        return None
     if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(min(ctx.case.graph.world()))) is not None:
-        return False  # the planner refuses these arguments before any exchange (and no plan is derived)
+        return Refusal.ARGUMENTS  # no plan is derived from such arguments
     group = expected_disagreement(ctx)
-    return group is not None and f"{DISAGREE} {group}" in ctx.run.error
-
-
-def refused_rightly(ctx: CheckContext) -> bool:
-    """Whether the target's error is the one the spec gives: invalid planner arguments, or a group
-    whose ranks' plans disagree."""
-    if not ctx.has_planner or ctx.run.error is None:
-        return False
-    first = min(ctx.case.graph.world())
-    if expected_argument_error(ctx.case.plan_args, ctx.case.group_ranks(first)) is not None:
-        return True
-    return stopped_as_the_spec_says(ctx)
+    return Refusal.DISAGREEMENT if group is not None and f"{DISAGREE} {group}" in ctx.run.error else None
 
 
 def _argument_probes(ctx: CheckContext, module: fx.GraphModule, rank: int) -> list[Finding]:

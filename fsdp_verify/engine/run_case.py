@@ -26,7 +26,7 @@ from fsdp_verify.graph import fx_sources
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
-from fsdp_verify.checks.planner_oracle import refused_rightly, stopped_as_the_spec_says, watch_rounds
+from fsdp_verify.checks.planner_oracle import Refusal, spec_refusal, watch_rounds
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
 from fsdp_verify.engine.stages import Stage
@@ -147,9 +147,10 @@ def run_target(target: Target, case: Case, watch: bool = True,
 def _target_failure(ctx: CheckContext) -> list[Finding]:
     """A target that raised: the planner oracle judges whether refusing was right; otherwise a finding."""
     findings = registered()["planner"].run(ctx)
-    if stopped_as_the_spec_says(ctx):
+    refusal = spec_refusal(ctx)
+    if refusal is Refusal.DISAGREEMENT:
         ctx.metrics.setdefault("planner", {})["disagreements_stopped"] = 1  # said in the summary
-    elif not refused_rightly(ctx):
+    elif refusal is None:
         findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
                                           f"{ctx.run.error_type}: {ctx.run.error_message}",
                                 details={"traceback": ctx.run.error}, rule="raised"))
