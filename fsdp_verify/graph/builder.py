@@ -122,8 +122,9 @@ def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
     holds fewer rows in its own placeholder (``unpadded(name)``); a ``constant_pad_nd`` named as the
     parameter's placeholder was, just before the first node that reads it, restores the shard's
     shape, so every other node, name and shape is the other ranks'. Only the node count, the padded
-    ranks' placeholders and what is ready where differ: what a pass deciding on rank-local facts
-    sees. The result has no padding left, so localising it again changes nothing.
+    ranks' placeholders (and the ``param_node`` tags naming them) and what is ready where differ:
+    what a pass deciding on rank-local facts sees. The result has no padding left, so localising it
+    again changes nothing.
     """
     changed = False
 
@@ -159,8 +160,9 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
         if node.op == "placeholder" and node.name in padded:
             out.append(replace(node, name=unpadded(node.name), target=unpadded(node.name)))
             continue
-        if rows.get(node.meta.get("param_node"), 0):  # the FSDP pass names the rank's placeholder (spec 1.4)
-            node = replace(node, meta={**node.meta, "param_node": unpadded(node.meta["param_node"])})
+        tag = node.meta.get("param_node")
+        if isinstance(tag, str) and rows.get(tag, 0):  # the FSDP pass names the rank's placeholder (spec 1.4)
+            node = replace(node, meta={**node.meta, "param_node": unpadded(tag)})
         for name in [name for name in node.inputs() if name in padded]:
             shape = shapes[name]
             widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)

@@ -108,3 +108,13 @@ def test_invalid_planner_arguments_on_uneven_ranks_are_refused_before_any_plan_i
     case, _ = _padded(two_block_case())
     case = replace(case, plan_args=PlanArgs(module_bucket_plans=[["blocks.0", 7]]))
     assert check_all(get_target("reference"), case)[0] == []
+
+
+def test_a_tag_of_any_json_value_beside_padding_localises():
+    """Tags may hold anything a file says (broken on purpose); only a name is renamed."""
+    case, param = _padded(two_block_case())
+    nodes = [replace(n, meta={**n.meta, "param_node": ["not", "a", "name"]}) if "param_node" in n.meta else n
+             for n in case.graph.nodes]
+    graph = replace(case.graph, nodes=tuple(nodes))
+    assert [n.meta.get("param_node") for n in localize(graph, 1).nodes if "param_node" in n.meta][0] == \
+        ["not", "a", "name"]
