@@ -118,3 +118,12 @@ def test_a_tag_of_any_json_value_beside_padding_localises():
     graph = replace(case.graph, nodes=tuple(nodes))
     assert [n.meta.get("param_node") for n in localize(graph, 1).nodes if "param_node" in n.meta][0] == \
         ["not", "a", "name"]
+
+
+@pytest.mark.parametrize("value", ["1:1", [[1]], [[1, True]], [[-1, 1]], [1, 1]])
+def test_a_padding_that_is_no_list_of_pairs_is_refused_naming_the_field(value):
+    doc = two_block_case().graph.to_json()
+    doc["params"][0]["padding"] = value
+    with pytest.raises(SpecError) as error:
+        graph_from_json(doc)
+    assert "params[0].padding" in str(error.value)
