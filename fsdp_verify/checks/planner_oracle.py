@@ -401,13 +401,16 @@ def _digests_differ(expected: dict[int, list[dict]], ranks: list[int], group: st
     return len(digests) > 1
 
 
-def disagreeing_groups(case: Any, originals: Mapping[int, fx.GraphModule]) -> tuple[str, ...]:
+def disagreeing_groups(case: Any, originals: Mapping[int, fx.GraphModule],
+                       expectations: Optional[Expectations] = None) -> tuple[str, ...]:
     """Groups whose ranks' first-round plans, as the spec derives them from each rank's graph, differ:
     spec 3.6 then stops the round on every rank. Only ranks whose graphs differ by more than device
-    indices (uneven shards) can disagree: a digest holds no device index (spec 2.11)."""
+    indices (uneven shards) can disagree: a digest holds no device index (spec 2.11). ``expectations``:
+    the run's own (its reports are remembered by graph signature, so the ones derived while watching
+    the target plan the same originals are reused, never those of another graph)."""
     if not case.graph.uneven:
         return ()
-    expectations = Expectations(case.plan_args)
+    expectations = expectations or Expectations(case.plan_args)
     digests = {rank: expectations.report(module, case.group_ranks(rank))["group_digests"]
                for rank, module in originals.items()}
     return tuple(group for group in sorted({group for found in digests.values() for group in found})
@@ -419,7 +422,9 @@ def expected_disagreement(ctx: CheckContext) -> Optional[str]:
     """The first group whose ranks' plans the spec stops (``disagreeing_groups``), for a planning target."""
     if ctx.target is None or not ctx.target.has_planner:
         return None
-    return next(iter(disagreeing_groups(ctx.case, ctx.original)), None)
+    watch = ctx.run.watched
+    expectations = watch.expectations if isinstance(watch, RoundWatch) else None
+    return next(iter(disagreeing_groups(ctx.case, ctx.original, expectations)), None)
 
 
 class Refusal(Enum):
