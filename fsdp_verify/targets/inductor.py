@@ -166,9 +166,9 @@ def _buckets_gathers(options: dict[str, Any]) -> bool:
 
 
 def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
-    """Where a pass buckets all-gathers: each lost node is a cast of a parameter that feeds a gather
+    """Where a pass buckets all-gathers: the lost nodes that are casts of a parameter feeding a gather
     (the pattern ``fsdp.is_fsdp_all_gather`` and the manual scheduler both fold into the bucket's
-    copy-in, on captured and harness graphs alike), and each layout finding is about such a cast's
+    copy-in, on captured and harness graphs alike), and the layout findings about such a cast's
     parameter."""
     if not _buckets_gathers(options):
         return None
@@ -178,11 +178,14 @@ def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, An
               if nodes[n.inputs()[0]].target in _CASTS and nodes[n.inputs()[0]].inputs()
               and nodes[nodes[n.inputs()[0]].inputs()[0]].op == "placeholder"}
     lost = ("dependencies", "node_lost")
-    if not folded or any(f.key == lost and not set(f.nodes) <= set(folded) for f in findings):
-        return None  # a lost node that is no folded cast: nothing of this kind is excused
-    gone = {name for f in findings if f.key == lost for name in f.nodes}
+
+    def cast_lost(finding: Any) -> bool:
+        return finding.key == lost and set(finding.nodes) <= set(folded)
+    # Only the folded casts are covered: another lost node (a dedup's add, or a pass's bug) stays
+    # for another excuse to name, and ``excused`` keeps the case a candidate when none does.
+    gone = {name for f in findings if cast_lost(f) for name in f.nodes}
     params = {folded[c] for c in gone}
-    return _cover(findings, lambda f: f.key == lost or (f.checker == "layout" and f.details.get("param") in params),
+    return _cover(findings, lambda f: cast_lost(f) or (f.checker == "layout" and f.details.get("param") in params),
                   "inductor's all-gather bucketing folds each parameter's pre-gather cast (mixed precision) into "
                   "the bucket's copy-in by design: only those cast nodes go (and the identity codes the layout "
                   "check plants on them), values are kept") if gone else None

@@ -204,3 +204,25 @@ def test_dedup_of_a_tied_weights_reduce_scatters_is_a_contract_mismatch_a_wrong_
     assert classify(target, case, ("consistency", "dependencies", "numerics"), [*errors, wrong])[0] == CANDIDATE
     off = replace(case, target_options=(("dedup_reduce_scatters", False),))
     assert classify(target, off, ("consistency", "dependencies"), errors)[0] == CANDIDATE
+
+
+def test_excuses_of_lost_nodes_compose_a_folded_cast_beside_a_deduplicated_add():
+    # A captured campaign's false alarm: with all-gather bucketing (mixed precision) and dedup on, a
+    # tied weight's backward graph loses its pre-gather casts (folded) and its gradients' add
+    # (dedup). Each excuse names its own lost nodes; the cast fold once refused to excuse anything
+    # beside a lost node it did not own, so the case stayed a candidate.
+    target = get_target("torch-inductor")
+    options = {"dedup_reduce_scatters": True, "bucket_all_gathers_fx": "all"}
+    model = ModelDesc((Layer("linear", 8, checkpoint=True), Layer("linear", 8, tie=0, checkpoint=True)),
+                      param_dtype="bfloat16")
+    case = replace(target.normalise(Case(capture(model).backward)), target_options=tuple(sorted(options.items())))
+    findings, _ = check_all(target.configure(options), case)
+    errors = [f for f in findings if f.severity == "error"]
+    lost = {name for f in errors if f.key == ("dependencies", "node_lost") for name in f.nodes}
+    casts = {name for name in lost if name.startswith("_to_copy")}
+    assert casts and lost - casts == {"add"}
+    checkers = tuple(sorted({f.checker for f in errors}))
+    assert classify(target, case, checkers, errors)[0] == MISMATCH
+    # without dedup nothing names the lost add: the folded casts alone do not excuse it
+    off = replace(case, target_options=(("bucket_all_gathers_fx", "all"), ("dedup_reduce_scatters", False)))
+    assert classify(target, off, checkers, errors)[0] == CANDIDATE
