@@ -187,7 +187,7 @@ class CheckContext:
     @cached_property
     def identity_codes(self) -> IdentityCodes:
         """Codes for the sources of the first rank's tagged collectives (SPMD: every rank's names)."""
-        return IdentityCodes.of(self.original[min(self.original)])
+        return IdentityCodes.of(self.original[min(self.original)], len(self.original))
 
     @cached_property
     def watched_consumers(self) -> dict[str, str]:

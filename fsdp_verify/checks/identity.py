@@ -47,6 +47,13 @@ _FORMATS = {torch.float16: (10, 15, 14), torch.bfloat16: (7, 127, 120), torch.fl
 # Integer all-gather sources (quantised weights): every bit pattern is a code, spread the same way.
 _INTEGERS = {torch.int8: -128, torch.uint8: 0}  # dtype -> its smallest value
 CODED_DTYPES = frozenset(_FORMATS) | frozenset(_INTEGERS)
+# Collectives whose sources are summed across ranks: their codes are exact integers (``scatter_codes``).
+# HSDP's all-reduce over the replicas (a captured graph's ``dp_all_reduce``) feeds the shard group's
+# reduce-scatter: coded at the all-reduce, the reduce-scatter's input is an exact sum of codes, so a
+# pass that reassociates the sum (dedup_reduce_scatters: ``rs(a) + rs(b)`` -> ``rs(a + b)``) moves no
+# bit, while a lost or misplaced contribution still changes it. Left uncoded, natural values made
+# such a reassociation a last-bit difference: a false alarm.
+SUMMED_KINDS = ("fsdp_reduce_scatter", "dp_all_reduce")
 _SPREAD = 0x5BD1E9  # odd: multiplying by it permutes the residues modulo any power of two
 _SIGN = 0x9E3779B1
 
@@ -110,7 +117,7 @@ def scatter_codes(counters: torch.Tensor, dtype: torch.dtype, degree: int) -> to
 def capacity(kind: str, dtype: torch.dtype, degree: int) -> int:
     """How many elements of one source get distinct codes: the all-gather period, or the span whose
     ``degree``-fold sums stay exact (reduce-scatter)."""
-    if kind == "fsdp_reduce_scatter":
+    if kind in SUMMED_KINDS:
         return max(1, (_EXACT_INT.get(dtype, 256) - 1) // degree)
     return gather_period(dtype)
 
@@ -126,7 +133,7 @@ def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) ->
     end = base + count
     if end > _TABLE_LIMIT:
         return _direct(kind, dtype, degree, torch.arange(base, end, dtype=torch.int64))
-    key = (kind == "fsdp_reduce_scatter", dtype, degree if kind == "fsdp_reduce_scatter" else 0)
+    key = (kind in SUMMED_KINDS, dtype, degree if kind in SUMMED_KINDS else 0)
     table = _TABLES.get(key)
     if table is None or table.numel() < end:
         size = min(_TABLE_LIMIT, max(1 << 12, 1 << (end - 1).bit_length()))
@@ -137,7 +144,7 @@ def _codes(kind: str, dtype: torch.dtype, degree: int, base: int, count: int) ->
 
 def _direct(kind: str, dtype: torch.dtype, degree: int, counters: torch.Tensor) -> torch.Tensor:
     """The codes of ``counters`` for a source of ``kind``, computed without the table."""
-    return scatter_codes(counters, dtype, degree) if kind == "fsdp_reduce_scatter" else gather_codes(counters, dtype)
+    return scatter_codes(counters, dtype, degree) if kind in SUMMED_KINDS else gather_codes(counters, dtype)
 
 
 class IdentityCodes:
@@ -167,8 +174,8 @@ class IdentityCodes:
         self.dtypes: dict[str, torch.dtype] = {}  # source -> the dtype its codes were made in
 
     @classmethod
-    def of(cls, original: fx.GraphModule) -> "IdentityCodes":
-        """Codes for the sources of every tagged collective of ``original``.
+    def of(cls, original: fx.GraphModule, world: int = 1) -> "IdentityCodes":
+        """Codes for the sources of every tagged collective of ``original`` (of a ``world`` of ranks).
 
         A gather whose source is a pure cast of a parameter placeholder (mixed precision: fp32 shard,
         bf16 gather) is coded at the placeholder instead, with codes of the cast's dtype held exactly
@@ -178,16 +185,20 @@ class IdentityCodes:
         another dtype, or not at all, still delivers other bits or another dtype."""
         sources, cast, cast_nodes = {}, {}, set()
         for node in original.graph.nodes:
-            if node.meta.get("comm_type") not in FSDP_KINDS or not node.args or not isinstance(node.args[0], fx.Node):
+            kind = node.meta.get("comm_type")
+            if kind not in FSDP_KINDS + SUMMED_KINDS or not node.args or not isinstance(node.args[0], fx.Node):
                 continue
-            entry = (str(node.meta.get("param_name")), node.meta["comm_type"], _degree(node))
+            # an all-reduce names no group size; its sum is summed again by the shard group's
+            # reduce-scatter and, deduplicated, beside another gradient's: every rank twice at most
+            degree = 2 * max(world, 1) if kind == "dp_all_reduce" else _degree(node)
+            entry = (str(node.meta.get("param_name")), kind, degree)
             source = node.args[0]
             if is_wait(storage_root(source)):
                 # a gather of another gather's result (2-D sharding: dp_shard, then dp_replicate)
                 # moves codes already: coding it again would plant codes the rewrite never reads
                 # once it buckets the inner gather (its result is then another node), a false alarm
                 continue
-            narrow = _pure_cast(source) if entry[1] != "fsdp_reduce_scatter" else None
+            narrow = _pure_cast(source) if entry[1] not in SUMMED_KINDS else None
             if narrow is not None:
                 cast[source.args[0].name] = narrow
                 cast_nodes.add(source.name)

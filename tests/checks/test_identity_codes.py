@@ -307,3 +307,27 @@ def test_a_misplacement_by_the_code_period_is_caught_by_the_second_coded_run_alo
     errors = [f for f in findings if f.severity == "error"]
     assert [(f.checker, f.rule) for f in errors] == [("layout", "element_misplaced")]
     assert errors[0].details["coded_run"] == 2 and ctx.metrics["layout"]["runs"] == 2
+
+
+def test_a_dedup_that_reassociates_an_hsdp_sum_moves_no_bit_one_that_drops_a_gradient_does():
+    # HSDP: a tied weight's two gradients are each all-reduced over the replicas, reduce-scattered
+    # over the shard group and summed; inductor's dedup scatters their sum instead. The reduce-
+    # scatter's input is the all-reduce's result, so it carries no codes of its own: with natural
+    # values the reassociated sum differed in the last bit (a captured campaign's false alarm).
+    # Codes at the all-reduce's source keep the sum exact, and a lost gradient still shows.
+    from fsdp_verify.capture import Layer, ModelDesc, capture
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.targets import get_target
+    model = ModelDesc((Layer("linear", 8, checkpoint=True), Layer("linear", 8, tie=0, checkpoint=True)), mesh=(2, 2))
+    inductor = get_target("torch-inductor")
+    case = inductor.normalise(Case(capture(model).backward))
+    assert any(n.meta.get("comm_type") == "dp_all_reduce" for n in case.graph.nodes)
+
+    def errors(name: str) -> set:
+        findings, _ = check_all(get_target(f"fx-pass:helpers.torch_passes:{name}"), case)
+        return {f.key for f in findings if f.severity == "error"}
+    # the add goes and the shard group's volume falls (what the dedup excuse names); no value moves
+    assert errors("dedups_sums") == {("dependencies", "node_lost"), ("consistency", "volume_changed")}
+    wrong = errors("dedups_one_addend_twice")
+    assert ("numerics", "output_differs") in wrong and ("layout", "element_misplaced") in wrong

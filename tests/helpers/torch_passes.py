@@ -68,3 +68,24 @@ def renames_sums(gm: fx.GraphModule) -> None:
             node.replace_all_uses_with(new)
             gm.graph.erase_node(node)
     gm.recompile()
+
+def dedups_sums(gm: fx.GraphModule) -> None:
+    """Inductor's dedup of reduce-scattered sums (``rs(a) + rs(b)`` -> ``rs(a + b)``): values kept,
+    up to the order the sum is taken in."""
+    from torch._inductor.fx_passes.fsdp import dedup_fsdp_reduce_scatter
+    dedup_fsdp_reduce_scatter(gm)
+    stable_topological_sort(gm.graph)
+
+
+def dedups_one_addend_twice(gm: fx.GraphModule) -> None:
+    """Planted value bug: the dedup scatters ``a + a`` where the sum was ``a + b`` (one gradient of a
+    tied weight lost, the other counted twice)."""
+    dedups_sums(gm)
+    add = torch.ops.aten.add.Tensor
+    scatter = torch.ops._c10d_functional.reduce_scatter_tensor.default
+    for node in gm.graph.nodes:
+        if node.target is scatter and isinstance(node.args[0], fx.Node) and node.args[0].target is add:
+            summed = node.args[0]
+            summed.args = (summed.args[0], summed.args[0], *summed.args[2:])
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
