@@ -242,6 +242,12 @@ def _overlap_memory_allowance(options: dict[str, Any], original_peak: int) -> in
     return max(int(gb * 1024 ** 3), int(original_peak * ratio))
 
 
+def _budgeted_memory(case: Case) -> bool:
+    """Whether the overlap scheduler's memory estimate sees the case's tensors: it tracks storages on
+    devices other than the CPU only (``memory_estimator.MemoryTracker``'s default device filter)."""
+    return any(not str(param.device).startswith("cpu") for param in case.graph.params)
+
+
 def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
     """Both schedulers prefetch gathers ahead of their compute, so peak memory rises by design past
     the FSDP rewriter's bound (twice the largest fused buffer), by at most every collective's
@@ -250,11 +256,15 @@ def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[s
     weaker. The manual scheduler has no memory limit (and where it runs, the overlap scheduler's
     limit bounds only what that adds to the graph it receives); the overlap scheduler alone keeps
     to its allowance (``_overlap_memory_allowance``), and a rise past that stays a candidate too:
-    with both options at 0 it promised no increase."""
+    with both options at 0 it promised no increase. That allowance is kept in the pass's own
+    estimate (``memory_estimator.MemoryTracker``), which counts non-CPU storages only: on a graph
+    whose parameters live on the CPU the pass sees a peak of 0 bytes and its limit bounds nothing,
+    so there, as for the manual scheduler, the room alone bounds the rise."""
     overlap, manual = _schedulers(options)
     if not (manual or overlap):
         return None
     room = _collective_bytes(case)
+    unbounded = manual or not _budgeted_memory(case)
 
     def prefetched(finding: Any) -> bool:
         before = finding.details.get("original_peak_bytes", 0)
@@ -262,8 +272,9 @@ def _prefetch_memory_excuse(case: Case, findings: Sequence[Any], options: dict[s
         if finding.key != ("memory", "peak_memory") or not isinstance(rise, int) or not isinstance(before, int):
             return False
         # the manual scheduler has no limit, and the overlap scheduler's bounds only its own additions
-        return rise <= (room if manual else min(room, _overlap_memory_allowance(options, before)))
-    which = "manual scheduler" if manual else "overlap scheduler, within its memory allowance,"
+        return rise <= (room if unbounded else min(room, _overlap_memory_allowance(options, before)))
+    which = "manual scheduler" if manual else "overlap scheduler, within its memory allowance," if not unbounded \
+        else "overlap scheduler (its memory budget counts no CPU storage, so it bounds nothing on this graph)"
     return _cover(findings, prefetched,
                   f"inductor's {which} moves collectives ahead of or behind their compute, raising peak memory by "
                   f"design past the FSDP rewriter's bound (at most every collective's buffers at once, {room} bytes)")

@@ -114,10 +114,16 @@ def test_f10_on_the_backward_graph_chains_reduce_scatters_and_is_the_same_findin
     assert kind == MISMATCH and "F10" in why[0]
 
 
+def on_cuda(case: Case) -> Case:
+    """``case`` with its parameters on a CUDA device: what the overlap scheduler's memory budget counts."""
+    return replace(case, graph=replace(case.graph, params=tuple(replace(p, device="cuda:0") for p in case.graph.params)))
+
+
 def test_excuses_compose_but_never_cover_what_none_of_them_names():
     from fsdp_verify.checks.findings import Finding
     target = get_target("torch-inductor")
-    case = target.normalise(Case(capture(ONE_D).forward))  # its gathers give the prefetch room
+    # its gathers give the prefetch room; on a CUDA device, the overlap scheduler's budget sees them
+    case = on_cuda(target.normalise(Case(capture(ONE_D).forward)))
     manual = replace(case, target_options=((MANUAL, "blocks"),))
     overlap = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),))
     bounded = replace(case, target_options=(("aten_distributed_optimizations.enable_overlap_scheduling", True),
@@ -151,7 +157,7 @@ def test_a_memory_limit_of_0_drawn_alone_leaves_the_other_options_default():
     from fsdp_verify.checks.findings import Finding
     from fsdp_verify.targets.inductor import _collective_bytes, _overlap_memory_allowance
     target = get_target("torch-inductor")
-    case = target.normalise(Case(capture(ONE_D).forward))
+    case = on_cuda(target.normalise(Case(capture(ONE_D).forward)))
     room = _collective_bytes(case)
     overlap = (("aten_distributed_optimizations.enable_overlap_scheduling", True),)
     gb = "aten_distributed_optimizations.max_memory_increase_gb"
@@ -226,3 +232,30 @@ def test_excuses_of_lost_nodes_compose_a_folded_cast_beside_a_deduplicated_add()
     # without dedup nothing names the lost add: the folded casts alone do not excuse it
     off = replace(case, target_options=(("bucket_all_gathers_fx", "all"), ("dedup_reduce_scatters", False)))
     assert classify(target, off, checkers, errors)[0] == CANDIDATE
+
+
+def test_on_cpu_tensors_the_overlap_schedulers_memory_limit_bounds_nothing_the_room_still_does():
+    """The pass keeps its memory allowance in its own estimate, which counts non-CPU storages only:
+    on a CPU graph it sees a peak of 0 bytes (a captured campaign's false alarm: +616 bytes with
+    ``_gb = 0`` alone, allowance 29). There a rise within every collective's buffers is its design;
+    past them it stays a candidate."""
+    from torch._dynamo.utils import counters
+    from fsdp_verify.checks.findings import Finding
+    from fsdp_verify.targets.inductor import _collective_bytes
+    target = get_target("torch-inductor")
+    case = target.normalise(Case(capture(ONE_D).forward))
+    options = {"aten_distributed_optimizations.enable_overlap_scheduling": True,
+               "aten_distributed_optimizations.max_memory_increase_gb": 0.0,
+               "aten_distributed_optimizations.max_memory_increase_ratio": 0.0}
+    bounded = replace(case, target_options=tuple(sorted(options.items())))
+    counters["inductor"].pop("overlap_original_mem", None)
+    check_all(target.configure(options), bounded)
+    assert counters["inductor"]["overlap_original_mem"] == 0  # the premise: the pass counts no CPU storage
+    room = _collective_bytes(case)
+
+    def rise(by: int) -> Finding:
+        return Finding("memory", "peak live bytes exceed", rule="peak_memory",
+                       details={"original_peak_bytes": 1000, "rewritten_peak_bytes": 1000 + by})
+    assert classify(target, bounded, ("memory",), [rise(room)])[0] == MISMATCH
+    assert classify(target, bounded, ("memory",), [rise(room + 1)])[0] == CANDIDATE
+    assert classify(target, on_cuda(bounded), ("memory",), [rise(1)])[0] == CANDIDATE  # counted there: no increase
