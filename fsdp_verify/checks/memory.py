@@ -9,22 +9,38 @@ flag every correct AG rewrite whose copy-out moment is the peak). Both peaks are
 
 from __future__ import annotations
 
+import torch
 from torch import fx
 
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.registry import Checker
-from fsdp_verify.checks.graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
+from fsdp_verify.checks.graph_facts import aliases_input, by_name, is_free, is_launch
 
 NAME = "memory"
 SLACK = 2
+# Ops whose schema declares no alias but whose result is a view of their input at run time:
+# inductor's bucketing copies each member out as ``_unsafe_view(clone(...))``, and counting the
+# view as a second buffer doubled every copy-out (a captured campaign's false alarm).
+_RUNTIME_VIEWS = frozenset({torch.ops.aten._unsafe_view.default})
+
+
+def _is_view(node: fx.Node) -> bool:
+    return aliases_input(node) or (node.op == "call_function" and node.target in _RUNTIME_VIEWS)
+
+
+def _root(node: fx.Node) -> fx.Node:
+    """The node that owns the storage ``node`` shares, through declared and run-time views."""
+    while _is_view(node) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    return node
 
 
 def _sizes(run: WorldRun, module: fx.GraphModule, rank: int) -> dict[str, int]:
     """Bytes of each storage-owning node's result on ``rank``, from the numerics checker's run."""
     seen = run.sizes.get(rank, {})
     return {node.name: seen[node.name] for node in module.graph.nodes
-            if node.name in seen and not aliases_input(node)}
+            if node.name in seen and not _is_view(node)}
 
 
 def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
@@ -34,7 +50,7 @@ def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
     last_use: dict[fx.Node, int] = {}
     freed_at: dict[fx.Node, int] = {}
     for node in nodes:
-        root = storage_root(node)
+        root = _root(node)
         for user in node.users:
             if is_free(user):
                 freed_at[root] = min(freed_at.get(root, index[user]), index[user])
@@ -44,7 +60,7 @@ def peak_live_bytes(module: fx.GraphModule, sizes: dict[str, int]) -> int:
     delta = [0] * (len(nodes) + 1)
     for node in nodes:
         size = sizes.get(node.name, 0)
-        if size and storage_root(node) is node:
+        if size and _root(node) is node:
             delta[index[node]] += size
             delta[end[node] + 1] -= size
     peak = live = 0
@@ -64,7 +80,7 @@ def check_memory(ctx: CheckContext) -> list[Finding]:
     old, new = peak_live_bytes(original[rank], before), peak_live_bytes(rewritten[rank], after)
     known = by_name(original[rank])
     fused = [n for n in rewritten[rank].graph.nodes if is_launch(n) and n.name not in known]
-    buffers = [after.get(storage_root(n).name, 0) for launch in fused
+    buffers = [after.get(_root(n).name, 0) for launch in fused
                for n in (*launch.users, *launch.all_input_nodes)]
     largest = max(buffers, default=0)
     ctx.metrics["memory"] = {"original_peak_bytes": old, "rewritten_peak_bytes": new, "largest_bucket_bytes": largest}

@@ -163,11 +163,14 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
         tag = node.meta.get("param_node")
         if isinstance(tag, str) and rows.get(tag, 0):  # the FSDP pass names the rank's placeholder (spec 1.4)
             node = replace(node, meta={**node.meta, "param_node": unpadded(tag)})
+        # the pad runs in its reader's phase: a backward graph's pad (a recomputed gather's source)
+        # is a backward node, not a forward node standing inside the backward's buckets
+        phase = {"autograd_backward": node.meta["autograd_backward"]} if "autograd_backward" in node.meta else {}
         for name in [name for name in node.inputs() if name in padded]:
             shape = shapes[name]
             widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)
             out.append(NodeSpec(name, "call_function", "aten.constant_pad_nd.default",
-                                (NodeRef(unpadded(name)), widths)))
+                                (NodeRef(unpadded(name)), widths), meta=phase))
         out.append(node)
     local = tuple(replace(p, placeholder=unpadded(p.placeholder),
                           shard_shape=(p.shard_shape[0] - rows[p.placeholder], *p.shard_shape[1:]))

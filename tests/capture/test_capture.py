@@ -275,3 +275,22 @@ def test_a_captured_uneven_shard_pads_on_the_ranks_dtensor_gives_fewer_rows():
     hsdp = ModelDesc((Layer("linear", 3), Layer("linear", 8, placement="shard2d")), mesh=(2, 2))
     assert _padding(hsdp, "layers.0.weight", (2, 8), ((0, 1), (2, 3))) == ((1, 1), (3, 1))  # each replica
     assert _padding(hsdp, "layers.1.weight", (1, 3), ((0, 1), (2, 3))) == ()  # sharded on both dims
+
+
+def test_a_short_rank_s_pad_in_a_backward_graph_is_a_backward_node():
+    """A recomputed gather (activation checkpointing) of an uneven shard is padded in the backward
+    graph: the pad runs in its reader's phase. Left untagged, it stood as a forward node inside the
+    backward's buckets, and every bucket spanning it was an ordering finding on the short rank
+    (two of a captured campaign's false alarms)."""
+    from fsdp_verify.graph.builder import localize
+    desc = ModelDesc((Layer("linear", 6, checkpoint=True), Layer("linear", 6, checkpoint=True)), mesh=(4,))
+    backward = Case(capture(desc).backward)
+    assert any(p.padding for p in backward.graph.params)
+    short = max(rank for p in backward.graph.params for rank, _ in p.padding)
+    pads = [n for n in localize(backward.graph, short).nodes if n.target == "aten.constant_pad_nd.default"]
+    assert pads and all(n.meta.get("autograd_backward") is True for n in pads)
+    target = get_target("torch-inductor").configure({"bucket_all_gathers_fx": "all"})
+    case = replace(target.normalise(backward), target_options=(("bucket_all_gathers_fx", "all"),))
+    findings, _ = check_all(target, case)
+    assert not [f for f in findings if f.checker == "ordering" and f.severity == "error"], \
+        [f.message for f in findings]

@@ -291,3 +291,25 @@ def test_an_element_of_a_coalesced_launch_is_read_through_its_wait():
     assert _unwaited_reads(graph(True), empty) == []
     found = _unwaited_reads(graph(False), empty)
     assert [f.rule for f in found] == ["read_without_wait"] and found[0].nodes[1].startswith("add")
+
+
+def test_a_run_time_view_without_an_alias_in_its_schema_is_one_buffer_not_two():
+    # inductor's bucketing copies members out as ``_unsafe_view(clone(x))``: the schema of
+    # _unsafe_view declares no alias, yet its result shares the clone's storage. Counted as a
+    # buffer of its own it doubled every copy-out (a captured campaign's memory false alarm).
+    import torch
+    from torch import fx
+    from fsdp_verify.checks.memory import _sizes, peak_live_bytes
+    from fsdp_verify.execute.simulated import WorldRun
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    copy = graph.call_function(torch.ops.aten.clone.default, (x,))
+    view = graph.call_function(torch.ops.aten._unsafe_view.default, (copy, [4]))
+    graph.output(graph.call_function(torch.ops.aten.neg.default, (view,)))
+    module = fx.GraphModule(torch.nn.Module(), graph)
+    # sizes as a run would record them (the view's result has the clone's bytes)
+    run = WorldRun({}, {}, {0: {"x": 4, "clone_default": 16, "_unsafe_view_default": 16, "neg_default": 4}})
+    sizes = _sizes(run, module, 0)
+    assert "_unsafe_view_default" not in sizes
+    # the clone lives through its view until neg reads it; counted apart, clone and view made 32
+    assert peak_live_bytes(module, sizes) == 20

@@ -152,7 +152,7 @@ def test_a_campaign_classes_a_candidate_torch_does_not_show_as_a_harness_limitat
     monkeypatch.setenv("PYTHONPATH", str(TESTS))  # the scripts import the planted pass's module
     summary = tmp_path / "fuzz.json"
     got = main(["fuzz", "--target", "fx-pass:helpers.torch_passes:renames_sums", "--budget", "30", "--size",
-                "tiny", "--in-process", "--max-failures", "1", "--seed", "1", "--corpus", str(tmp_path / "found"),
+                "tiny", "--in-process", "--no-shrink", "--max-failures", "1", "--seed", "1", "--corpus", str(tmp_path / "found"),
                 "--json", str(summary), "--junit", str(tmp_path / "fuzz.xml"), "--repro-dir", str(tmp_path / "repros")])
     out = capsys.readouterr().out
     data = json.loads(summary.read_text())
