@@ -318,15 +318,21 @@ def _f10_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) ->
 
 
 def _summed_scatters(case: Case) -> set[str]:
-    """The adds of two reduce-scatters' waited results: what ``dedup_reduce_scatters`` rewrites."""
+    """The adds of reduce-scatters' waited results, or of such sums (a weight used three times sums
+    its gradients in a chain): what ``dedup_reduce_scatters`` rewrites."""
     nodes = {n.name: n for n in case.graph.nodes}
+    summed: set[str] = set()
 
     def scattered(name: str) -> bool:
         node = nodes.get(name)
-        launch = nodes.get(node.inputs()[0]) if node is not None and node.inputs() else None
-        return "wait_tensor" in node.target and launch is not None and "reduce_scatter" in launch.target
-    return {n.name for n in case.graph.nodes
-            if n.target.startswith("aten.add") and len(n.inputs()) == 2 and all(scattered(i) for i in n.inputs())}
+        if node is None:
+            return False
+        launch = nodes.get(node.inputs()[0]) if node.inputs() else None
+        return name in summed or ("wait_tensor" in node.target and launch is not None and "reduce_scatter" in launch.target)
+    for n in case.graph.nodes:  # in graph order: an add's summed inputs come before it
+        if n.target.startswith("aten.add") and len(n.inputs()) == 2 and all(scattered(i) for i in n.inputs()):
+            summed.add(n.name)
+    return summed
 
 
 def _dedup_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) -> Optional[Excuse]:
@@ -341,7 +347,7 @@ def _dedup_excuse(case: Case, findings: Sequence[Any], options: dict[str, Any]) 
         return None
     return _cover(findings, lambda f: (f.key == ("dependencies", "node_lost") and set(f.nodes) <= summed)
                   or (f.key == ("consistency", "volume_changed") and "reduce_scatter" in str(f.details.get("op"))),
-                  "inductor's dedup_reduce_scatters turns a sum of two reduce-scatters' results into one "
+                  "inductor's dedup_reduce_scatters turns a sum of reduce-scatters' results into one "
                   "reduce-scatter of the summed inputs by design: the add goes and the volume falls")
 
 

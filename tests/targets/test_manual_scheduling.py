@@ -259,3 +259,17 @@ def test_on_cpu_tensors_the_overlap_schedulers_memory_limit_bounds_nothing_the_r
     assert classify(target, bounded, ("memory",), [rise(room)])[0] == MISMATCH
     assert classify(target, bounded, ("memory",), [rise(room + 1)])[0] == CANDIDATE
     assert classify(target, on_cuda(bounded), ("memory",), [rise(1)])[0] == CANDIDATE  # counted there: no increase
+
+
+def test_dedup_of_a_weight_used_three_times_sums_a_chain_and_is_one_contract_mismatch():
+    # A captured campaign's false alarm: three gradients summed as add(add(rs, rs), rs) collapse into
+    # one reduce-scatter; the excuse read only adds of two reduce-scatters, so the outer add was left.
+    target = get_target("torch-inductor")
+    options = {"dedup_reduce_scatters": True, "bucket_reduce_scatters_fx": "none", "bucket_all_gathers_fx": "none"}
+    model = ModelDesc((Layer("linear", 8), Layer("linear", 8, tie=0), Layer("linear", 8, tie=0)))
+    case = replace(target.normalise(Case(capture(model).backward)), target_options=tuple(sorted(options.items())))
+    findings, _ = check_all(target.configure(options), case)
+    errors = [f for f in findings if f.severity == "error"]
+    lost = {name for f in errors if f.key == ("dependencies", "node_lost") for name in f.nodes}
+    assert len(lost) == 2  # both adds of the chain
+    assert classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0] == MISMATCH
