@@ -44,3 +44,29 @@ def _fresh_isolation_children():
     yield
     from fsdp_verify.engine.run_case import close_children
     close_children()
+
+
+# The longest tests first (seconds on the 2-core machine, 2026-12-05): xdist hands tests out in
+# collection order, so a long one collected late ran on one worker while the other sat idle at the
+# end. Only the order changes: seeded streams do not depend on it (the constants above are frozen).
+_LONGEST_FIRST = (
+    "tests/commands/test_hypofuzz.py",  # 73
+    "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 26
+    "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 23
+    "tests/test_findings_repros.py",  # 20 (F11), 19 (F13)
+    "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 20
+    "tests/engine/test_selftest.py::test_planted_bug_is_killed[rs_swaps_at_code_span]",  # 20
+    "tests/engine/test_selftest.py::test_planted_bug_is_killed[promotion_ignores_rank]",  # 18
+    "tests/report/test_html_report.py::test_a_large_graph_is_cut",  # 16
+    "tests/test_readme.py",  # 16
+    "tests/execute/compiled/test_endtoend.py",  # 16, 13
+    "tests/corpus/test_example_db.py",  # 15, 13
+    "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 14
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item) -> int:
+        return next((i for i, prefix in enumerate(_LONGEST_FIRST) if item.nodeid.startswith(prefix)),
+                    len(_LONGEST_FIRST))
+    items.sort(key=rank)  # stable: the rest keep their order
