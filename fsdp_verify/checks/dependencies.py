@@ -21,10 +21,11 @@ NAME = "dependencies"
 
 
 def _lost_nodes(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:
-    lost = [n.name for n in orig.graph.nodes if n.name not in names and not (is_launch(n) or is_wait(n))]
-    return [Finding(NAME, f"node {name!r} of the original graph is missing from the rewrite (only "
-                             f"collective launches and waits may be replaced)", nodes=(name,), rule="node_lost")
-            for name in lost]
+    lost = [n for n in orig.graph.nodes if n.name not in names and not (is_launch(n) or is_wait(n))]
+    return [Finding(NAME, f"node {node.name!r} of the original graph is missing from the rewrite (only "
+                             f"collective launches and waits may be replaced)", nodes=(node.name,), rule="node_lost",
+                    details={"op": str(node.target)})
+            for node in lost]
 
 
 def _edges(orig: fx.GraphModule, names: dict[str, fx.Node]) -> list[Finding]:

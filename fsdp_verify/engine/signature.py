@@ -10,7 +10,8 @@ finding only:
   and node names;
 - a value, dtype or shape difference: the checker, its rule, what differs and the operator of the
   first node (kept by the rewrite) whose value differs (``checks/divergence.py``);
-- any other rule: ``(checker, rule)``.
+- any other rule: ``(checker, rule)``, and the operator it names where it names one (the kind of
+  node lost, the collective whose volume changed).
 
 The primary finding is the target's own failure when there is one, else the rewrite's failure to
 run, else the first error finding in checker order (the registry's order puts the cheaper, more
@@ -99,6 +100,9 @@ def signature(findings: Sequence[Finding]) -> Signature:
         cause = origin(first)
     elif first.details.get("first_divergent_op"):  # where the values first part, and how
         cause = f"{first.details.get('first_differs')} at {first.details['first_divergent_op']}"
-    else:  # what differs, or for a rewrite that cannot run, the exception's type
-        cause = str(first.details.get("differs", "") or first.details.get("error_type", ""))
+    else:  # what differs, for a rewrite that cannot run the exception's type, else the operator the
+        # rule names: a lost add (a deduplicated sum) and a lost cast (a folded pre-gather cast) are
+        # two causes, and one kept as a repeat of the other was never triaged on its own
+        cause = str(first.details.get("differs", "") or first.details.get("error_type", "")
+                    or first.details.get("op", ""))
     return Signature(first.checker, first.rule, cause)

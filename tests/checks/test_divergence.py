@@ -36,3 +36,22 @@ def test_the_reference_has_no_divergence():
     findings, ctx = check_all(get_target("reference"), two_block_case())
     assert findings == []
     assert first_divergence(ctx.case, ctx.original, ctx.rewritten, 0) is None
+
+
+def test_a_lost_node_is_named_by_its_operator_not_its_name():
+    # Two causes of one rule: a deduplicated add and a folded pre-gather cast. Keyed by (checker,
+    # rule) alone, the second was kept as a repeat of the first and never triaged on its own.
+    from fsdp_verify.checks.findings import Finding
+
+    def lost(name: str, op: str) -> list:
+        return [Finding("dependencies", f"node {name!r} lost", nodes=(name,), rule="node_lost", details={"op": op})]
+    assert signature(lost("add", "aten.add.Tensor")) == signature(lost("add_7", "aten.add.Tensor"))
+    assert signature(lost("add", "aten.add.Tensor")) != signature(lost("_to_copy", "aten._to_copy.default"))
+    import torch
+    from torch import fx
+    from fsdp_verify.checks.dependencies import _lost_nodes
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.ops.aten.neg.default, (x,)))
+    found = _lost_nodes(fx.GraphModule(torch.nn.Module(), graph), {"x": x})
+    assert found[0].details["op"] == "aten.neg.default"
