@@ -53,7 +53,7 @@ def rule_cases() -> list[tuple[Case, Optional[dict]]]:
     out = [(replace(case, label="rule:valid"), _valid_buckets(case))]
     for reason, variants in sorted(mutations.SKIP_MUTATIONS.items()):
         for variant in variants:
-            site = rs if variant in mutations.RS_ONLY else ag
+            site = ag if mutations.fits(variant, case, ag) else rs  # some defects exist for one kind only
             broken = variant(case, site)
             added = sorted(set(mutations.launches(broken.graph)) - set(mutations.launches(case.graph)))
             out.append((replace(broken, label=f"rule:skip:{reason}:{variant.__name__}"),
