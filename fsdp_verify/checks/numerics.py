@@ -116,7 +116,8 @@ def run_failure(checker: str, error: Exception) -> Finding:
         return Finding(checker, f"rewritten graphs deadlock in the simulated world: {error}",
                        nodes=tuple(step[1] for step in error.cycle), details={"kind": "deadlock"}, rule="deadlock")
     if isinstance(error, Desync):
-        return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync"}, rule="desync")
+        return Finding(checker, f"rewritten graphs desync: {error}", details={"kind": "desync", "differs": error.differs()},
+                       rule="desync")
     if isinstance(error, ReadAfterFree):
         return Finding(checker, f"rewritten graph reads freed storage: {error}", nodes=(error.reader, error.freed),
                        rank=error.rank, details={"kind": "read_after_free"}, rule="read_after_free")

@@ -14,7 +14,8 @@ finding only:
   node lost, the collective whose volume changed).
 
 The primary finding is the target's own failure when there is one, else the rewrite's failure to
-run, else the first error finding in checker order (the registry's order puts the cheaper, more
+run (a crash, a desync named by what the ranks disagree on, a deadlock), else the first error
+finding in checker order (the registry's order puts the cheaper, more
 basic rules first). The others are collateral and are reported under it.
 """
 
@@ -74,9 +75,11 @@ def origin(finding: Finding) -> str:
     return f"{kind} at {path.rsplit('/', 1)[-1]}:{name}" if path else kind
 
 
-# A rewrite that cannot run at all: every other finding of the case (an ordering rule broken on the
-# way, a value never computed) follows from it, so it names the bug before any rule in checker order.
-_REWRITE_FAILED = "run_failed"
+# A rewrite that cannot run at all (it crashes, or its ranks' streams desync or deadlock): every other
+# finding of the case (an ordering rule broken on the way, a value never computed) follows from it,
+# so it names the bug before any rule in checker order. One rank ordering its gathers otherwise (F13)
+# once showed as two bugs: a group-order finding first in one case, a span finding in the other.
+_REWRITE_FAILED = ("run_failed", "desync", "deadlock")
 
 
 def primary(findings: Sequence[Finding]) -> Finding:
@@ -84,7 +87,7 @@ def primary(findings: Sequence[Finding]) -> Finding:
     else the first error in checker order."""
     errors = [f for f in findings if f.severity == ERROR] or list(findings)
     return next((f for f in errors if f.checker == "target"),
-                next((f for f in errors if f.rule == _REWRITE_FAILED), errors[0]))
+                next((f for f in errors if f.rule in _REWRITE_FAILED), errors[0]))
 
 
 def collateral(findings: Sequence[Finding]) -> list[Finding]:

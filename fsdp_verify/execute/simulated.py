@@ -96,6 +96,15 @@ class Desync(SimulationError):
         lines = ", ".join(f"rank {r}: {rec.describe() if rec else 'nothing'}" for r, rec in sorted(per_rank.items()))
         super().__init__(f"desync on group {group!r} at collective #{position}: {lines}")
 
+    def differs(self) -> str:
+        """The kinds of collective the ranks issued where they part (``nothing`` where a rank issued
+        none): two gathers issued in another order on one rank part on a gather whatever their shapes
+        or dtypes, so one such bug is one cause, while a gather against a scatter is another."""
+        records = list(self.per_rank.values())
+        if not records or any(record is None for record in records):
+            return "nothing"
+        return "|".join(sorted({record.op for record in records}))
+
 
 class Deadlock(SimulationError):
     """Every unfinished rank is blocked at a wait whose collective another blocked rank has not launched:

@@ -305,3 +305,27 @@ def test_a_rewrite_that_cannot_run_is_one_bug_whatever_rule_broke_on_the_way():
     other = [Finding("layout", "rewritten graph fails in the simulated world: KeyError: 'x'",
                      details={"kind": "crash", "error_type": "KeyError"}, rule="run_failed")]
     assert campaign.bug_signature(other) != campaign.bug_signature(fails)  # another crash, another bug
+
+
+def test_a_desync_names_the_bug_before_the_ordering_rule_broken_on_the_way():
+    # F13 (the overlap scheduler orders a short rank's gathers otherwise) was two findings in one
+    # campaign: a group-order finding first in one case, a span finding in another, each with the
+    # same desync behind it. A desync is a rewrite that cannot run, named by the kinds of collective
+    # the ranks part on, whatever their shapes or dtypes.
+    from fsdp_verify.checks.numerics import run_failure
+    from fsdp_verify.execute.simulated import CollectiveRecord, Desync
+
+    def gather(shape, dtype="float32", op="all_gather_into_tensor"):
+        return CollectiveRecord(op, "fsdp", shape, dtype, None, "ag")
+
+    def desync(*records):
+        return Desync("fsdp", 0, dict(enumerate(records)))
+    swapped = [run_failure(name, desync(gather((2,)), gather((2, 6)))) for name in ("layout", "numerics")]
+    other_dtype = [run_failure("layout", desync(gather((4,)), gather((4,), "bfloat16")))]
+    order = Finding("ordering", "issues b before a", rule="group_order")
+    span = Finding("ordering", "no legal insertion point", rule="fused_window")
+    assert campaign.bug_signature([order, *swapped]) == campaign.bug_signature([span, *swapped]) \
+        == campaign.bug_signature([span, *other_dtype])
+    scatter = [run_failure("layout", desync(gather((4,)), gather((4,), op="reduce_scatter_tensor")))]
+    missing = [run_failure("layout", desync(gather((4,)), None))]
+    assert len({campaign.bug_signature(f) for f in (swapped, scatter, missing)}) == 3
