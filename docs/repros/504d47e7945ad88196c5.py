@@ -489,7 +489,7 @@ def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any)
         dist.destroy_process_group()
 
 
-def run_world(rewritten: dict, timeout: float) -> list[dict]:
+def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[dict]:
     """Every rank in its own process (forked: it inherits the rewritten modules), or this one."""
     store = tempfile.NamedTemporaryFile(prefix="repro-store-", delete=False)
     store.close()
@@ -509,7 +509,7 @@ def run_world(rewritten: dict, timeout: float) -> list[dict]:
         for _ in WORLD:
             reports.append(results.get(timeout=wait))
             if reports[-1]["kind"] != "equal":  # its peers may now wait in a collective it never joins
-                wait = min(wait, 15.0)
+                wait = min(wait, peer_wait)
     except Exception:  # noqa: BLE001 - queue.Empty: some rank did not finish in time
         seen = {r["rank"] for r in reports}
         reports += [{"rank": rank, "kind": "hung", "error": f"no result within {wait:.0f} s"}
@@ -527,6 +527,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="override one inductor option (try a corrected configuration)")
     parser.add_argument("--json", metavar="FILE", help="also write the outcome as JSON")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds the ranks may take")
+    parser.add_argument("--peer-wait", type=float, default=15.0,
+                        help="seconds the other ranks may take once one has failed (they may wait in a "
+                             "collective it never joins)")
     args = parser.parse_args(argv)
     outcome: dict = {"reproduced": False, "kind": "equal", "ranks": []}
     try:
@@ -539,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
         first = (str(exc).strip().splitlines() or [""])[0]
         print(f"REPRODUCED: the rewrite raised {type(exc).__name__}: {first}")  # one line, always the last
     else:
-        outcome["ranks"] = run_world(rewritten, args.timeout)
+        outcome["ranks"] = run_world(rewritten, args.timeout, args.peer_wait)
         for report in outcome["ranks"]:
             if report.get("inexact") and len(WORLD) > 2:
                 print(f"rank {report['rank']}: the rewrite renamed reduction sources {report['inexact']}: they were "
