@@ -331,3 +331,35 @@ def test_a_dedup_that_reassociates_an_hsdp_sum_moves_no_bit_one_that_drops_a_gra
     assert errors("dedups_sums") == {("dependencies", "node_lost"), ("consistency", "volume_changed")}
     wrong = errors("dedups_one_addend_twice")
     assert ("numerics", "output_differs") in wrong and ("layout", "element_misplaced") in wrong
+
+
+def test_every_element_an_hsdp_all_reduce_sends_carries_its_own_exact_code():
+    """HSDP's all-reduces over the replicas are coded sources too: on the original and on inductor's
+    rewrite with the all-reduces bucketed, each sends codes that are distinct per element and exact
+    integers over a power of two (so any order of summing them gives the same bits)."""
+    from fsdp_verify.capture import Layer, ModelDesc, capture
+    from fsdp_verify.checks.findings import CheckContext
+    from fsdp_verify.engine.run_case import run_target
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.targets import get_target
+    options = {"bucket_all_reduces_fx": "all", "bucket_reduce_scatters_fx": "none", "bucket_all_gathers_fx": "none"}
+    target = get_target("torch-inductor").configure(options)
+    model = ModelDesc((Layer("linear", 8), Layer("linear", 6)), mesh=(2, 2))
+    case = Case(target.normalise(Case(capture(model).backward)).graph, target_options=tuple(sorted(options.items())))
+    run = run_target(target, case)
+    assert run.error is None
+    ctx = CheckContext(run, target)
+    checked = 0
+    for modules, ran in ((ctx.original, ctx.original_run), (ctx.rewritten, ctx.rewritten_run)):
+        assert not isinstance(ran, Exception)
+        for rank, module in modules.items():
+            for node in module.graph.nodes:
+                if "all_reduce" not in str(node.target) or (rank, node.name) not in ran.inputs:
+                    continue
+                sent = ran.inputs[(rank, node.name)][0].reshape(-1)
+                bits = sent.view(INT_VIEW[sent.element_size()]).tolist()
+                assert len(set(bits)) == len(bits), f"rank {rank}: {node.name} sends repeated codes"
+                scaled = sent.double() * 2 ** 24
+                assert torch.equal(scaled, scaled.round()) and bool((sent > 0).all())
+                checked += 1
+    assert checked >= 4  # every rank's all-reduces, before and after bucketing
