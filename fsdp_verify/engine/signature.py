@@ -14,9 +14,9 @@ finding only:
   node lost, the collective whose volume changed).
 
 The primary finding is the target's own failure when there is one, else the rewrite's failure to
-run (a crash, a desync named by what the ranks disagree on, a deadlock), else the first error
-finding in checker order (the registry's order puts the cheaper, more
-basic rules first). The others are collateral and are reported under it.
+run (a crash, a desync named by the kinds of collective the ranks part on, a deadlock), else the
+first error finding in checker order (the registry's order puts the cheaper, more basic rules
+first). The others are collateral and are reported under it.
 """
 
 from __future__ import annotations
