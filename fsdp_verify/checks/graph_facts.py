@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import operator
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import fx
@@ -120,9 +120,10 @@ def real_consumers(wait: fx.Node, getitem_views: bool = True) -> list[fx.Node]:
     return view_closure(wait, getitem_views)[1]
 
 
-def storage_root(node: fx.Node) -> fx.Node:
-    """The node that owns the storage ``node`` aliases (walking up view chains)."""
-    while aliases_input(node) and node.args and isinstance(node.args[0], fx.Node):
+def storage_root(node: fx.Node, is_view: Callable[[fx.Node], bool] = aliases_input) -> fx.Node:
+    """The node that owns the storage ``node`` aliases (walking up the chain of what ``is_view`` calls
+    a view: by default the ops whose schema declares the alias)."""
+    while is_view(node) and node.args and isinstance(node.args[0], fx.Node):
         node = node.args[0]
     return node
 

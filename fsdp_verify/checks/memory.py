@@ -15,7 +15,7 @@ from torch import fx
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.checks.findings import CheckContext, Finding
 from fsdp_verify.checks.registry import Checker
-from fsdp_verify.checks.graph_facts import aliases_input, by_name, is_free, is_launch
+from fsdp_verify.checks.graph_facts import aliases_input, by_name, is_free, is_launch, storage_root
 
 NAME = "memory"
 SLACK = 2
@@ -31,9 +31,7 @@ def _is_view(node: fx.Node) -> bool:
 
 def _root(node: fx.Node) -> fx.Node:
     """The node that owns the storage ``node`` shares, through declared and run-time views."""
-    while _is_view(node) and node.args and isinstance(node.args[0], fx.Node):
-        node = node.args[0]
-    return node
+    return storage_root(node, _is_view)
 
 
 def _sizes(run: WorldRun, module: fx.GraphModule, rank: int) -> dict[str, int]:
