@@ -17,7 +17,6 @@ import contextlib
 import itertools
 import math
 import tempfile
-from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -26,7 +25,7 @@ from torch import fx, nn
 from fsdp_verify.targets.post_grad import cost_model
 from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
 from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, config_patch, gloo_world
-from fsdp_verify.execute.compiled.warm import Warm, warm_outputs
+from fsdp_verify.execute.compiled.warm import Warm, link_kernel_caches, warm_outputs
 
 Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
 
@@ -201,20 +200,12 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
     return report
 
 
-_GRAPH_CACHES = ("fxgraph", "aotautograd", "dynamo")  # the folders of inductor's cache that hold compiled graphs
-
-
 def _cold_then_warm(desc: ModelDesc, options: dict[str, Any], seed: int) -> tuple[Outputs, dict[str, int], Warm]:
     """The configuration compiled with the FX graph cache into a fresh folder (the cold compile:
     the passes run and are counted), then loaded from that folder in a fresh process."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir, temporary_cache_dir
-    shared = Path(cache_dir())
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
     with tempfile.TemporaryDirectory(prefix="fsdp-verify-inductor-cache-") as folder:
-        # Fresh graph caches, shared kernel code: only the FX graph and AOTAutograd entries decide
-        # the warm path, and compiling every C++ kernel again would only cost time.
-        for entry in shared.iterdir():
-            if entry.name not in _GRAPH_CACHES:
-                (Path(folder) / entry.name).symlink_to(entry)
+        link_kernel_caches(folder)  # fresh graph caches, shared kernel code
         with temporary_cache_dir(folder):
             cold, launches = compiled_outputs(desc, options, seed, cache=True)
         return cold, launches, warm_outputs(desc.to_json(), options, seed, folder)

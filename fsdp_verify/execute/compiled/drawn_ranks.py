@@ -6,32 +6,53 @@ shards are compared bit for bit with the unbucketed compile (the verdict) and wi
 The ranks are a ``RankPool`` with this module's handler, kept for a whole run (``RankSweeper``):
 torch imports cost seconds a rank, so they are paid once per world size, not once per model. Each
 rank runs every configuration of a model in one job.
+
+A configuration drawn with a warm compile cache is compiled cold by those ranks into a cache folder
+that all of them share, as the local ranks of one host share inductor's default folder; then a
+fresh pool of ranks (fresh processes: nothing a cold compile registered) loads it. Why shared: a
+cache key that leaves out what differs between ranks (a DTensor's local shape) only shows when one
+rank can load what another stored (F14). Why one fresh pool per configuration: a miss compiles,
+and what that compile leaves behind would hide the next configuration's warm-path bug (F11).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import OFF, Outputs, first_difference
-from fsdp_verify.execute.ranks.pool import RankContext, RankFailure, RankPool
+from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
-WARM_NOT_ON_RANKS = "on real ranks each configuration compiles cold; the warm path is judged in one-process mode"
+WARM_NOT_LOADED = "the cold compile failed, so there was nothing to load"
 COLLECTIVE_TIMEOUT = 120.0  # a rank waiting on peers that never join (one rank's compile failed) gives up
 
 
 @dataclass
 class SweepJob:
-    """One model and the configurations each rank compiles it under."""
+    """One model and the configurations each rank compiles it under; ``caches`` names, by the
+    configuration's index, the cache folder every rank compiles a warm configuration into."""
 
     desc: dict
     configs: list
     seed: int
+    caches: dict = field(default_factory=dict)
+
+
+@dataclass
+class WarmJob:
+    """One warm configuration, loaded by fresh ranks from the folder its cold compile filled."""
+
+    desc: dict
+    options: dict
+    seed: int
+    folder: str
 
 
 def _mesh(desc: Any, ctx: RankContext) -> Any:
@@ -46,45 +67,68 @@ def _mesh(desc: Any, ctx: RankContext) -> Any:
     return ctx.cache[key]
 
 
-def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
-    """The pool's handler: eager, the unbucketed compile and every configuration of ``job`` on this
-    rank (``inductor`` resets dynamo before each compile, so no model sees another's cache)."""
-    import torch.distributed as dist
+def _step(desc_json: dict, seed: int, ctx: RankContext, options: Optional[dict],
+          folder: Optional[str] = None) -> tuple[Outputs, dict]:
+    """One step of the model on this rank: eager (``options`` None) or compiled under ``options``,
+    with inductor's cache in ``folder`` when given (off otherwise); its outputs and launches."""
     from torch import nn
     from torch.distributed.tensor import distribute_tensor
 
     from fsdp_verify.capture.model import SimpleFSDPModel, desc_from_json, dtensor_gather, example_input, param_shapes
     from fsdp_verify.capture.trace import placements
     from fsdp_verify.execute.compiled.drawn import inductor
-    desc, rank, seed = desc_from_json(job.desc), ctx.rank, job.seed
+    desc = desc_from_json(desc_json)
     mesh, where = _mesh(desc, ctx), placements(desc)
+    gen = torch.Generator().manual_seed(seed)  # the same full values on every rank
+    params = {fqn: nn.Parameter(distribute_tensor(torch.randn(shape, generator=gen), mesh, where[fqn]))
+              for fqn, shape in param_shapes(desc).items()}
+    built, launches = SimpleFSDPModel(desc, params, dtensor_gather(desc, where)), {}
+    x = example_input(desc, seed + ctx.rank)  # each rank its own batch, as data parallelism has it
+    if options is None:
+        return _outputs(built, built(x)), launches
+    with _cache_folder(folder), inductor(options, launches, cache=folder is not None):
+        compiled = torch.compile(built, backend="inductor", fullgraph=True, dynamic=bool(options.get("dynamic")))
+        return _outputs(built, compiled(x)), launches
 
-    def model() -> SimpleFSDPModel:
-        gen = torch.Generator().manual_seed(seed)  # the same full values on every rank
-        params = {fqn: nn.Parameter(distribute_tensor(torch.randn(shape, generator=gen), mesh, where[fqn]))
-                  for fqn, shape in param_shapes(desc).items()}
-        return SimpleFSDPModel(desc, params, dtensor_gather(desc, where))
 
-    def step(options: Optional[dict]) -> tuple[Outputs, dict]:
-        built, launches = model(), {}
-        x = example_input(desc, seed + rank)  # each rank its own batch, as data parallelism has it
-        if options is None:
-            return _outputs(built, built(x)), launches
-        with inductor(options, launches):
-            compiled = torch.compile(built, backend="inductor", fullgraph=True, dynamic=bool(options.get("dynamic")))
-            return _outputs(built, compiled(x)), launches
-
-    runs: dict[str, Any] = {"eager": plain(step(None)[0]), "baseline": plain(step(OFF)[0]), "configs": []}
-    for options in job.configs:
+def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
+    """The pool's handler: eager, the unbucketed compile and every configuration of ``job`` on this
+    rank (``inductor`` resets dynamo before each compile, so no model sees another's cache); a warm
+    configuration compiles cold into its shared folder, storing what the warm pool loads."""
+    import torch.distributed as dist
+    runs: dict[str, Any] = {"eager": plain(_step(job.desc, job.seed, ctx, None)[0]),
+                            "baseline": plain(_step(job.desc, job.seed, ctx, OFF)[0]), "configs": []}
+    for index, options in enumerate(job.configs):
         try:
-            outputs, launches = step(options)
+            outputs, launches = _step(job.desc, job.seed, ctx, options, job.caches.get(index))
             runs["configs"].append({"outputs": plain(outputs), "launches": launches, "error": None})
         except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding
-            message = str(exc).strip().splitlines()
-            runs["configs"].append({"outputs": {}, "launches": {},
-                                    "error": f"{type(exc).__name__}: {message[0] if message else ''}"})
+            runs["configs"].append({"outputs": {}, "launches": {}, "error": _named(exc)})
         dist.barrier()
     return runs
+
+
+def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
+    """The warm pool's handler: one step of the configuration compiled with the cache in
+    ``job.folder``, and this rank's cache hits and misses. A failure raises: the pool names the
+    rank, and its peers, left in a collective, are the pool's to reap."""
+    from fsdp_verify.execute.compiled.warm import cache_counts
+    outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)
+    hits, misses = cache_counts()
+    return {"outputs": plain(outputs), "hits": hits, "misses": misses}
+
+
+def _named(exc: BaseException) -> str:
+    message = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {message[0] if message else ''}"
+
+
+def _cache_folder(folder: Optional[str]) -> Any:
+    """Inductor's cache in ``folder`` (its in-memory caches cleared on entry and exit), or as it is."""
+    import contextlib
+
+    from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    return temporary_cache_dir(folder) if folder else contextlib.nullcontext()
 
 
 def _outputs(model: Any, out: torch.Tensor) -> Outputs:
@@ -129,14 +173,67 @@ class RankSweeper:
     def sweep(self, desc: Any, configs: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
         """One report per configuration (as ``endtoend.sweep``), judged on every rank of ``desc``'s
         mesh; a difference names the rank and the first differing tensor. A rank that dies, hangs
-        or raises is the harness's RuntimeError, naming the rank (the pool restarts for the next)."""
+        or raises in the cold sweep is the harness's RuntimeError, naming the rank (the pool restarts
+        for the next); in a warm load it is the configuration's error (a finding)."""
         world = math.prod(desc.mesh)
-        job = SweepJob(desc.to_json(), list(configs), seed)
+        warm = [index for index, options in enumerate(configs) if options.get("compile_cache") == "warm"]
+        with tempfile.TemporaryDirectory(prefix="fsdp-verify-rank-caches-") as root:
+            caches = {index: _fresh_folder(root, index) for index in warm}
+            job = SweepJob(desc.to_json(), list(configs), seed, caches)
+            try:
+                results = self.pool(world).run({rank: job for rank in range(world)})
+            except RankFailure as exc:
+                raise RuntimeError(f"the sweep's ranks failed: {exc}") from None
+            loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index]), world)
+                     for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
+        return _reports(results, configs, world, loads)
+
+    def _load(self, job: WarmJob, world: int) -> "WarmLoad":
+        """``job`` on a pool of fresh ranks, closed after it."""
+        pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_warm_job,
+                        collective_timeout=COLLECTIVE_TIMEOUT)
         try:
-            results = self.pool(world).run({rank: job for rank in range(world)})
-        except RankFailure as exc:
-            raise RuntimeError(f"the sweep's ranks failed: {exc}") from None
-        return _reports(results, configs, world)
+            pool.start()
+        except PoolStartFailure as exc:  # the harness's failure: nothing said of torch
+            return WarmLoad(unjudged=f"the warm ranks did not start: {exc}")
+        try:
+            return WarmLoad(ranks=pool.run({rank: job for rank in range(world)}))
+        except RankFailure as exc:  # each failed rank's own last line: the peers only lost it
+            said = [f"rank {rank}: {(exc.errors[rank].strip().splitlines() or [''])[-1]}" for rank in sorted(exc.errors)]
+            return WarmLoad(failure="; ".join(said) or str(exc))
+        finally:
+            pool.close()
+
+
+@dataclass
+class WarmLoad:
+    """What fresh ranks gave when they loaded a warm configuration: each rank's outputs and cache
+    hits and misses, or how the load failed (a finding), or why it could not be run (unjudged)."""
+
+    ranks: dict = field(default_factory=dict)
+    failure: Optional[str] = None
+    unjudged: Optional[str] = None
+
+    def summary(self, world: int) -> dict[str, Any]:
+        """The report's record: whether every rank loaded every graph from the cache."""
+        if self.unjudged:
+            return {"visited": False, "unjudged": self.unjudged}
+        if self.failure:
+            return {"visited": False, "failure": self.failure, "ranks": world}
+        hits = sum(run["hits"] for run in self.ranks.values())
+        misses = sum(run["misses"] for run in self.ranks.values())
+        visited = misses == 0 and all(run["hits"] > 0 for run in self.ranks.values())
+        return {"hits": hits, "misses": misses, "visited": visited, "ranks": world, "shared_by_ranks": True}
+
+
+def _fresh_folder(root: str, index: int) -> str:
+    """A cache folder of its own for one configuration (the cold compile must store, the warm load
+    must hit), with the shared kernel code linked in."""
+    from fsdp_verify.execute.compiled.warm import link_kernel_caches
+    folder = Path(root) / f"config{index}"
+    folder.mkdir()
+    link_kernel_caches(folder)
+    return str(folder)
 
 
 def sweep_ranks(desc: Any, configs: list[dict[str, Any]], seed: int = 0,
@@ -146,14 +243,17 @@ def sweep_ranks(desc: Any, configs: list[dict[str, Any]], seed: int = 0,
         return sweeper.sweep(desc, configs, seed)
 
 
-def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int) -> list[dict[str, Any]]:
-    """Each configuration's report: the first rank whose run differs (or failed) names it."""
-    reports = []
+def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int,
+             loads: Optional[dict[int, WarmLoad]] = None) -> list[dict[str, Any]]:
+    """Each configuration's report: the first rank whose run differs (or failed) names it; a warm
+    configuration's loaded runs are judged against the same unbucketed compile."""
+    reports, loads = [], loads or {}
     for index, options in enumerate(configs):
         report: dict[str, Any] = {"options": dict(options), "difference": None, "eager_difference": None,
                                   "launches": results[0]["configs"][index]["launches"], "error": None, "ranks": world}
-        if options.get("compile_cache") == "warm":  # said, never passed off as judged warm
-            report["warm"] = {"visited": False, "why": WARM_NOT_ON_RANKS}
+        if options.get("compile_cache") == "warm":  # never passed off as judged warm when it was not
+            load = loads.get(index)
+            report["warm"] = load.summary(world) if load else {"visited": False, "why": WARM_NOT_LOADED}
         for rank in range(world):
             run = results[rank]["configs"][index]
             if run["error"] and not report["error"]:
@@ -167,8 +267,24 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
             diff = first_difference(tensors(results[rank]["eager"]), outputs)
             if diff and not report["eager_difference"]:
                 report["eager_difference"] = f"rank {rank}: {diff}"
+        load = loads.get(index)
+        if load is not None and not report["error"] and not report["difference"]:
+            _judge_warm(report, load, results)
         reports.append(report)
     return reports
 
 
-__all__ = ["RankSweeper", "SweepJob", "run_sweep_job", "sweep_ranks"]
+def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict]) -> None:
+    """The warm load's verdict in ``report``: its failure is the configuration's error, and each
+    rank's loaded run must equal that rank's unbucketed compile bit for bit."""
+    if load.failure:
+        report["error"] = f"the warm load (fresh ranks on the cache all ranks share) failed: {load.failure}"
+        return
+    for rank in sorted(load.ranks):
+        diff = first_difference(tensors(results[rank]["baseline"]), tensors(load.ranks[rank]["outputs"]))
+        if diff:
+            report["difference"] = f"rank {rank}: {diff} (warm load, from the cache all ranks share)"
+            return
+
+
+__all__ = ["RankSweeper", "SweepJob", "WarmJob", "WarmLoad", "run_sweep_job", "run_warm_job", "sweep_ranks"]

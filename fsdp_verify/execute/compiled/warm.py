@@ -56,6 +56,29 @@ class Warm:
         return {**found, "unjudged": self.unjudged} if self.unjudged else found
 
 
+_GRAPH_CACHES = ("fxgraph", "aotautograd", "dynamo")  # the folders of inductor's cache that hold compiled graphs
+
+
+def link_kernel_caches(folder: str | Path) -> None:
+    """Fill a fresh cache folder with links to everything of the shared cache but its compiled
+    graphs. Only the FX graph and AOTAutograd entries decide the warm path; compiling every C++
+    kernel again would only cost time."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+    shared = Path(cache_dir())
+    shared.mkdir(parents=True, exist_ok=True)
+    for entry in shared.iterdir():
+        if entry.name not in _GRAPH_CACHES:
+            (Path(folder) / entry.name).symlink_to(entry)
+
+
+def cache_counts() -> tuple[int, int]:
+    """Hits and misses of the compiled-graph caches so far in this process. AOTAutograd's cache
+    sits above inductor's and, on a hit, loads inductor's entries itself."""
+    from torch._dynamo.utils import counters
+    return (counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"],
+            counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"])
+
+
 def _encode(outputs: dict[str, torch.Tensor]) -> dict[str, list]:
     """``plain`` tensors with their bytes in base64, for a JSON reply."""
     return {name: [dtype, shape, base64.b64encode(data).decode()] for name, (dtype, shape, data) in plain(outputs).items()}
@@ -134,9 +157,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - the warm path failing is what this process reports
         message = (str(exc).strip().splitlines() or [""])[0]
         answer["error"] = f"{type(exc).__name__}: {message}"
-    # AOTAutograd's cache sits above inductor's and, on a hit, loads inductor's entries itself.
-    answer["hits"] = counters["inductor"]["fxgraph_cache_hit"] + counters["aot_autograd"]["autograd_cache_hit"]
-    answer["misses"] = counters["inductor"]["fxgraph_cache_miss"] + counters["aot_autograd"]["autograd_cache_miss"]
+    answer["hits"], answer["misses"] = cache_counts()
     answer["counters"] = {f"{group}.{name}": count for group in ("inductor", "aot_autograd")
                           for name, count in counters[group].items() if "cache" in name}
     reply.write_text(json.dumps(answer))
