@@ -51,17 +51,20 @@ def _fresh_isolation_children():
 # end. Only the order changes: seeded streams do not depend on it (the constants above are frozen).
 _LONGEST_FIRST = (
     "tests/commands/test_hypofuzz.py",  # 73
-    "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 26
-    "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 23
-    "tests/test_findings_repros.py",  # 20 (F11), 19 (F13)
-    "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 20
+    "tests/execute/compiled/test_endtoend.py::test_on_two_real_ranks",  # 37
+    "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 27
+    "tests/test_findings_repros.py",  # 22 (F11), 9 (F13)
     "tests/engine/test_selftest.py::test_planted_bug_is_killed[rs_swaps_at_code_span]",  # 20
-    "tests/engine/test_selftest.py::test_planted_bug_is_killed[promotion_ignores_rank]",  # 18
-    "tests/report/test_html_report.py::test_a_large_graph_is_cut",  # 16
-    "tests/test_readme.py",  # 16
-    "tests/execute/compiled/test_endtoend.py",  # 16, 13
-    "tests/corpus/test_example_db.py",  # 15, 13
-    "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 14
+    "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 19
+    "tests/corpus/test_example_db.py",  # 17, 13
+    "tests/test_readme.py",  # 17
+    "tests/engine/test_selftest.py::test_planted_bug_is_killed[promotion_ignores_rank]",  # 17
+    "tests/strategies/test_strategies.py::test_planted_failure_shrinks_to_a_small_graph",  # 16
+    "tests/commands/test_cli.py::test_found_failure_is_saved_replayed_and_drawn",  # 15
+    "tests/report/test_html_report.py::test_a_large_graph_is_cut",  # 13
+    "tests/execute/compiled/test_endtoend.py",  # 11
+    "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 11
+    "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 10
 )
 
 
