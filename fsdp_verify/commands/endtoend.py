@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
     endtoend.add_argument("--shrink", action="store_true", help="shrink the model of the first failure")
     endtoend.add_argument("--ranks", choices=("one", "real"), default="one",
                           help="one (default: one process, a one-rank gloo group) or real (each model on one gloo "
-                               "process per rank of its mesh, 2 or 4: DTensor parameters, uneven shards, HSDP)")
+                               "process per rank of its mesh, 2 or 4: DTensor parameters, uneven shards, HSDP; a warm "
+                               "configuration is loaded by fresh ranks from one cache folder all ranks share)")
     endtoend.add_argument("--json", default=None, help="write every report here")
     endtoend.set_defaults(func=run)
 
@@ -54,8 +55,9 @@ def run(args: argparse.Namespace) -> int:
           f"{len(outcome.invalid)} models not judged (unbucketed compile failed)")
     warm, visited = outcome.warm
     dynamic = sum(bool(r["options"].get("dynamic")) for r in outcome.reports)
+    where = "by fresh ranks sharing its folder" if args.ranks == "real" else "in a fresh process"
     print(f"compile: {dynamic} with dynamic sizes; {warm} with a warm FX graph cache, {visited} of them loaded "
-          f"from it in a fresh process" + (f" ({warm - visited} did not run the warm path: see each report's "
+          f"from it {where}" + (f" ({warm - visited} did not run the warm path: see each report's "
                                           f"'warm')" if warm > visited else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
