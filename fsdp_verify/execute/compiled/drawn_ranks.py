@@ -26,7 +26,7 @@ from typing import Any, Optional
 import torch
 
 from fsdp_verify.execute.compiled.builtin import plain, tensors
-from fsdp_verify.execute.compiled.drawn import OFF, Outputs, first_difference
+from fsdp_verify.execute.compiled.drawn import OFF, BaselineFailed, Outputs, first_difference
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -118,6 +118,12 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     return {"outputs": plain(outputs), "hits": hits, "misses": misses}
 
 
+def _said(exc: RankFailure) -> str:
+    """Each failed rank's own last line (its peers only lost it), else the pool's message."""
+    said = [f"rank {rank}: {(exc.errors[rank].strip().splitlines() or [''])[-1]}" for rank in sorted(exc.errors)]
+    return "; ".join(said) or str(exc)
+
+
 def _named(exc: BaseException) -> str:
     message = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {message[0] if message else ''}"
@@ -172,21 +178,49 @@ class RankSweeper:
 
     def sweep(self, desc: Any, configs: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
         """One report per configuration (as ``endtoend.sweep``), judged on every rank of ``desc``'s
-        mesh; a difference names the rank and the first differing tensor. A rank that dies, hangs
-        or raises in the cold sweep is the harness's RuntimeError, naming the rank (the pool restarts
-        for the next); in a warm load it is the configuration's error (a finding)."""
+        mesh; a difference names the rank and the first differing tensor. A rank that dies, hangs or
+        raises is the configuration's error (a finding, naming the ranks); when the eager step or
+        the unbucketed compile is what fails, the model cannot be judged (``BaselineFailed``). A
+        pool that cannot start is the harness's RuntimeError."""
         world = math.prod(desc.mesh)
         warm = [index for index, options in enumerate(configs) if options.get("compile_cache") == "warm"]
         with tempfile.TemporaryDirectory(prefix="fsdp-verify-rank-caches-") as root:
             caches = {index: _fresh_folder(root, index) for index in warm}
-            job = SweepJob(desc.to_json(), list(configs), seed, caches)
             try:
-                results = self.pool(world).run({rank: job for rank in range(world)})
-            except RankFailure as exc:
-                raise RuntimeError(f"the sweep's ranks failed: {exc}") from None
+                results = self._run(world, SweepJob(desc.to_json(), list(configs), seed, caches))
+            except RankFailure:  # the pool restarted itself; which configuration failed is found below
+                results = self._one_by_one(desc, configs, seed, caches, world)
             loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index]), world)
                      for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
         return _reports(results, configs, world, loads)
+
+    def _run(self, world: int, job: SweepJob) -> dict[int, dict]:
+        try:
+            return self.pool(world).run({rank: job for rank in range(world)})
+        except PoolStartFailure as exc:
+            raise RuntimeError(f"the sweep's ranks did not start: {exc}") from None
+
+    def _one_by_one(self, desc: Any, configs: list[dict[str, Any]], seed: int, caches: dict[int, str],
+                    world: int) -> dict[int, dict]:
+        """After a sweep whose ranks failed: the eager step and the unbucketed compile alone, then
+        each configuration in a job of its own, so the failure is pinned on what caused it. Only a
+        failed sweep pays for this (each job repeats the eager and unbucketed steps)."""
+        try:
+            results = self._run(world, SweepJob(desc.to_json(), [], seed))
+        except RankFailure as exc:
+            raise BaselineFailed(f"model {desc.to_json()}: the eager step or the unbucketed compile failed on "
+                                 f"real ranks, so no configuration can be judged: {_said(exc)}") from None
+        for index, options in enumerate(configs):
+            job = SweepJob(desc.to_json(), [options], seed, {0: caches[index]} if index in caches else {})
+            try:
+                alone = self._run(world, job)
+                runs = {rank: alone[rank]["configs"][0] for rank in range(world)}
+            except RankFailure as exc:  # a rank died, hung or raised past its own handler: a finding
+                error = f"{exc.kind} on ranks {list(exc.ranks)}: {_said(exc)}"
+                runs = {rank: {"outputs": {}, "launches": {}, "error": error} for rank in range(world)}
+            for rank in range(world):
+                results[rank]["configs"].append(runs[rank])
+        return results
 
     def _load(self, job: WarmJob, world: int) -> "WarmLoad":
         """``job`` on a pool of fresh ranks, closed after it."""
@@ -198,9 +232,8 @@ class RankSweeper:
             return WarmLoad(unjudged=f"the warm ranks did not start: {exc}")
         try:
             return WarmLoad(ranks=pool.run({rank: job for rank in range(world)}))
-        except RankFailure as exc:  # each failed rank's own last line: the peers only lost it
-            said = [f"rank {rank}: {(exc.errors[rank].strip().splitlines() or [''])[-1]}" for rank in sorted(exc.errors)]
-            return WarmLoad(failure="; ".join(said) or str(exc))
+        except RankFailure as exc:
+            return WarmLoad(failure=_said(exc))
         finally:
             pool.close()
 

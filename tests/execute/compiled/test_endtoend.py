@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+
 from fsdp_verify.execute.compiled import sweep as e2e
 from fsdp_verify.capture import Layer, ModelDesc
 from fsdp_verify.execute.compiled.drawn import configurations, failed, first_difference, sweep
@@ -167,3 +169,43 @@ def test_a_warm_check_the_harness_could_not_run_is_no_finding(monkeypatch):
         dict(base), {}, Warm(unjudged="the warm compile's process exited -9 without a reply: ")))
     report = drawn.judge(TWO_LAYERS, {**ALL, "compile_cache": "warm"}, 0, base, base, {})
     assert failed(report) is None and report["warm"]["unjudged"] and not report["warm"]["visited"]
+
+
+def test_a_configuration_whose_ranks_die_is_its_own_finding_not_the_harness_s_end(monkeypatch):
+    """F13 on a real compile: the overlap scheduler's ranks part ways and gloo aborts them. The sweep
+    then runs each configuration alone, so the death is that configuration's error and the others
+    are judged; a death in the eager or unbucketed steps leaves the model unjudged."""
+    import torch
+
+    from fsdp_verify.execute.compiled.builtin import plain
+    from fsdp_verify.execute.compiled.drawn import BaselineFailed
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
+    from fsdp_verify.execute.ranks.pool import RankFailure
+    base = plain({"output": torch.zeros(2)})
+
+    class Pool:
+        def __init__(self, deadly):
+            self.deadly, self.jobs = deadly, []
+
+        def run(self, jobs):
+            job = jobs[0]
+            self.jobs.append(len(job.configs))
+            if any(options.get("deadly") for options in job.configs) or (self.deadly == "baseline"):
+                raise RankFailure("died", "rank 1 died (killed by signal SIGABRT)", {0: "", 1: ""},
+                                  {1: "rank 1 died (killed by signal SIGABRT)"}, (1,))
+            run = {"outputs": base, "launches": {"all_gather_into_tensor": 1}, "error": None}
+            return {rank: {"eager": base, "baseline": base, "configs": [dict(run) for _ in job.configs]}
+                    for rank in jobs}
+
+    model = ModelDesc((Layer("linear", 3), Layer("norm")), mesh=(2,))
+    deadly = {**ALL, "deadly": True}
+    with RankSweeper() as sweeper:
+        pool = Pool(None)
+        monkeypatch.setattr(sweeper, "pool", lambda world: pool)
+        good, dead, other = sweeper.sweep(model, [ALL, deadly, ALL])
+        assert pool.jobs == [3, 0, 1, 1, 1]  # the whole sweep, the steps alone, then each configuration
+        assert failed(good) is None and failed(other) is None
+        assert "died on ranks [1]: rank 1: rank 1 died (killed by signal SIGABRT)" in failed(dead)
+        monkeypatch.setattr(sweeper, "pool", lambda world: Pool("baseline"))
+        with pytest.raises(BaselineFailed, match="the eager step or the unbucketed compile failed on real ranks"):
+            sweeper.sweep(model, [ALL])
