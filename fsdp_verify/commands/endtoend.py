@@ -59,9 +59,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"compile: {dynamic} with dynamic sizes; {warm} with a warm FX graph cache, {visited} of them loaded "
           f"from it {where}" + (f" ({warm - visited} did not run the warm path: see each report's "
                                           f"'warm')" if warm > visited else ""))
+    if outcome.order_tolerated:
+        print(f"{outcome.order_tolerated} configurations passed with gradients equal only up to the order of a "
+              f"reduction over 3+ ranks (within group-1 units in the last place of the reduce dtype; each "
+              f"report's 'order_tolerated' names them); everything else is judged bit for bit")
     if args.json:
         Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
                                                "seconds": outcome.seconds, "failures": outcome.failures,
                                                "not_exercised": outcome.not_exercised, "invalid": outcome.invalid,
+                                               "order_tolerated": outcome.order_tolerated,
                                                "reports": outcome.reports}, indent=1, default=str))
     return 1 if outcome.failures else 2 if outcome.invalid and not outcome.compiles else 0  # 2: nothing judged

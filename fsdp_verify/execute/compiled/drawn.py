@@ -28,6 +28,12 @@ from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, config_p
 from fsdp_verify.execute.compiled.warm import Warm, link_kernel_caches, warm_outputs
 
 Outputs = dict[str, torch.Tensor]  # "output", then "grad <fqn>" in parameter order
+GRAD = "grad "
+
+
+def is_gradient(name: str) -> bool:
+    """Whether an ``Outputs`` key names a parameter's gradient (the keys are this module's own)."""
+    return name.startswith(GRAD)
 
 # How the model is compiled, drawn beside inductor's options (harness options, never patched into
 # inductor's config). ``dynamic``: ``torch.compile(dynamic=True)``, so the passes see symbolic
@@ -51,7 +57,7 @@ def _step(module: Callable, model: SimpleFSDPModel, x: torch.Tensor) -> Outputs:
     for fqn, key in model.names.items():
         grad = model.params[key].grad
         if grad is not None:
-            found[f"grad {fqn}"] = grad.detach().clone()
+            found[f"{GRAD}{fqn}"] = grad.detach().clone()
     return found
 
 

@@ -25,8 +25,8 @@ from typing import Any, Optional
 
 import torch
 
-from fsdp_verify.execute.compiled.builtin import plain, tensors
-from fsdp_verify.execute.compiled.drawn import OFF, BaselineFailed, Outputs, first_difference
+from fsdp_verify.execute.compiled.builtin import _same, plain, tensors
+from fsdp_verify.execute.compiled.drawn import OFF, BaselineFailed, Outputs, first_difference, GRAD, is_gradient
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -144,7 +144,7 @@ def _outputs(model: Any, out: torch.Tensor) -> Outputs:
         grad = model.params[key].grad
         if grad is not None:
             local = grad.to_local() if hasattr(grad, "to_local") else grad
-            found[f"grad {fqn}"] = local.detach().clone()
+            found[f"{GRAD}{fqn}"] = local.detach().clone()
     return found
 
 
@@ -192,7 +192,9 @@ class RankSweeper:
                 results = self._one_by_one(desc, configs, seed, caches, world)
             loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index]), world)
                      for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
-        return _reports(results, configs, world, loads)
+        from fsdp_verify.capture.model import dtype
+        order = OrderFreedom(dtype(desc.reduce_dtype), max(desc.mesh))
+        return _reports(results, configs, world, loads, order)
 
     def _run(self, world: int, job: SweepJob) -> dict[int, dict]:
         try:
@@ -276,10 +278,60 @@ def sweep_ranks(desc: Any, configs: list[dict[str, Any]], seed: int = 0,
         return sweeper.sweep(desc, configs, seed)
 
 
+@dataclass(frozen=True)
+class OrderFreedom:
+    """How far a gradient may move with the order of its reduction. A reduce-scatter over a group
+    of three or more ranks may sum in any order (gloo's ring chunks a bucket's buffer otherwise
+    than each tensor alone; so does NCCL), and floating-point sums round by their order: a bucketed
+    reduce-scatter may then differ from the unbucketed one by rounding alone. Each reduction step
+    rounds once, so ``group - 1`` units in the last place of the reduce dtype, at the result's
+    magnitude, bound what the order changes where no partial sum is larger than the result (where
+    one is, the bound is tighter than the truth: a false alarm, never a miss). Groups of two are
+    exact in any order (a + b == b + a), so there nothing is tolerated."""
+
+    reduce: torch.dtype
+    group: int
+
+    def tolerates(self, base: torch.Tensor, other: torch.Tensor) -> bool:
+        """Whether ``other`` is ``base`` up to the reduction's order, element by element."""
+        if self.group < 3 or base.shape != other.shape or base.dtype != other.dtype or not base.is_floating_point():
+            return False
+        info = torch.finfo(self.reduce)
+        a, b = base.double(), other.double()
+        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+            return False
+        magnitude = torch.maximum(a.abs(), b.abs()).clamp_min(info.smallest_normal)
+        ulp = info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+        return bool(((a - b).abs() <= (self.group - 1) * ulp).all())
+
+
+def _verdict(base: Outputs, other: Outputs, order: Optional[OrderFreedom]) -> tuple[Optional[str], list[str]]:
+    """The first tensor that differs beyond what the reduction's order explains (the output is
+    judged bit for bit: no reduction over ranks makes it), and the gradients equal only up to
+    that order."""
+    diff = first_difference(base, other)
+    if diff is None or order is None or order.group < 3:
+        return diff, []
+    tolerated = []
+    for name, tensor in base.items():
+        if name not in other:
+            return f"{name} is missing", tolerated
+        if _same(tensor, other[name]):
+            continue
+        if not is_gradient(name) or not order.tolerates(tensor, other[name]):
+            return name, tolerated
+        tolerated.append(name)
+    extra = [name for name in other if name not in base]
+    return (f"{extra[0]} is extra" if extra else None), tolerated
+
+
 def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int,
-             loads: Optional[dict[int, WarmLoad]] = None) -> list[dict[str, Any]]:
+             loads: Optional[dict[int, WarmLoad]] = None,
+             order: Optional[OrderFreedom] = None) -> list[dict[str, Any]]:
     """Each configuration's report: the first rank whose run differs (or failed) names it; a warm
-    configuration's loaded runs are judged against the same unbucketed compile."""
+    configuration's loaded runs are judged against the same unbucketed compile. ``order``: the
+    gradients of groups of three or more ranks are judged up to their reduction's order, and the
+    report lists each one equal only so (``order_tolerated``), never silently."""
     reports, loads = [], loads or {}
     for index, options in enumerate(configs):
         report: dict[str, Any] = {"options": dict(options), "difference": None, "eager_difference": None,
@@ -294,30 +346,35 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
             if run["error"]:
                 continue
             outputs = tensors(run["outputs"])
-            diff = first_difference(tensors(results[rank]["baseline"]), outputs)
+            diff, tolerated = _verdict(tensors(results[rank]["baseline"]), outputs, order)
             if diff and not report["difference"]:
                 report["difference"] = f"rank {rank}: {diff}"
+            if tolerated:
+                report.setdefault("order_tolerated", []).extend(f"rank {rank}: {name}" for name in tolerated)
             diff = first_difference(tensors(results[rank]["eager"]), outputs)
             if diff and not report["eager_difference"]:
                 report["eager_difference"] = f"rank {rank}: {diff}"
         load = loads.get(index)
         if load is not None and not report["error"] and not report["difference"]:
-            _judge_warm(report, load, results)
+            _judge_warm(report, load, results, order)
         reports.append(report)
     return reports
 
 
-def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict]) -> None:
+def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict],
+                order: Optional[OrderFreedom] = None) -> None:
     """The warm load's verdict in ``report``: its failure is the configuration's error, and each
     rank's loaded run must equal that rank's unbucketed compile bit for bit."""
     if load.failure:
         report["error"] = f"the warm load (fresh ranks on the cache all ranks share) failed: {load.failure}"
         return
     for rank in sorted(load.ranks):
-        diff = first_difference(tensors(results[rank]["baseline"]), tensors(load.ranks[rank]["outputs"]))
+        diff, tolerated = _verdict(tensors(results[rank]["baseline"]), tensors(load.ranks[rank]["outputs"]), order)
+        if tolerated:
+            report.setdefault("order_tolerated", []).extend(f"rank {rank}: {name} (warm load)" for name in tolerated)
         if diff:
             report["difference"] = f"rank {rank}: {diff} (warm load, from the cache all ranks share)"
             return
 
 
-__all__ = ["RankSweeper", "SweepJob", "WarmJob", "WarmLoad", "run_sweep_job", "run_warm_job", "sweep_ranks"]
+__all__ = ["OrderFreedom", "RankSweeper", "SweepJob", "WarmJob", "WarmLoad", "run_sweep_job", "run_warm_job", "sweep_ranks"]

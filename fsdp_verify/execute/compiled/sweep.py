@@ -51,6 +51,12 @@ class Outcome:
         return len(drawn), sum(bool(r.get("warm", {}).get("visited")) for r in drawn)
 
     @property
+    def order_tolerated(self) -> int:
+        """Judged configurations whose gradients equal the unbucketed ones only up to the order of
+        a reduction over three or more ranks (each report's ``order_tolerated`` names them)."""
+        return sum(bool(report.get("order_tolerated")) for report in self.reports)
+
+    @property
     def per_second(self) -> float:
         """Judged (model, configuration) examples per second."""
         return self.compiles / self.seconds if self.seconds else 0.0
