@@ -159,14 +159,22 @@ def failed(report: dict[str, Any]) -> Optional[str]:
     return None
 
 
-def first_difference(base: Outputs, other: Outputs) -> Optional[str]:
+Tolerance = Callable[[str, torch.Tensor, torch.Tensor], bool]
+
+
+def first_difference(base: Outputs, other: Outputs, tolerate: Optional[Tolerance] = None,
+                     tolerated: Optional[list[str]] = None) -> Optional[str]:
     """The first tensor (output, then gradients in parameter order) whose bits differ, or None; a
-    tensor only one of the two runs produced is a difference too."""
+    tensor only one of the two runs produced is a difference too. ``tolerate(name, base, other)``
+    may pass a tensor whose bits differ; each one it passes is appended to ``tolerated``."""
     for name, tensor in base.items():
         if name not in other:
             return f"{name} is missing"
         if not _same(tensor, other[name]):
-            return name
+            if tolerate is None or not tolerate(name, tensor, other[name]):
+                return name
+            if tolerated is not None:
+                tolerated.append(name)
     extra = [name for name in other if name not in base]
     return f"{extra[0]} is extra" if extra else None
 

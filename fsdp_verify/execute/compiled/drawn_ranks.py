@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import torch
 
-from fsdp_verify.execute.compiled.builtin import _same, plain, tensors
+from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import OFF, BaselineFailed, Outputs, first_difference, GRAD, is_gradient
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
@@ -309,20 +309,11 @@ def _verdict(base: Outputs, other: Outputs, order: Optional[OrderFreedom]) -> tu
     """The first tensor that differs beyond what the reduction's order explains (the output is
     judged bit for bit: no reduction over ranks makes it), and the gradients equal only up to
     that order."""
-    diff = first_difference(base, other)
-    if diff is None or order is None or order.group < 3:
-        return diff, []
-    tolerated = []
-    for name, tensor in base.items():
-        if name not in other:
-            return f"{name} is missing", tolerated
-        if _same(tensor, other[name]):
-            continue
-        if not is_gradient(name) or not order.tolerates(tensor, other[name]):
-            return name, tolerated
-        tolerated.append(name)
-    extra = [name for name in other if name not in base]
-    return (f"{extra[0]} is extra" if extra else None), tolerated
+    tolerated: list[str] = []
+
+    def tolerate(name: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+        return order is not None and is_gradient(name) and order.tolerates(a, b)
+    return first_difference(base, other, tolerate, tolerated), tolerated
 
 
 def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int,
