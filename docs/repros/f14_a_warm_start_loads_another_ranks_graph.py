@@ -4,13 +4,19 @@ Four gloo ranks on one host share inductor's cache folder, as local ranks do by 
 (``/tmp/torchinductor_<user>``). Each compiles a SimpleFSDP-style model (DTensor parameters
 sharded on dim 0, gathered with ``redistribute(Replicate())`` at each use): Linear(8, 3), ReLU,
 LayerNorm(3), so rank 3 holds no row of any parameter and its graph (which pads each shard) differs
-from the others'. No bucketing or other option is set.
+from the others'. As written no bucketing or other option is set; ``--bucketed`` turns on
+inductor's all-gather and reduce-scatter bucketing (``bucket_all_gathers_fx`` and
+``bucket_reduce_scatters_fx`` = "all").
 
 Run 1 compiles cold and saves to the cache; run 2, fresh processes on the same folder, loads it.
 The AOTAutograd cache key of a DTensor input is ``DTensor._stable_hash_for_caching``: the spec's
 mesh, placements and global shape, never the local shard's shape, so all four ranks compute one key
 and a warm rank may load a graph compiled for another rank's local shapes. Rank 3 then fails
 (``setStorage: ... out of bounds for storage of size 0``) or runs kernels sized for one row on none.
+With ``--bucketed`` it can be silent: rank 3 runs a graph compiled for another rank's one-row
+shards on its empty ones (the graph's input check, ``assert_size_stride``, lets an empty tensor pass
+as any size), the bucket's copy kernel reads past them and rank 3 sends what it read: in some runs
+every rank computes wrong outputs and gradients and no rank fails, in others rank 3 segfaults.
 
 ``--device-fix`` first applies the change of pytorch#188401 (the fix of pytorch#188390: the key
 also hashes the local tensor's device). On CPU every rank's device is ``cpu``, so it changes
@@ -71,7 +77,7 @@ def patch_key(fix):
     DTensor._stable_hash_for_caching = stable_hash
 
 
-def rank_main(rank, port, out, fix):
+def rank_main(rank, port, out, fix, bucketed):
     from torch.distributed.device_mesh import init_device_mesh
     from torch._dynamo.utils import counters
     if fix:
@@ -81,7 +87,10 @@ def rank_main(rank, port, out, fix):
                             timeout=datetime.timedelta(seconds=30))
     model = SimpleFSDPModel(init_device_mesh("cpu", (WORLD,)))
     x = torch.randn(2, 8, generator=torch.Generator().manual_seed(rank + 1))
-    y = torch.compile(model, backend="inductor", fullgraph=True)(x)
+    import torch._inductor.config as config
+    options = {"bucket_all_gathers_fx": "all", "bucket_reduce_scatters_fx": "all"} if bucketed else {}
+    with config.patch(options):
+        y = torch.compile(model, backend="inductor", fullgraph=True)(x)
     y.sum().backward()
     found = {"output": y.detach().flatten().tolist()}
     found.update({f"grad {name}": p.grad.to_local().flatten().tolist() for name, p in model.params.items()})
@@ -98,13 +107,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(folder, tag, fix):
+def run(folder, tag, fix, bucketed):
     """One step on every rank, in fresh processes, on the shared cache folder."""
     port = free_port()
     outs = [os.path.join(folder, f"{tag}{rank}.json") for rank in range(WORLD)]
     errs = [open(os.path.join(folder, f"{tag}{rank}.err"), "w") for rank in range(WORLD)]
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(folder, "cache")}
-    procs = [subprocess.Popen([sys.executable, __file__, "rank", str(rank), str(port), outs[rank], fix], env=env,
+    procs = [subprocess.Popen([sys.executable, __file__, "rank", str(rank), str(port), outs[rank], fix, bucketed], env=env,
                               stdout=subprocess.DEVNULL, stderr=errs[rank]) for rank in range(WORLD)]
     results = []
     for rank, proc in enumerate(procs):
@@ -122,10 +131,16 @@ def run(folder, tag, fix):
 
 
 def main():
-    fix = {"--device-fix": "device", "--shape-fix": "shape"}.get((sys.argv[1:] or [""])[0], "")
+    flags = set(sys.argv[1:])
+    unknown = flags - {"--device-fix", "--shape-fix", "--bucketed"}
+    if unknown or {"--device-fix", "--shape-fix"} <= flags:
+        sys.exit(f"usage: {sys.argv[0]} [--device-fix | --shape-fix] [--bucketed]")
+    fix = "device" if "--device-fix" in flags else "shape" if "--shape-fix" in flags else ""
+    bucketed = "bucketed" if "--bucketed" in flags else ""
     folder = tempfile.mkdtemp(prefix="f14-")
-    print(f"cache key: {'as installed' if not fix else f'with the {fix} fix'}; each rank's stderr in {folder}")
-    cold, warm = run(folder, "cold", fix), run(folder, "warm", fix)
+    print(f"cache key: {'as installed' if not fix else f'with the {fix} fix'}; "
+          f"{'all-gathers and reduce-scatters bucketed' if bucketed else 'no bucketing'}; each rank's stderr in {folder}")
+    cold, warm = run(folder, "cold", fix, bucketed), run(folder, "warm", fix, bucketed)
     bad = False
     for rank, ((cold_rc, cold_doc, cold_why), (warm_rc, warm_doc, warm_why)) in enumerate(zip(cold, warm)):
         if cold_rc or cold_doc is None:
@@ -144,6 +159,6 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["rank"]:
-        rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6])
         sys.exit(0)
     main()
