@@ -78,22 +78,46 @@ def _merged_gathers_round_through_bf16(gm: fx.GraphModule, before: set) -> None:
             return
 
 
+def _merged_scatters_round_through_bf16(gm: fx.GraphModule, before: set) -> None:
+    """Planted fault: the first reduce-scatter a bucketing pass created rounds its input through
+    bfloat16, so only gradients move (the forward output stays equal)."""
+    for node in list(gm.graph.nodes):
+        if node not in before and "reduce_scatter_tensor" in str(node.target) and isinstance(node.args[0], fx.Node):
+            source = node.args[0]
+            dtype = source.meta["val"].dtype
+            if dtype == torch.bfloat16:
+                continue
+            with gm.graph.inserting_before(node):
+                low = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (source, torch.bfloat16))
+                back = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (low, dtype))
+            low.meta["val"] = source.meta["val"].to(torch.bfloat16)
+            back.meta["val"] = source.meta["val"]
+            node.args = (back, *node.args[1:])
+            return
+
+
+# Each plant edits what the bucketing entry points of its kind merged.
 PLANTS: dict[str, Callable[[fx.GraphModule, set], None]] = {
     "ag_merge_rounds_to_bf16": _merged_gathers_round_through_bf16,
+    "rs_merge_rounds_to_bf16": _merged_scatters_round_through_bf16,
 }
+_PLANTED_PASSES = {"ag_merge_rounds_to_bf16": (("bucketing", "bucket_all_gather"), ("fsdp", "bucket_fsdp_all_gather")),
+                   "rs_merge_rounds_to_bf16": (("bucketing", "bucket_reduce_scatter"),
+                                               ("fsdp", "bucket_fsdp_reduce_scatter"))}
 
 
 @contextlib.contextmanager
 def _planted(name: Optional[str]) -> Iterator[None]:
-    """Wrap inductor's all-gather bucketing entry points so that ``PLANTS[name]`` edits what they merged."""
+    """Wrap inductor's bucketing entry points of the plant's kind so that ``PLANTS[name]`` edits what
+    they merged."""
     if not name:
         yield
         return
     if name not in PLANTS:
         raise ValueError(f"plant {name!r}: unknown; known plants are {sorted(PLANTS)}")
     from torch._inductor.fx_passes import bucketing, fsdp
-    originals = {(bucketing, "bucket_all_gather"): bucketing.bucket_all_gather,
-                 (fsdp, "bucket_fsdp_all_gather"): fsdp.bucket_fsdp_all_gather}
+    modules = {"bucketing": bucketing, "fsdp": fsdp}
+    originals = {(modules[module], attr): getattr(modules[module], attr) for module, attr in _PLANTED_PASSES[name]}
 
     def wrap(original: Callable) -> Callable:
         def planted(gm: fx.GraphModule, *args: Any, **kwargs: Any) -> Any:

@@ -83,7 +83,7 @@ def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_
     other = ModelDesc((Layer("linear", 4), Layer("linear", 2)), mesh=(2,))
     warm = {**ALL, "compile_cache": "warm"}
     with RankSweeper() as sweeper:
-        good, uneven_warm = sweeper.sweep(model, [ALL, warm])
+        good, uneven_warm, scatter = sweeper.sweep(model, [ALL, warm, {**ALL, "plant": "rs_merge_rounds_to_bf16"}])
         ranks = [process.pid for process in sweeper.pools[2].processes]
         bad, even_warm = sweeper.sweep(other, [{**ALL, "plant": "ag_merge_rounds_to_bf16"}, warm])
         # one pool of rank processes serves every model of a run: the start-up is paid once (a warm
@@ -93,6 +93,8 @@ def test_on_two_real_ranks_a_correct_configuration_is_bitwise_equal_and_a_plant_
     assert good["ranks"] == 2 and good["launches"]["all_gather_into_tensor"] < 4
     assert failed(good) is None and good["eager_difference"] is None
     assert "ag_merge_rounds_to_bf16" in failed(bad) and "rank " in bad["difference"]
+    # a planted reduce-scatter fault leaves the output equal: the gradient comparison kills it
+    assert scatter["difference"].startswith("rank ") and ": grad layers." in scatter["difference"], scatter
     # The warm path on real ranks sharing one cache folder: with even shards every rank loads its
     # graphs and agrees; with uneven ones both ranks compute one AOTAutograd key (a DTensor's key
     # leaves out its local shape), so one rank loads the other's graph: F14, an upstream defect.
