@@ -94,7 +94,9 @@ def test_the_budget_holds_with_a_hanging_target_under_a_deadline(tmp_path):
 
 
 def test_a_failure_that_does_not_reproduce_is_kept_and_reported(tmp_path):
-    result = campaign.run(_config(tmp_path, "helpers.targets:Flaky", budget=campaign.Budget(examples=20)))
+    # unshrunk: shrinking a target that fails at random wanders (1.5 to 29 s in the suite); the final
+    # replay, which may or may not fail again, is what this test is about, and it runs either way
+    result = campaign.run(_config(tmp_path, "helpers.targets:Flaky", budget=campaign.Budget(examples=20), shrink=False))
     assert result.failures, "a failure seen once must be saved"
     assert all("sometimes" in f["message"] for f in result.failures)
 
