@@ -14,6 +14,7 @@ inductor); every parameter is then its own full shard.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import tempfile
@@ -61,28 +62,12 @@ def _step(module: Callable, model: SimpleFSDPModel, x: torch.Tensor) -> Outputs:
     return found
 
 
-def _merged_gathers_round_through_bf16(gm: fx.GraphModule, before: set) -> None:
-    """Planted fault: the first all-gather a bucketing pass created rounds its input through bfloat16."""
+def _first_merged_rounds_through_bf16(op: str, gm: fx.GraphModule, before: set) -> None:
+    """Planted fault: the first ``op`` collective a bucketing pass created (a node not in ``before``)
+    rounds its input through bfloat16. On an all-gather the output moves; on a reduce-scatter only
+    the gradients do, the forward output stays equal."""
     for node in list(gm.graph.nodes):
-        if node not in before and "all_gather_into_tensor" in str(node.target) and isinstance(node.args[0], fx.Node):
-            source = node.args[0]
-            dtype = source.meta["val"].dtype
-            if dtype == torch.bfloat16:
-                continue
-            with gm.graph.inserting_before(node):
-                low = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (source, torch.bfloat16))
-                back = gm.graph.call_function(torch.ops.prims.convert_element_type.default, (low, dtype))
-            low.meta["val"] = source.meta["val"].to(torch.bfloat16)
-            back.meta["val"] = source.meta["val"]
-            node.args = (back, *node.args[1:])
-            return
-
-
-def _merged_scatters_round_through_bf16(gm: fx.GraphModule, before: set) -> None:
-    """Planted fault: the first reduce-scatter a bucketing pass created rounds its input through
-    bfloat16, so only gradients move (the forward output stays equal)."""
-    for node in list(gm.graph.nodes):
-        if node not in before and "reduce_scatter_tensor" in str(node.target) and isinstance(node.args[0], fx.Node):
+        if node not in before and op in str(node.target) and isinstance(node.args[0], fx.Node):
             source = node.args[0]
             dtype = source.meta["val"].dtype
             if dtype == torch.bfloat16:
@@ -98,8 +83,8 @@ def _merged_scatters_round_through_bf16(gm: fx.GraphModule, before: set) -> None
 
 # Each plant edits what the bucketing entry points of its kind merged.
 PLANTS: dict[str, Callable[[fx.GraphModule, set], None]] = {
-    "ag_merge_rounds_to_bf16": _merged_gathers_round_through_bf16,
-    "rs_merge_rounds_to_bf16": _merged_scatters_round_through_bf16,
+    "ag_merge_rounds_to_bf16": functools.partial(_first_merged_rounds_through_bf16, "all_gather_into_tensor"),
+    "rs_merge_rounds_to_bf16": functools.partial(_first_merged_rounds_through_bf16, "reduce_scatter_tensor"),
 }
 _PLANTED_PASSES = {"ag_merge_rounds_to_bf16": (("bucketing", "bucket_all_gather"), ("fsdp", "bucket_fsdp_all_gather")),
                    "rs_merge_rounds_to_bf16": (("bucketing", "bucket_reduce_scatter"),
