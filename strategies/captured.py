@@ -20,9 +20,10 @@ WIDTHS = (8, 4, 6, 10, 3)  # shrinks towards 8: even over every mesh; 6, 10 and 
 
 @st.composite
 def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] = MESHES,
-                min_layers: int = 1) -> ModelDesc:
+                min_layers: int = 1, selects: bool = False) -> ModelDesc:
     """A model: embedding or not, then linears and norms (tied weights, checkpointed layers, per-layer
-    2-D placements), a mesh, and mixed-precision dtypes."""
+    2-D placements), a mesh, and mixed-precision dtypes. With ``selects``, a layer may first keep only
+    some rows (data-dependent sizes: for compiled runs only, the captured graph format is static)."""
     mesh = draw(st.sampled_from(meshes))
     in_width = draw(st.sampled_from(WIDTHS[:3]))
     layers: list[Layer] = []
@@ -33,14 +34,16 @@ def model_descs(draw, max_layers: int = 4, meshes: tuple[tuple[int, ...], ...] =
         kind = draw(st.sampled_from(("linear", "norm")))
         placement = draw(st.sampled_from(PLACEMENTS)) if len(mesh) == 2 else "shard"
         layer = Layer(kind, draw(st.sampled_from(WIDTHS)), bias=draw(st.booleans()),
-                      checkpoint=draw(st.booleans()), placement=placement)
+                      checkpoint=draw(st.booleans()), placement=placement,
+                      select=selects and draw(st.integers(0, 3)) == 3)
         if kind == "linear":
             partial = ModelDesc((*layers, layer), in_width, mesh)
             ties = [i for i, earlier in enumerate(layers) if earlier.kind != "norm" and earlier.tie < 0
                     and weight_shape(partial, i)[1] == width]
             if ties and draw(st.booleans()):
                 tie = draw(st.sampled_from(ties))
-                layer = Layer(kind, weight_shape(partial, tie)[0], layer.bias, tie, layer.checkpoint, placement)
+                layer = Layer(kind, weight_shape(partial, tie)[0], layer.bias, tie, layer.checkpoint, placement,
+                              layer.select)
         layers.append(layer)
         width = width if kind == "norm" else layer.width
     return ModelDesc(tuple(layers), in_width, mesh, draw(st.sampled_from(FLOAT_DTYPES)),

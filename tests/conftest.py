@@ -5,6 +5,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 # Tests capture afresh: a capture kept on disk by an earlier run would hide what this build captures.
 os.environ.setdefault("FSDP_VERIFY_CAPTURE_STORE", "off")
+# End-to-end verdicts compare compiles bit for bit; MKL reads this at its first use, before any test
+# (execute/compiled/blas.py says why alignment must not move a product's bits).
+os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 
 import pytest

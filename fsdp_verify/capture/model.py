@@ -29,7 +29,9 @@ VOCAB = 12
 class Layer:
     """One layer. ``width`` is its output width (linear), its vocabulary width (embed: the
     embedding width), or ignored (norm: the width it receives). ``tie`` names an earlier layer
-    whose weight this linear reuses (tied weights), -1 for none."""
+    whose weight this linear reuses (tied weights), -1 for none. ``select`` keeps, before the layer,
+    only the rows whose first feature is positive: the row count is then data-dependent (an unbacked
+    size in the compiled graphs) and differs between ranks, whose batches differ."""
 
     kind: str
     width: int = 8
@@ -37,6 +39,7 @@ class Layer:
     tie: int = -1
     checkpoint: bool = False
     placement: str = "shard"
+    select: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,9 +56,16 @@ class ModelDesc:
     def to_json(self) -> dict:
         """Plain JSON (recorded in a captured case's attrs)."""
         doc = asdict(self)
-        doc["layers"] = [asdict(layer) for layer in self.layers]
+        # ``select`` is written only where set, so descriptions recorded before it existed still read
+        # as they were written.
+        doc["layers"] = [{k: v for k, v in asdict(layer).items() if k != "select" or v} for layer in self.layers]
         doc["mesh"] = list(self.mesh)
         return doc
+
+    @property
+    def data_dependent(self) -> bool:
+        """Some layer's row count depends on the values (``Layer.select``)."""
+        return any(layer.select for layer in self.layers)
 
     @property
     def tokens(self) -> bool:
@@ -114,6 +124,8 @@ def check(desc: ModelDesc, path: str = "model") -> None:
             raise ValueError(f"{where}: kind must be one of {KINDS}, placement one of {PLACEMENTS}")
         if layer.kind == "embed" and index != 0:
             raise ValueError(f"{where}: an embedding can only be the first layer")
+        if layer.select and layer.kind == "embed":
+            raise ValueError(f"{where}.select: an embedding takes token ids, which have no features to select by")
         if not 1 <= layer.width <= 64:
             raise ValueError(f"{where}.width: must be in 1..64")
         if layer.tie >= 0:
@@ -211,6 +223,8 @@ class SimpleFSDPModel(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from torch.utils.checkpoint import checkpoint
         for index, layer in enumerate(self.desc.layers):
+            if layer.select:
+                x = x[x[:, 0] > 0]
             if layer.checkpoint:
                 x = checkpoint(self._layer, index, x, use_reentrant=False)
             else:

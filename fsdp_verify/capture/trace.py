@@ -222,6 +222,11 @@ def _capture(desc: ModelDesc) -> Captured:
 def capture_fresh(desc: ModelDesc) -> Captured:
     """``desc`` compiled and described now, neither memo nor store asked (benchmarks time this)."""
     check(desc)
+    if desc.data_dependent:
+        # The graph format holds concrete shapes, which every simulated check needs; an unbacked row
+        # count has none until the step runs. Such models are judged end to end (``endtoend``).
+        raise CaptureError(f"capturing {desc}: a selecting layer makes row counts data-dependent; "
+                           "the graph format holds static shapes (endtoend judges these models)")
     start = time.perf_counter()
     quiet = logging.getLogger("torch.distributed.tensor._redistribute")  # "2 sequential all_gathers": wanted here
     level = quiet.level

@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     import math
 
     from fsdp_verify.execute.compiled import sweep as e2e
-    from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE
+    from fsdp_verify.execute.compiled.blas import said
+    from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE, VECTOR_ORDER_ULPS
     from fsdp_verify.targets.inductor import CONFIG_SPACE
     try:
         configs = e2e.planned_configurations(args.configs, args.plant)
@@ -56,17 +57,27 @@ def run(args: argparse.Namespace) -> int:
     warm, visited = outcome.warm
     dynamic = sum(bool(r["options"].get("dynamic")) for r in outcome.reports)
     where = "by fresh ranks sharing its folder" if args.ranks == "real" else "in a fresh process"
-    print(f"compile: {dynamic} with dynamic sizes; {warm} with a warm FX graph cache, {visited} of them loaded "
+    print(f"compile: {dynamic} with dynamic sizes; {outcome.data_dependent} of models with data-dependent row "
+          f"counts; {warm} with a warm FX graph cache, {visited} of them loaded "
           f"from it {where}" + (f" ({warm - visited} did not run the warm path: see each report's "
                                           f"'warm')" if warm > visited else ""))
     if outcome.order_tolerated:
         print(f"{outcome.order_tolerated} configurations passed with gradients equal only up to the order of a "
               f"reduction over 3+ ranks (within group-1 units in the last place of the reduce dtype; each "
               f"report's 'order_tolerated' names them); everything else is judged bit for bit")
+    if outcome.vector_order:
+        print(f"{outcome.vector_order} configurations differed only in the order inductor's vectorized kernels "
+              f"add in: equal bit for bit with scalar kernels on both sides, and within {VECTOR_ORDER_ULPS} units "
+              f"in the last place (each report's 'vector_order' names the tensor)")
+    if outcome.reports:
+        print(said(outcome.blas))
     if args.json:
         Path(args.json).write_text(json.dumps({"models": outcome.models, "compiles": outcome.compiles,
                                                "seconds": outcome.seconds, "failures": outcome.failures,
                                                "not_exercised": outcome.not_exercised, "invalid": outcome.invalid,
                                                "order_tolerated": outcome.order_tolerated,
+                                               "data_dependent": outcome.data_dependent,
+                                               "vector_order": outcome.vector_order,
+                                               "blas": sorted(state.value for state in outcome.blas),
                                                "reports": outcome.reports}, indent=1, default=str))
     return 1 if outcome.failures else 2 if outcome.invalid and not outcome.compiles else 0  # 2: nothing judged

@@ -106,10 +106,30 @@ def test_drawn_descriptions_are_valid_and_json_round_trips():
     ({"layers": [{"kind": "linear", "bias": 1}]}, "model.layers[0].bias"),
     ({"layers": [{"kind": "linear"}], "mesh": "4"}, "model.mesh"),
     ({"layers": [{"kind": "linear"}], "batch": True}, "model.batch"),
+    ({"layers": [{"kind": "embed", "select": True}]}, "model.layers[0].select"),
 ])
 def test_a_bad_description_names_the_field(doc, field):
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         desc_from_json(doc)
+
+
+def test_data_dependent_row_counts_are_drawn_for_compiled_runs_and_refused_by_capture():
+    """A selecting layer keeps the rows whose first feature is positive: an unbacked size in a
+    compiled graph, which the static graph format cannot hold, so capture refuses it by name and
+    only the end-to-end path (``selects=True``) draws it."""
+    from fsdp_verify.capture import CaptureError
+    selecting = find(model_descs(selects=True), lambda d: d.data_dependent, settings=settings(database=None))
+    assert [layer.select for layer in selecting.layers] == [True] and selecting.layers[0].kind != "embed"
+    assert desc_from_json(json.loads(json.dumps(selecting.to_json()))) == selecting
+    assert "select" not in json.dumps(TWO_LAYERS.to_json())  # older records read as they were written
+    with pytest.raises(CaptureError, match="data-dependent"):
+        capture(selecting)
+
+    @settings(max_examples=40, database=None)
+    @given(model_descs())
+    def never(desc):
+        assert not desc.data_dependent
+    never()
 
 
 def test_a_reference_campaign_on_captured_graphs_finds_nothing(tmp_path):

@@ -24,7 +24,8 @@ import torch
 from torch import fx, nn
 
 from fsdp_verify.targets.post_grad import cost_model
-from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, example_input, funcol_gather, param_shapes
+from fsdp_verify.capture.model import ModelDesc, SimpleFSDPModel, dtype, example_input, funcol_gather, param_shapes
+from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import OFF, _counting, _same, config_patch, gloo_world
 from fsdp_verify.execute.compiled.warm import Warm, link_kernel_caches, warm_outputs
 
@@ -41,6 +42,49 @@ def is_gradient(name: str) -> bool:
 # sizes. ``compile_cache``: ``warm`` compiles with inductor's FX graph cache into a fresh folder,
 # then loads it in a fresh process (``warm.py``), where a hit skips the post-grad passes.
 COMPILE_SPACE: dict[str, tuple] = {"dynamic": (False, True), "compile_cache": ("cold", "warm")}
+
+
+# A harness option, never drawn: the compile's C++ kernels are scalar (``cpp.simdlen = 1``), so every
+# reduction adds in index order. Used only to re-judge a difference (``vector_order``).
+SCALAR = "scalar_kernels"
+# How far a vectorized difference that scalar kernels explain may go, in units in the last place of
+# the compute dtype at the tensor's largest magnitude: reordering a short sum moves a few units; a
+# wrong, stale or rounded member moves far more.
+VECTOR_ORDER_ULPS = 64
+
+
+def vector_order(base: Outputs, other: Outputs, scalar_base: Outputs, scalar_other: Outputs,
+                 compute: torch.dtype, tolerate: Optional["Tolerance"] = None) -> bool:
+    """Whether ``other`` differs from ``base`` only by the order inductor's vectorized kernels add in.
+
+    Why this is sound: a bucketed graph may fuse a bucket's unpacking into the kernel that reads a
+    member, which then loads it through an index expression and reduces in scalar order where the
+    unbucketed kernel used vector lanes: the same sum, other last bits. With scalar kernels both
+    compiles add in index order, so bucketing that moved the data right gives equal bits, and a
+    fault that changes values (wrong member, stale or rounded data) still differs there. The bound
+    keeps a fault that only vectorized kernels show (an alignment a vector load assumes) a finding
+    unless it moves values by less than ``VECTOR_ORDER_ULPS``. ``tolerate`` is the verdict's own
+    freedom (a gradient's reduction order over ranks), granted on both sides."""
+    if first_difference(scalar_base, scalar_other, tolerate) is not None or set(base) != set(other):
+        return False
+    for name, a in base.items():
+        b = other[name]
+        if tolerate is not None and tolerate(name, a, b):
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype or not a.is_floating_point():
+            if not _same(a, b):
+                return False
+            continue
+        a64, b64 = a.double(), b.double()
+        if a.numel() == 0 or not (torch.isfinite(a64).all() and torch.isfinite(b64).all()):
+            if not _same(a, b):
+                return False
+            continue
+        eps = max(torch.finfo(a.dtype).eps, torch.finfo(compute).eps)
+        scale = max(float(a64.abs().max()), torch.finfo(a.dtype).smallest_normal)
+        if float((a64 - b64).abs().max()) > VECTOR_ORDER_ULPS * eps * scale:
+            return False
+    return True
 
 
 def _model(desc: ModelDesc, group: Any, seed: int) -> SimpleFSDPModel:
@@ -81,12 +125,24 @@ def _first_merged_rounds_through_bf16(op: str, gm: fx.GraphModule, before: set) 
             return
 
 
+def _only_vectorized(plant: Callable[[fx.GraphModule, set], None], gm: fx.GraphModule, before: set) -> None:
+    """Planted fault: ``plant``, in vectorized compiles only. It stands for a fault that only vector
+    kernels show (a vector load that assumes an alignment a bucket does not give), which the scalar
+    re-judgement cannot see: the bound of ``vector_order`` must keep it a finding."""
+    import torch._inductor.config as inductor_config
+    if inductor_config.cpp.simdlen != 1:
+        plant(gm, before)
+
+
+_AG_ROUNDS = functools.partial(_first_merged_rounds_through_bf16, "all_gather_into_tensor")
 # Each plant edits what the bucketing entry points of its kind merged.
 PLANTS: dict[str, Callable[[fx.GraphModule, set], None]] = {
-    "ag_merge_rounds_to_bf16": functools.partial(_first_merged_rounds_through_bf16, "all_gather_into_tensor"),
+    "ag_merge_rounds_to_bf16": _AG_ROUNDS,
     "rs_merge_rounds_to_bf16": functools.partial(_first_merged_rounds_through_bf16, "reduce_scatter_tensor"),
+    "ag_merge_rounds_when_vectorized": functools.partial(_only_vectorized, _AG_ROUNDS),
 }
-_PLANTED_PASSES = {"ag_merge_rounds_to_bf16": (("bucketing", "bucket_all_gather"), ("fsdp", "bucket_fsdp_all_gather")),
+_AG_PASSES = (("bucketing", "bucket_all_gather"), ("fsdp", "bucket_fsdp_all_gather"))
+_PLANTED_PASSES = {"ag_merge_rounds_to_bf16": _AG_PASSES, "ag_merge_rounds_when_vectorized": _AG_PASSES,
                    "rs_merge_rounds_to_bf16": (("bucketing", "bucket_reduce_scatter"),
                                                ("fsdp", "bucket_fsdp_reduce_scatter"))}
 
@@ -141,13 +197,19 @@ def inductor(options: dict[str, Any], launches: dict[str, int], cache: bool = Fa
     the FX graph cache is off unless ``cache`` (then its folder is the caller's to choose)."""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    patch = config_patch(options, skip=("plant", *COMPILE_SPACE))
+    patch = config_patch(options, skip=("plant", SCALAR, *COMPILE_SPACE))
+    if options.get(SCALAR):
+        patch["cpp.simdlen"] = 1  # no vector ISA has one lane: inductor emits scalar loops
     if cache:
         patch["fx_graph_cache"] = True
     if options.get("plant"):
         patch["emulate_precision_casts"] = True  # else a fused kernel keeps a bf16 round trip in fp32
     torch._dynamo.reset()
-    with inductor_config.patch(patch), cost_model(), _counting(launches), _planted(options.get("plant")):
+    # A selecting layer (``Layer.select``) indexes by a mask: with this on, dynamo keeps the data-
+    # dependent size as an unbacked symbol in one graph, as a user's fullgraph compile of it must.
+    # No other drawn model has an op whose output size depends on values, so they compile as before.
+    with inductor_config.patch(patch), torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True), \
+            cost_model(), _counting(launches), _planted(options.get("plant")):
         yield
 
 
@@ -211,6 +273,8 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
     report = {"options": dict(options), "difference": first_difference(baseline, bucketed),
               "eager_difference": first_difference(eager, bucketed), "launches": launches, "error": None,
               "exercised": baseline_launches is None or launches != baseline_launches}
+    if report["difference"]:
+        _rejudge_scalar(report, desc, options, seed, baseline, bucketed)
     if warm is not None:
         report["warm"] = warm.summary()
         if warm.unjudged:  # the harness's failure: said in the report's "warm", never one of inductor's
@@ -218,9 +282,26 @@ def judge(desc: ModelDesc, options: dict[str, Any], seed: int = 0,
         if warm.error:
             report["error"] = f"the warm compile (a fresh process loading the FX graph cache) failed: {warm.error}"
         elif not report["difference"]:
-            differs = first_difference(baseline, warm.outputs)
+            # The loaded graph is the cold compile's: it must give the cold run's bits exactly.
+            differs = first_difference(bucketed, warm.outputs)
             report["difference"] = f"{differs} (warm compile, from the FX graph cache)" if differs else None
     return report
+
+
+def _rejudge_scalar(report: dict[str, Any], desc: ModelDesc, options: dict[str, Any], seed: int,
+                    baseline: Outputs, bucketed: Outputs) -> None:
+    """Judge a differing configuration again with scalar kernels on both sides; where that explains
+    the difference (``vector_order``) it moves to the report's ``vector_order``, never silently."""
+    try:
+        scalar_base, _ = compiled_outputs(desc, {**OFF, SCALAR: True}, seed)
+        scalar, _ = compiled_outputs(desc, {**options, SCALAR: True}, seed)
+    except Exception as exc:  # noqa: BLE001 - no re-judgement: the difference stands
+        report["scalar_rejudge"] = f"failed: {type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+        return
+    if vector_order(baseline, bucketed, scalar_base, scalar, dtype(desc.param_dtype)):
+        report["vector_order"], report["difference"] = report["difference"], None
+    else:
+        report["scalar_difference"] = first_difference(scalar_base, scalar)
 
 
 def _cold_then_warm(desc: ModelDesc, options: dict[str, Any], seed: int) -> tuple[Outputs, dict[str, int], Warm]:
@@ -250,6 +331,7 @@ def configurations(space: dict[str, tuple], count: int) -> list[dict[str, Any]]:
 
 def sweep(desc: ModelDesc, configs: list[dict[str, Any]], seed: int = 0) -> list[dict[str, Any]]:
     """Judge ``desc`` under each configuration (one baseline and one eager run shared)."""
+    state = blas.pin().value  # this process's products; a warm child starts with ``blas.ENV``
     try:
         baseline, launches = compiled_outputs(desc, OFF, seed)
     except Exception as exc:  # noqa: BLE001 - no unbucketed compile, nothing to judge against
@@ -257,11 +339,14 @@ def sweep(desc: ModelDesc, configs: list[dict[str, Any]], seed: int = 0) -> list
         raise BaselineFailed(f"model {desc.to_json()}: the unbucketed compile failed, so no configuration "
                              f"can be judged: {type(exc).__name__}: {message}") from exc
     eager = eager_outputs(desc, seed)
-    return [judge(desc, options, seed, baseline, eager, launches) for options in configs]
+    reports = [judge(desc, options, seed, baseline, eager, launches) for options in configs]
+    for report in reports:  # a warm child that replied judged with its own products: it counts too
+        report["blas"] = blas.worst([state, *filter(None, [report.get("warm", {}).get("blas")])])
+    return reports
 
 
 class BaselineFailed(RuntimeError):
     """The unbucketed compile of a model failed: its configurations cannot be judged (invalid)."""
 
 
-__all__ = ["BaselineFailed", "COMPILE_SPACE", "PLANTS", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]
+__all__ = ["BaselineFailed", "COMPILE_SPACE", "PLANTS", "SCALAR", "VECTOR_ORDER_ULPS", "vector_order", "compiled_outputs", "inductor", "configurations", "eager_outputs", "failed", "first_difference", "judge", "sweep"]

@@ -25,8 +25,10 @@ from typing import Any, Optional
 
 import torch
 
+from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
-from fsdp_verify.execute.compiled.drawn import OFF, BaselineFailed, Outputs, first_difference, GRAD, is_gradient
+from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
+                                                is_gradient, vector_order)
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -43,6 +45,7 @@ class SweepJob:
     configs: list
     seed: int
     caches: dict = field(default_factory=dict)
+    scalar: bool = False  # a re-judgement: the baseline with scalar kernels too, and no eager step
 
 
 @dataclass
@@ -96,8 +99,11 @@ def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
     rank (``inductor`` resets dynamo before each compile, so no model sees another's cache); a warm
     configuration compiles cold into its shared folder, storing what the warm pool loads."""
     import torch.distributed as dist
-    runs: dict[str, Any] = {"eager": plain(_step(job.desc, job.seed, ctx, None)[0]),
-                            "baseline": plain(_step(job.desc, job.seed, ctx, OFF)[0]), "configs": []}
+    state = blas.pin().value  # before this rank's first product (its environment has ``blas.ENV``)
+    eager = {} if job.scalar else plain(_step(job.desc, job.seed, ctx, None)[0])
+    baseline = {**OFF, SCALAR: True} if job.scalar else OFF
+    runs: dict[str, Any] = {"blas": state, "eager": eager,
+                            "baseline": plain(_step(job.desc, job.seed, ctx, baseline)[0]), "configs": []}
     for index, options in enumerate(job.configs):
         try:
             outputs, launches = _step(job.desc, job.seed, ctx, options, job.caches.get(index))
@@ -113,9 +119,10 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     ``job.folder``, and this rank's cache hits and misses. A failure raises: the pool names the
     rank, and its peers, left in a collective, are the pool's to reap."""
     from fsdp_verify.execute.compiled.warm import cache_counts
+    state = blas.pin().value
     outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)
     hits, misses = cache_counts()
-    return {"outputs": plain(outputs), "hits": hits, "misses": misses}
+    return {"outputs": plain(outputs), "hits": hits, "misses": misses, "blas": state}
 
 
 def _said(exc: RankFailure) -> str:
@@ -148,6 +155,11 @@ def _outputs(model: Any, out: torch.Tensor) -> Outputs:
     return found
 
 
+def _blas_env(rank: int) -> dict[str, str]:
+    """Every rank's matrix products independent of alignment (``blas.py`` says why)."""
+    return dict(blas.ENV)
+
+
 class RankSweeper:
     """Rank pools for end-to-end sweeps, one per world size, kept until closed."""
 
@@ -171,7 +183,7 @@ class RankSweeper:
         """The started pool of ``world`` ranks."""
         if world not in self.pools:
             pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_sweep_job,
-                            collective_timeout=COLLECTIVE_TIMEOUT)
+                            collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env)
             pool.start()
             self.pools[world] = pool
         return self.pools[world]
@@ -194,7 +206,23 @@ class RankSweeper:
                      for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
         from fsdp_verify.capture.model import dtype
         order = OrderFreedom(dtype(desc.reduce_dtype), max(desc.mesh))
-        return _reports(results, configs, world, loads, order)
+        differing = [index for index in range(len(configs)) if _cold_differs(results, index, world, order)]
+        rejudged = self._scalar(desc, configs, differing, seed, world) if differing else {}
+        return _reports(results, configs, world, loads, order, Rejudged(rejudged, dtype(desc.param_dtype)))
+
+    def _scalar(self, desc: Any, configs: list[dict[str, Any]], indexes: list[int], seed: int,
+                world: int) -> dict[int, Any]:
+        """The configurations at ``indexes`` and the unbucketed compile again, with scalar kernels
+        (``drawn.vector_order``), in one job: by index, each rank's baseline and run, or why the
+        re-judgement failed (a string: the differences then stand)."""
+        job = SweepJob(desc.to_json(), [{**configs[index], SCALAR: True, "compile_cache": "cold"} for index in indexes],
+                       seed, scalar=True)
+        try:
+            results = self._run(world, job)
+        except RankFailure as exc:
+            return {index: f"failed: {exc.kind} on ranks {list(exc.ranks)}: {_said(exc)}" for index in indexes}
+        return {index: {rank: {"baseline": results[rank]["baseline"], "run": results[rank]["configs"][position]}
+                        for rank in range(world)} for position, index in enumerate(indexes)}
 
     def _run(self, world: int, job: SweepJob) -> dict[int, dict]:
         try:
@@ -227,7 +255,7 @@ class RankSweeper:
     def _load(self, job: WarmJob, world: int) -> "WarmLoad":
         """``job`` on a pool of fresh ranks, closed after it."""
         pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_warm_job,
-                        collective_timeout=COLLECTIVE_TIMEOUT)
+                        collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env)
         try:
             pool.start()
         except PoolStartFailure as exc:  # the harness's failure: nothing said of torch
@@ -284,10 +312,13 @@ class OrderFreedom:
     of three or more ranks may sum in any order (gloo's ring chunks a bucket's buffer otherwise
     than each tensor alone; so does NCCL), and floating-point sums round by their order: a bucketed
     reduce-scatter may then differ from the unbucketed one by rounding alone. Each reduction step
-    rounds once, so ``group - 1`` units in the last place of the reduce dtype, at the result's
-    magnitude, bound what the order changes where no partial sum is larger than the result (where
-    one is, the bound is tighter than the truth: a false alarm, never a miss). Groups of two are
-    exact in any order (a + b == b + a), so there nothing is tolerated."""
+    rounds once, so ``group - 1`` units in the last place of the reduce dtype bound what the order
+    changes, at the magnitude of the largest partial sum. The ranks' terms are not seen here, so
+    the tensor's largest element stands for it: an element whose terms cancel (a small sum of large
+    terms) moves by units of its terms, not of itself, which a bound at its own magnitude called a
+    difference (seen on a 4-rank model). What this lets through: an error of an element under
+    ``group - 1`` units at the tensor's largest magnitude. Groups of two are exact in any order
+    (a + b == b + a), so there nothing is tolerated."""
 
     reduce: torch.dtype
     group: int
@@ -300,8 +331,10 @@ class OrderFreedom:
         a, b = base.double(), other.double()
         if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
             return False
-        magnitude = torch.maximum(a.abs(), b.abs()).clamp_min(info.smallest_normal)
-        ulp = info.eps * torch.exp2(torch.floor(torch.log2(magnitude)))
+        if a.numel() == 0:
+            return True
+        magnitude = max(float(torch.maximum(a.abs(), b.abs()).max()), info.smallest_normal)
+        ulp = info.eps * 2.0 ** math.floor(math.log2(magnitude))
         return bool(((a - b).abs() <= (self.group - 1) * ulp).all())
 
 
@@ -316,9 +349,52 @@ def _verdict(base: Outputs, other: Outputs, order: Optional[OrderFreedom]) -> tu
     return first_difference(base, other, tolerate, tolerated), tolerated
 
 
+@dataclass
+class Rejudged:
+    """Scalar-kernel re-runs of the configurations whose cold runs differed (``RankSweeper._scalar``)
+    and the model's compute dtype (the bound of ``drawn.vector_order``)."""
+
+    runs: dict = field(default_factory=dict)
+    compute: torch.dtype = torch.float32
+
+
+def _cold_differs(results: dict[int, dict], index: int, world: int, order: Optional[OrderFreedom]) -> bool:
+    """Whether some rank's cold run of configuration ``index`` ran and differs from its baseline."""
+    return any(not results[rank]["configs"][index]["error"]
+               and _verdict(tensors(results[rank]["baseline"]), tensors(results[rank]["configs"][index]["outputs"]),
+                            order)[0] for rank in range(world))
+
+
+def _explain(report: dict[str, Any], index: int, results: dict[int, dict], rejudged: Rejudged, world: int,
+             order: Optional[OrderFreedom]) -> None:
+    """Move the cold difference of ``report`` to ``vector_order`` when every rank's scalar re-run
+    agrees and every vectorized difference is within the bound; else say what the re-run found."""
+    entry = rejudged.runs.get(index)
+    if entry is None:
+        return
+    if isinstance(entry, str):
+        report["scalar_rejudge"] = entry
+        return
+
+    def tolerate(name: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+        return order is not None and is_gradient(name) and order.tolerates(a, b)
+    for rank in range(world):
+        run = entry[rank]["run"]
+        if run["error"]:
+            report["scalar_rejudge"] = f"failed: rank {rank}: {run['error']}"
+            return
+        cold = results[rank]["configs"][index]["outputs"]
+        if not vector_order(tensors(results[rank]["baseline"]), tensors(cold), tensors(entry[rank]["baseline"]),
+                            tensors(run["outputs"]), rejudged.compute, tolerate):
+            scalar = first_difference(tensors(entry[rank]["baseline"]), tensors(run["outputs"]), tolerate)
+            report["scalar_difference"] = f"rank {rank}: {scalar}" if scalar else None
+            return
+    report["vector_order"], report["difference"] = report["difference"], None
+
+
 def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int,
              loads: Optional[dict[int, WarmLoad]] = None,
-             order: Optional[OrderFreedom] = None) -> list[dict[str, Any]]:
+             order: Optional[OrderFreedom] = None, rejudged: Optional[Rejudged] = None) -> list[dict[str, Any]]:
     """Each configuration's report: the first rank whose run differs (or failed) names it; a warm
     configuration's loaded runs are judged against the same unbucketed compile. ``order``: the
     gradients of groups of three or more ranks are judged up to their reduction's order, and the
@@ -326,7 +402,8 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
     reports, loads = [], loads or {}
     for index, options in enumerate(configs):
         report: dict[str, Any] = {"options": dict(options), "difference": None, "eager_difference": None,
-                                  "launches": results[0]["configs"][index]["launches"], "error": None, "ranks": world}
+                                  "launches": results[0]["configs"][index]["launches"], "error": None, "ranks": world,
+                                  "blas": blas.worst(results[rank].get("blas") for rank in range(world))}
         if options.get("compile_cache") == "warm":  # never passed off as judged warm when it was not
             load = loads.get(index)
             report["warm"] = load.summary(world) if load else {"visited": False, "why": WARM_NOT_LOADED}
@@ -345,22 +422,29 @@ def _reports(results: dict[int, dict], configs: list[dict[str, Any]], world: int
             diff = first_difference(tensors(results[rank]["eager"]), outputs)
             if diff and not report["eager_difference"]:
                 report["eager_difference"] = f"rank {rank}: {diff}"
+        if report["difference"] and rejudged is not None:
+            _explain(report, index, results, rejudged, world, order)
         load = loads.get(index)
+        if load is not None and load.ranks:
+            report["blas"] = blas.worst([report["blas"], *(run.get("blas") for run in load.ranks.values())])
         if load is not None and not report["error"] and not report["difference"]:
-            _judge_warm(report, load, results, order)
+            _judge_warm(report, load, results, index, order)
         reports.append(report)
     return reports
 
 
-def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict],
+def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict], index: int,
                 order: Optional[OrderFreedom] = None) -> None:
     """The warm load's verdict in ``report``: its failure is the configuration's error, and each
-    rank's loaded run must equal that rank's unbucketed compile bit for bit."""
+    rank's loaded run must equal that rank's cold run of the same configuration bit for bit (the
+    loaded graph is the one the cold compile stored; the cold run was judged against the
+    unbucketed compile already)."""
     if load.failure:
         report["error"] = f"the warm load (fresh ranks on the cache all ranks share) failed: {load.failure}"
         return
     for rank in sorted(load.ranks):
-        diff, tolerated = _verdict(tensors(results[rank]["baseline"]), tensors(load.ranks[rank]["outputs"]), order)
+        cold = results[rank]["configs"][index]["outputs"]
+        diff, tolerated = _verdict(tensors(cold), tensors(load.ranks[rank]["outputs"]), order)
         if tolerated:
             report.setdefault("order_tolerated", []).extend(f"rank {rank}: {name} (warm load)" for name in tolerated)
         if diff:
@@ -368,4 +452,4 @@ def _judge_warm(report: dict[str, Any], load: WarmLoad, results: dict[int, dict]
             return
 
 
-__all__ = ["OrderFreedom", "RankSweeper", "SweepJob", "WarmJob", "WarmLoad", "run_sweep_job", "run_warm_job", "sweep_ranks"]
+__all__ = ["OrderFreedom", "Rejudged", "RankSweeper", "SweepJob", "WarmJob", "WarmLoad", "run_sweep_job", "run_warm_job", "sweep_ranks"]

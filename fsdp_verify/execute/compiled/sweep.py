@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fsdp_verify.capture.model import ModelDesc
+from fsdp_verify.execute.compiled.blas import Blas
+from fsdp_verify.execute.compiled.blas import worst as blas_worst
 from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE, PLANTS, BaselineFailed, configurations, failed, judge, sweep
 from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
 from fsdp_verify.strategies.captured import model_descs
@@ -57,6 +59,23 @@ class Outcome:
         return sum(bool(report.get("order_tolerated")) for report in self.reports)
 
     @property
+    def vector_order(self) -> int:
+        """Configurations whose difference scalar kernels explained (each report's ``vector_order``
+        names the tensor): inductor's vectorized reduction order, not bucketing (``drawn.vector_order``)."""
+        return sum(bool(report.get("vector_order")) for report in self.reports)
+
+    @property
+    def blas(self) -> set[Blas]:
+        """The BLAS states the judging processes reported (``blas.py``: whether their products could
+        round by operand alignment)."""
+        return {Blas(blas_worst([report.get("blas")])) for report in self.reports}
+
+    @property
+    def data_dependent(self) -> int:
+        """Judged configurations of models whose row counts depend on values (``Layer.select``)."""
+        return sum(any(layer.get("select") for layer in report["model"]["layers"]) for report in self.reports)
+
+    @property
     def per_second(self) -> float:
         """Judged (model, configuration) examples per second."""
         return self.compiles / self.seconds if self.seconds else 0.0
@@ -92,7 +111,8 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=[hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else []), print_blob=False)
     @hypothesis.seed(seed)
-    @given(model_descs(max_layers=max_layers, meshes=RANK_MESHES if ranks else E2E_MESHES, min_layers=2), st.just(None))
+    @given(model_descs(max_layers=max_layers, meshes=RANK_MESHES if ranks else E2E_MESHES, min_layers=2, selects=True),
+           st.just(None))
     def prop(desc: ModelDesc, _: None) -> None:
         if first:  # shrinking the first failure: only its configuration is re-judged
             report = (sweeper.sweep(desc, [first["options"]], seed)[0] if sweeper

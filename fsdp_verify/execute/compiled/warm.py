@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 import torch
 
+from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 
 WARM_TIMEOUT = 600.0  # seconds the fresh process may take (start, imports, load, one step)
@@ -43,6 +44,7 @@ class Warm:
     error: Optional[str] = None
     seconds: float = 0.0
     unjudged: Optional[str] = None  # the harness's own failure (no reply, a timeout): nothing said of torch
+    blas: str = ""  # the fresh process's ``blas.Blas`` state ("" when it did not reply)
 
     @property
     def visited(self) -> bool:
@@ -52,7 +54,8 @@ class Warm:
 
     def summary(self) -> dict[str, Any]:
         """The report's record of the warm compile."""
-        found = {"hits": self.hits, "misses": self.misses, "visited": self.visited, "seconds": round(self.seconds, 1)}
+        found = {"hits": self.hits, "misses": self.misses, "visited": self.visited, "seconds": round(self.seconds, 1),
+                 "blas": self.blas}
         return {**found, "unjudged": self.unjudged} if self.unjudged else found
 
 
@@ -107,6 +110,7 @@ def _child(request: str, reply: str, folder: str, log: str) -> None:
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
     os.environ[_ENV] = folder  # read by inductor at each use: this process's whole cache is the folder
+    os.environ.update(blas.ENV)  # read by MKL at its first use, which is this process's (blas.py)
     for name in _SHARED_STATE:  # caches keyed by a job, not by this folder, would be another run's
         os.environ.pop(name, None)
     sys.exit(main([request, reply]))
@@ -136,10 +140,11 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
             tail = ""
         return Warm(unjudged=f"the warm compile's process exited {process.exitcode} without a reply: {tail}",
                     seconds=seconds)
+    state = str(doc.get("blas", ""))
     if doc.get("error"):
         return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
-                    seconds=seconds)
-    return Warm(_decode(doc["outputs"]), int(doc["hits"]), int(doc["misses"]), None, seconds)
+                    seconds=seconds, blas=state)
+    return Warm(_decode(doc["outputs"]), int(doc["hits"]), int(doc["misses"]), None, seconds, blas=state)
 
 
 def main(argv: list[str]) -> int:
@@ -150,7 +155,7 @@ def main(argv: list[str]) -> int:
 
     from fsdp_verify.capture.model import desc_from_json
     from fsdp_verify.execute.compiled.drawn import compiled_outputs
-    answer: dict[str, Any] = {}
+    answer: dict[str, Any] = {"blas": blas.pin().value}
     try:
         outputs, _ = compiled_outputs(desc_from_json(doc["desc"]), doc["options"], doc["seed"], cache=True)
         answer["outputs"] = _encode(outputs)

@@ -58,11 +58,15 @@ def test_configurations_cover_every_choice_of_the_space():
 
 
 def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configuration():
-    outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_to_bf16", max_layers=2)
+    # A fault only vectorized kernels show: the scalar re-judgement agrees, the bound keeps it a
+    # finding (a plain wrong merge is killed on one process and on real ranks below as well).
+    outcome = e2e.run(models=1, configs=1, seed=0, plant="ag_merge_rounds_when_vectorized", max_layers=2)
     assert outcome.models == outcome.compiles == 1
     why = outcome.failures[0]["why"] if outcome.failures else ""
-    assert "'plant': 'ag_merge_rounds_to_bf16'" in why and "'bucket_all_gathers_fx': 'all'" in why, outcome.reports
+    assert "'plant': 'ag_merge_rounds_when_vectorized'" in why and "'bucket_all_gathers_fx': 'all'" in why, \
+        outcome.reports
     assert "first differing tensor: output" in why
+    assert outcome.reports[0]["scalar_difference"] is None and not outcome.vector_order  # scalar runs agreed
 
 
 def test_an_unknown_plant_is_a_usage_error(capsys):
@@ -106,8 +110,10 @@ def test_a_warm_start_loads_each_configuration_in_a_fresh_process_and_finds_f11(
     # dynamic sizes and a warm FX graph cache: the fresh process hits the cache (the post-grad passes
     # do not run there) and is bitwise equal; with custom_ops bucketing the loaded code calls an op
     # that only the (skipped) bucketing pass registers: F11, an upstream defect of torch 2.13.
-    warm, custom = sweep(TWO_LAYERS, [{**ALL, "dynamic": True, "compile_cache": "warm"},
-                                      {**ALL, "bucket_all_gathers_bucket_mode": "custom_ops", "compile_cache": "warm"}])
+    # The second layer's rows are data-dependent (an unbacked size in the compiled graphs).
+    selecting = ModelDesc((Layer("linear", 16), Layer("linear", 8, select=True)))
+    warm, custom = sweep(selecting, [{**ALL, "dynamic": True, "compile_cache": "warm"},
+                                     {**ALL, "bucket_all_gathers_bucket_mode": "custom_ops", "compile_cache": "warm"}])
     assert warm["launches"] == {"all_gather_into_tensor": 1, "reduce_scatter_tensor": 1}  # the cold compile's passes
     assert warm["warm"]["visited"] and warm["warm"]["misses"] == 0, warm["warm"]
     assert failed(warm) is None
