@@ -56,18 +56,27 @@ class WarmJob:
     options: dict
     seed: int
     folder: str
+    # The meshes the cold ranks had made, in order: the fresh ranks make them first, so each group
+    # gets the name it had there (a compiled graph names its groups; a restarted job makes its
+    # groups in its own order, the same each time, and the harness's pool is one such job).
+    meshes: list = field(default_factory=list)
 
 
-def _mesh(desc: Any, ctx: RankContext) -> Any:
-    """The model's device mesh over the pool's world, made once per mesh shape: every rank gets the
+def _mesh(shape: tuple, ctx: RankContext) -> Any:
+    """The device mesh of ``shape`` over the pool's world, made once per shape: every rank gets the
     same jobs in the same order, so the groups a new mesh creates are created in step."""
     from torch.distributed.device_mesh import init_device_mesh
 
     from fsdp_verify.capture.trace import mesh_dim_names
-    key = ("device mesh", tuple(desc.mesh))
+    key = ("device mesh", tuple(shape))
     if key not in ctx.cache:
-        ctx.cache[key] = init_device_mesh("cpu", desc.mesh, mesh_dim_names=mesh_dim_names(desc.mesh))
+        ctx.cache[key] = init_device_mesh("cpu", tuple(shape), mesh_dim_names=mesh_dim_names(tuple(shape)))
     return ctx.cache[key]
+
+
+def _meshes(ctx: RankContext) -> list[list[int]]:
+    """The mesh shapes this rank made, in the order it made them."""
+    return [list(key[1]) for key in ctx.cache if isinstance(key, tuple) and key[0] == "device mesh"]
 
 
 def _step(desc_json: dict, seed: int, ctx: RankContext, options: Optional[dict],
@@ -81,7 +90,7 @@ def _step(desc_json: dict, seed: int, ctx: RankContext, options: Optional[dict],
     from fsdp_verify.capture.trace import placements
     from fsdp_verify.execute.compiled.drawn import inductor
     desc = desc_from_json(desc_json)
-    mesh, where = _mesh(desc, ctx), placements(desc)
+    mesh, where = _mesh(desc.mesh, ctx), placements(desc)
     gen = torch.Generator().manual_seed(seed)  # the same full values on every rank
     params = {fqn: nn.Parameter(distribute_tensor(torch.randn(shape, generator=gen), mesh, where[fqn]))
               for fqn, shape in param_shapes(desc).items()}
@@ -111,6 +120,7 @@ def run_sweep_job(job: SweepJob, ctx: RankContext) -> dict:
         except Exception as exc:  # noqa: BLE001 - a configuration that cannot compile is a finding
             runs["configs"].append({"outputs": {}, "launches": {}, "error": _named(exc)})
         dist.barrier()
+    runs["meshes"] = _meshes(ctx)
     return runs
 
 
@@ -120,6 +130,8 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     rank, and its peers, left in a collective, are the pool's to reap."""
     from fsdp_verify.execute.compiled.warm import cache_counts
     state = blas.pin().value
+    for shape in job.meshes:
+        _mesh(tuple(shape), ctx)
     outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)
     hits, misses = cache_counts()
     return {"outputs": plain(outputs), "hits": hits, "misses": misses, "blas": state}
@@ -202,7 +214,8 @@ class RankSweeper:
                 results = self._run(world, SweepJob(desc.to_json(), list(configs), seed, caches))
             except RankFailure:  # the pool restarted itself; which configuration failed is found below
                 results = self._one_by_one(desc, configs, seed, caches, world)
-            loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index]), world)
+            made = results[0].get("meshes", [])
+            loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index], made), world)
                      for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
         from fsdp_verify.capture.model import dtype
         order = OrderFreedom(dtype(desc.reduce_dtype), max(desc.mesh))

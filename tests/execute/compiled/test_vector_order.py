@@ -83,3 +83,28 @@ def test_blas_is_pinned_before_first_use_and_the_probe_is_the_evidence():
 def _env() -> dict:
     import os
     return {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+
+
+def test_fresh_warm_ranks_make_the_cold_ranks_meshes_first_in_the_same_order(monkeypatch):
+    """A compiled graph names its process groups, and a group's name is its creation order: the
+    warm ranks replay the meshes the cold ranks had made, so a graph loaded from the cache finds
+    the groups it names (otherwise a correct warm start would fail only on the harness's pool)."""
+    from types import SimpleNamespace
+
+    from fsdp_verify.capture import Layer, ModelDesc
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, WarmLoad, _meshes
+    ctx = SimpleNamespace(cache={("device mesh", (4,)): 1, "other": 2, ("device mesh", (2, 2)): 3})
+    assert _meshes(ctx) == [[4], [2, 2]]
+    base = plain({"output": OUT})
+    run = {"outputs": base, "launches": {}, "error": None}
+    jobs = []
+
+    class Pool:
+        def run(self, sent):
+            return {rank: {"eager": base, "baseline": base, "configs": [dict(run)], "meshes": [[4], [2, 2]],
+                           "blas": "pinned"} for rank in sent}
+    with RankSweeper() as sweeper:
+        monkeypatch.setattr(sweeper, "pool", lambda world: Pool())
+        monkeypatch.setattr(sweeper, "_load", lambda job, world: jobs.append(job) or WarmLoad(unjudged="not run"))
+        sweeper.sweep(ModelDesc((Layer("linear", 4), Layer("norm")), mesh=(2, 2)), [{**ALL, "compile_cache": "warm"}])
+    assert [job.meshes for job in jobs] == [[[4], [2, 2]]]
