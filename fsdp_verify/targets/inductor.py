@@ -90,7 +90,8 @@ EXCLUDED: dict[str, str] = {
     _AO + "allow_comms_decompositions": "read by inductor's lowering, not by the post-grad passes",
     "deterministic": "a global inductor mode; the harness pins the analytical estimators it implies",
     "unbacked_symint_fallback": "a size hint for unbacked (data-dependent) symbols: the fuzz target's graphs have "
-                                "static shapes and endtoend's dynamic=True compiles backed ones",
+                                "static shapes; endtoend's selecting layers reach the unbacked path at the default "
+                                "hint (a hint moves only the estimates, the scheduler's own decisions are drawn)",
     "test_configs.assume_bucketing_reduces_latency": "a test-only switch of inductor's own test suite",
 }
 DEFAULTS = {name: choices[0] for name, choices in CONFIG_SPACE.items()}
