@@ -28,7 +28,7 @@ import torch
 from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
-                                                is_gradient, vector_order)
+                                                is_gradient, vector_bound, vector_order)
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -219,9 +219,11 @@ class RankSweeper:
                      for index in warm if not any(results[r]["configs"][index]["error"] for r in range(world))}
         from fsdp_verify.capture.model import dtype
         order = OrderFreedom(dtype(desc.reduce_dtype), max(desc.mesh))
-        differing = [index for index in range(len(configs)) if _cold_differs(results, index, world, order)]
+        compute = dtype(desc.param_dtype)
+        differing = [index for index in range(len(configs)) if _cold_differs(results, index, world, order)
+                     and _within_bound(results, index, world, order, compute)]
         rejudged = self._scalar(desc, configs, differing, seed, world) if differing else {}
-        return _reports(results, configs, world, loads, order, Rejudged(rejudged, dtype(desc.param_dtype)))
+        return _reports(results, configs, world, loads, order, Rejudged(rejudged, compute))
 
     def _scalar(self, desc: Any, configs: list[dict[str, Any]], indexes: list[int], seed: int,
                 world: int) -> dict[int, Any]:
@@ -351,15 +353,19 @@ class OrderFreedom:
         return bool(((a - b).abs() <= (self.group - 1) * ulp).all())
 
 
+def _tolerance(order: Optional[OrderFreedom]) -> Any:
+    """The verdict's one freedom as a ``drawn.Tolerance``: a gradient up to its reduction's order."""
+    def tolerate(name: str, a: torch.Tensor, b: torch.Tensor) -> bool:
+        return order is not None and is_gradient(name) and order.tolerates(a, b)
+    return tolerate
+
+
 def _verdict(base: Outputs, other: Outputs, order: Optional[OrderFreedom]) -> tuple[Optional[str], list[str]]:
     """The first tensor that differs beyond what the reduction's order explains (the output is
     judged bit for bit: no reduction over ranks makes it), and the gradients equal only up to
     that order."""
     tolerated: list[str] = []
-
-    def tolerate(name: str, a: torch.Tensor, b: torch.Tensor) -> bool:
-        return order is not None and is_gradient(name) and order.tolerates(a, b)
-    return first_difference(base, other, tolerate, tolerated), tolerated
+    return first_difference(base, other, _tolerance(order), tolerated), tolerated
 
 
 @dataclass
@@ -378,6 +384,16 @@ def _cold_differs(results: dict[int, dict], index: int, world: int, order: Optio
                             order)[0] for rank in range(world))
 
 
+def _within_bound(results: dict[int, dict], index: int, world: int, order: Optional[OrderFreedom],
+                  compute: torch.dtype) -> bool:
+    """Whether every rank's cold run of configuration ``index`` is within ``drawn.vector_bound`` of
+    its baseline: beyond it no scalar re-judgement can explain the difference, so none is run."""
+    tolerate = _tolerance(order)
+    return all(results[rank]["configs"][index]["error"]
+               or vector_bound(tensors(results[rank]["baseline"]), tensors(results[rank]["configs"][index]["outputs"]),
+                               compute, tolerate) for rank in range(world))
+
+
 def _explain(report: dict[str, Any], index: int, results: dict[int, dict], rejudged: Rejudged, world: int,
              order: Optional[OrderFreedom]) -> None:
     """Move the cold difference of ``report`` to ``vector_order`` when every rank's scalar re-run
@@ -388,9 +404,7 @@ def _explain(report: dict[str, Any], index: int, results: dict[int, dict], rejud
     if isinstance(entry, str):
         report["scalar_rejudge"] = entry
         return
-
-    def tolerate(name: str, a: torch.Tensor, b: torch.Tensor) -> bool:
-        return order is not None and is_gradient(name) and order.tolerates(a, b)
+    tolerate = _tolerance(order)
     for rank in range(world):
         run = entry[rank]["run"]
         if run["error"]:

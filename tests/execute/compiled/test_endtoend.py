@@ -66,7 +66,8 @@ def test_a_planted_wrong_merge_on_a_drawn_model_is_reported_with_its_configurati
     assert "'plant': 'ag_merge_rounds_when_vectorized'" in why and "'bucket_all_gathers_fx': 'all'" in why, \
         outcome.reports
     assert "first differing tensor: output" in why
-    assert outcome.reports[0]["scalar_difference"] is None and not outcome.vector_order  # scalar runs agreed
+    # beyond the bound: no re-judgement could explain it, so none ran
+    assert not outcome.vector_order and "scalar_difference" not in outcome.reports[0]
 
 
 def test_an_unknown_plant_is_a_usage_error(capsys):
