@@ -56,7 +56,7 @@ _LONGEST_FIRST = (
     "tests/commands/test_hypofuzz.py",  # 73
     "tests/execute/compiled/test_endtoend.py::test_on_two_real_ranks",  # 37
     "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 27
-    "tests/test_findings_repros.py",  # 22 (F11), 9 (F13)
+    "tests/test_findings_repros.py",  # 9 (F13's scheduler script; the real compiles are nightly)
     "tests/engine/test_selftest.py::test_planted_bug_is_killed[rs_swaps_at_code_span]",  # 20
     "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 19
     "tests/corpus/test_example_db.py",  # 17, 13

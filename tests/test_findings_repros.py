@@ -13,10 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = sorted((ROOT / "docs" / "repros").glob("f*_*.py"))  # the hand-written ones
-# Real compiles on 4 gloo ranks, 30-40 s and 4 cores' worth each: run by the nightly job (and by
-# anyone who sets the variable), never silently: the suite's skip says how to run them.
-ON_RANKS = {"f13_overlap_scheduler_on_a_compiled_uneven_model", "f14_a_warm_start_loads_another_ranks_graph"}
-RANKS_VARIABLE = "FSDP_VERIFY_RANK_REPROS"
+# Real compiles that take 20-40 s each: run by the nightly job (and by anyone who sets the variable),
+# never silently: the suite's skip says why and how to run them. F11 is also found in the suite by
+# the harness itself (tests/execute/compiled/test_endtoend.py, the warm start).
+SLOW = {"f13_overlap_scheduler_on_a_compiled_uneven_model": "a real compile on 4 gloo ranks (30-40 s)",
+        "f14_a_warm_start_loads_another_ranks_graph": "a real compile on 4 gloo ranks (30-40 s)",
+        "f11_custom_ops_missing_on_a_warm_start": "a real compile, then a warm start in a fresh process (20-30 s)"}
+SLOW_VARIABLE = "FSDP_VERIFY_SLOW_REPROS"
 # the upstream defects of docs/findings.md (F2, F7, F8, F9, F12, F13), as `fsdp-verify repro` wrote their cases
 DEFECTS = {"F2": "c7b4d2d170e8ca759d92", "F7": "d16f1596769588ce66bd", "F8": "1bffb0577cf669e31606",
            "F9": "c2ee48fa77cc446f6e5e", "F12": "9c432634943bb6c88eec", "F13": "a8f9cee317f18f626ebd"}
@@ -34,14 +37,14 @@ def _roots(script: Path) -> set[str]:
 def test_the_reproduction_imports_only_torch_and_reproduces(script):
     modules = _roots(script) - set(sys.stdlib_module_names)  # torch and the standard library only
     assert modules <= {"torch"}, modules
-    if script.stem in ON_RANKS and not os.environ.get(RANKS_VARIABLE):
-        pytest.skip(f"a real compile on 4 gloo ranks (30-40 s): run by the nightly job; set {RANKS_VARIABLE}=1 to run it")
+    if script.stem in SLOW and not os.environ.get(SLOW_VARIABLE):
+        pytest.skip(f"{SLOW[script.stem]}: run by the nightly job; set {SLOW_VARIABLE}=1 to run it")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.stdout.strip().splitlines()[-1].startswith("REPRODUCED"), done.stdout + done.stderr
 
 
-@pytest.mark.skipif(not os.environ.get(RANKS_VARIABLE), reason=f"real compiles on 4 gloo ranks (about 160 s): run "
-                    f"by the nightly job; set {RANKS_VARIABLE}=1 to run them")
+@pytest.mark.skipif(not os.environ.get(SLOW_VARIABLE), reason=f"real compiles on 4 gloo ranks (about 270 s): run "
+                    f"by the nightly job; set {SLOW_VARIABLE}=1 to run them")
 def test_f14_survives_the_upstream_device_fix_is_silent_when_bucketed_and_the_local_shape_fixes_it():
     script = ROOT / "docs" / "repros" / "f14_a_warm_start_loads_another_ranks_graph.py"
     device = subprocess.run([sys.executable, str(script), "--device-fix"], capture_output=True, text=True, timeout=600)
@@ -54,6 +57,11 @@ def test_f14_survives_the_upstream_device_fix_is_silent_when_bucketed_and_the_lo
     mended = subprocess.run([sys.executable, str(script), "--bucketed", "--shape-fix"], capture_output=True, text=True,
                             timeout=600)
     assert mended.returncode == 0 and "not reproduced" in mended.stdout, mended.stdout + mended.stderr[-2000:]
+    # on a 2x2 HSDP mesh every rank's shapes agree: the shape fix still collides, the mesh
+    # coordinate separates the ranks (each graph names its own process groups)
+    for flags, code in ((["--hsdp", "--shape-fix"], 1), (["--hsdp", "--coordinate-fix"], 0)):
+        done = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True, timeout=600)
+        assert done.returncode == code, flags + [done.stdout, done.stderr[-2000:]]
 
 
 @pytest.mark.parametrize("finding", sorted({**DEFECTS, **APART}))
