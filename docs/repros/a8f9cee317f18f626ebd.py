@@ -412,8 +412,11 @@ def build_graph(rank: int) -> fx.GraphModule:
     n_rs_blocks_1_w0 = graph.create_node("call_function", torch.ops._c10d_functional.reduce_scatter_tensor.default, (n_mul_5, 'avg', 2, 'fsdp',), {}, name='rs_blocks_1_w0')
     n_rs_blocks_1_w0.meta.update({'autograd_backward': True, 'comm_group': 'fsdp', 'comm_type': 'fsdp_reduce_scatter', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float32, 'input_shape': (2,), 'output_shape': (1,)}, 'fsdp_degree': 2, 'param_name': 'blocks.1.w0', 'state_idx': 0})
     n_rs_blocks_1_w0.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"
-    n_rs_blocks_1_w0_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_rs_blocks_1_w0,), {}, name='rs_blocks_1_w0_wait')
+    n_rs_blocks_1_w0_wait = graph.create_node("call_function", torch.ops._c10d_functional.wait_tensor.default, (n_rs_blocks_1_w0,), {}, name='rs_blocks_1_w0_wait_padded' if rank in PADDING['p_blocks_1_w0'] else 'rs_blocks_1_w0_wait')
     n_rs_blocks_1_w0_wait.meta.update({'autograd_backward': True, 'param_name': 'blocks.1.w0', 'state_idx': 0, 'wait_for': 'rs_blocks_1_w0'})
+    if rank in PADDING['p_blocks_1_w0']:  # this rank keeps its own rows of the scattered shard
+        n_rs_blocks_1_w0_wait = graph.create_node("call_function", torch.ops.aten.slice.Tensor, (n_rs_blocks_1_w0_wait, 0, 0, 1 - PADDING['p_blocks_1_w0'][rank]), {}, name='rs_blocks_1_w0_wait')
+        n_rs_blocks_1_w0_wait.meta.update({'autograd_backward': True})
     n_rs_blocks_10_w0 = graph.create_node("call_function", torch.ops._c10d_functional.reduce_scatter_tensor.default, (n_mul_3, 'avg', 2, 'fsdp',), {}, name='rs_blocks_10_w0')
     n_rs_blocks_10_w0.meta.update({'autograd_backward': True, 'comm_group': 'fsdp', 'comm_type': 'fsdp_reduce_scatter', 'fsdp_bucket_spec': {'device': 'cuda:0', 'dtype': torch.float64, 'input_shape': (2,), 'output_shape': (1,)}, 'fsdp_degree': 2, 'param_name': 'blocks.10.w0', 'state_idx': 1})
     n_rs_blocks_10_w0.meta["fsdp_bucket_spec"]["device"] = f"cuda:{rank}"

@@ -17,7 +17,9 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fsdp_verify.graph.ops import resolve_target
-from fsdp_verify.graph.spec import GraphSpec, InputSpec, NodeSpec, ParamSpec, traced_value, unpadded, validate
+from fsdp_verify.graph import collectives
+from fsdp_verify.graph.spec import (GraphSpec, InputSpec, NodeSpec, ParamSpec, padded_result, traced_value, unpadded,
+                                    validate)
 from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
@@ -175,7 +177,29 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
     local = tuple(replace(p, placeholder=unpadded(p.placeholder),
                           shard_shape=(p.shard_shape[0] - rows[p.placeholder], *p.shard_shape[1:]))
                   if rows[p.placeholder] else p for p in params)
-    return out, local
+    kept = {p.fqn: p.shard_shape[0] - rows[p.placeholder] for p in params if rows.get(p.placeholder)}
+    return _unpadded_gradients(out, kept), local
+
+
+def _unpadded_gradients(nodes: list[NodeSpec], kept: dict[str, int]) -> list[NodeSpec]:
+    """A padded rank's gradient reduce-scatter gives a padded shard; the rank keeps its own rows,
+    as DTensor narrows an uneven shard after its reduce-scatter: a ``slice`` named as the wait was,
+    just after the wait (renamed ``padded_result``), so every reader is the other ranks'."""
+    scatters = {node.name: kept[node.meta["param_name"]] for node in nodes
+                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") in kept}
+    if not scatters:
+        return nodes
+    out: list[NodeSpec] = []
+    for node in nodes:
+        source = node.inputs()[0] if collectives.is_wait(node.target) and node.inputs() else None
+        if source not in scatters:
+            out.append(node)
+            continue
+        out.append(replace(node, name=padded_result(node.name)))
+        phase = {"autograd_backward": node.meta["autograd_backward"]} if "autograd_backward" in node.meta else {}
+        out.append(NodeSpec(node.name, "call_function", "aten.slice.Tensor",
+                            (NodeRef(padded_result(node.name)), 0, 0, scatters[source]), meta=phase))
+    return out
 
 
 def placeholder_tensors(spec: GraphSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:

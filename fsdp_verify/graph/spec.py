@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+from fsdp_verify.graph import collectives
 from fsdp_verify.graph.limits import MAX_DEPTH, MAX_DIM, MAX_INT, MAX_NODES, MAX_NUMEL, MAX_RANKS
 from fsdp_verify.graph.ops import resolve_target
 from fsdp_verify.graph.values import DTYPES, NodeRef, SpecError, decode, encode, node_refs
@@ -252,11 +253,25 @@ def _validate_padding(spec: GraphSpec, param: ParamSpec, path: str, world: tuple
     if param.padding and any(node.name == unpadded(param.placeholder) for node in spec.nodes):
         raise SpecError(path, f"a node is named {unpadded(param.placeholder)!r}, the name a padded rank's "
                               f"placeholder takes")
+    taken = {node.name for node in spec.nodes}
+    scatters = {node.name for node in spec.nodes
+                if param.padding and node.meta.get("comm_type") == "fsdp_reduce_scatter"
+                and node.meta.get("param_name") == param.fqn}
+    for node in spec.nodes:
+        if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters \
+                and padded_result(node.name) in taken:
+            raise SpecError(path, f"a node is named {padded_result(node.name)!r}, the name a padded rank's "
+                                  f"gradient wait takes")
 
 
 def unpadded(placeholder: str) -> str:
     """The name of a padded rank's own placeholder (its padded shard keeps ``placeholder``)."""
     return f"{placeholder}_unpadded"
+
+
+def padded_result(wait: str) -> str:
+    """The name a padded rank's gradient reduce-scatter wait takes (its own rows keep ``wait``)."""
+    return f"{wait}_padded"
 
 
 def _field(doc: dict, key: str, kind: type, path: str) -> Any:

@@ -11,7 +11,7 @@ from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.graph.builder import build_module, localize
-from fsdp_verify.graph.spec import graph_from_json, unpadded, validate
+from fsdp_verify.graph.spec import graph_from_json, padded_result, unpadded, validate
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.strategies import fsdp_graphs
 from fsdp_verify.strategies.uneven import uneven_cases
@@ -33,12 +33,22 @@ def test_a_short_rank_pads_its_shard_before_the_first_read_and_nothing_else_move
     even, short = localize(case.graph, 0), localize(case.graph, 1)
     assert [n.name for n in even.nodes] == [n.name for n in case.graph.nodes]
     names = [n.name for n in short.nodes]
-    assert unpadded(param.placeholder) in names and len(names) == len(even.nodes) + 1
+    assert unpadded(param.placeholder) in names and len(names) == len(even.nodes) + 2  # the pad and the unpad
     pad = short.node(param.placeholder)
     assert pad.target == "aten.constant_pad_nd.default" and pad.inputs() == [unpadded(param.placeholder)]
     first_reader = next(n for n in case.graph.nodes if param.placeholder in n.inputs())
     assert names[names.index(param.placeholder) + 1] == first_reader.name  # just before its first read
     assert localize(short, 1) == short  # no padding is left to apply
+    # The gradient's reduce-scatter gives the padded shard; the rank keeps its own rows, as DTensor
+    # narrows an uneven shard: a slice named as the wait was, so every reader is unchanged.
+    scatter = next(n for n in case.graph.nodes if n.meta.get("comm_type") == "fsdp_reduce_scatter"
+                   and n.meta.get("param_name") == param.fqn)
+    wait = next(n for n in case.graph.nodes if n.inputs()[:1] == [scatter.name] and "wait" in n.target)
+    kept = short.node(wait.name)
+    assert kept.target == "aten.slice.Tensor" and kept.args[1:] == (0, 0, param.shard_shape[0] - 1)
+    assert short.node(padded_result(wait.name)).inputs() == [scatter.name]
+    assert names.index(padded_result(wait.name)) + 1 == names.index(wait.name)
+    assert set(names) - {n.name for n in even.nodes} == {unpadded(param.placeholder), padded_result(wait.name)}
     placeholders = {n.name for n in short.nodes if n.op == "placeholder"}
     named = {n.meta["param_node"] for n in short.nodes if "param_node" in n.meta}
     assert named and named <= placeholders  # the FSDP pass tags the rank's own placeholder (spec 1.4)
@@ -48,6 +58,19 @@ def test_a_short_rank_pads_its_shard_before_the_first_read_and_nothing_else_move
     module = build_world(case, shared=True)[1]
     assert any(n.name == unpadded(param.placeholder) for n in module.graph.nodes)
     build_module(short)  # lints
+
+
+def test_a_node_named_as_a_padded_rank_s_gradient_wait_is_refused():
+    case = two_block_case()
+    param = case.graph.params[0]
+    wait = next(n for n in case.graph.nodes if n.meta.get("param_name") == param.fqn and "wait" in n.target
+                and n.meta.get("wait_for", "").startswith("rs"))
+    nodes = tuple(replace(n, name=padded_result(wait.name)) if n.name == "sum_1" else n for n in case.graph.nodes)
+    nodes = tuple(replace(n, args=tuple(type(a)(padded_result(wait.name)) if getattr(a, "name", None) == "sum_1" else a
+                                        for a in n.args)) for n in nodes)
+    graph = replace(case.graph, nodes=nodes, params=(replace(param, padding=((1, 1),)), *case.graph.params[1:]))
+    with pytest.raises(SpecError, match="gradient wait takes"):
+        validate(graph)
 
 
 @pytest.mark.parametrize("padding, field", [(((7, 1),), "not in the world"), (((1, 0),), "takes 1 to"),
