@@ -345,10 +345,14 @@ def _fuse_ag(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx
         graph.erase_node(member.launch)
 
 
-def _fuse_rs(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx.Node) -> None:
+def _fuse_rs(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx.Node,
+             order: dict[fx.Node, int]) -> None:
     first = bucket.members[0]
     degree = len(first.ranks)
     total = sum(m.local_numel for m in members)
+    # The planner's consumer walk passes through views (a short rank narrows its uneven shard right
+    # after the wait), so a member's views may sit before the split, as an AG member's may.
+    moved = [v for m in members for v in _views_before(m.wait, order[anchor], order)]
     prepare = {"autograd_backward": True, "fsdp_bucket_prepare": bucket.bucket_id}
     with graph.inserting_before(anchor):
         rows = [_new(graph, aten.reshape.default, (m.source, [degree, -1]), prepare) for m in members]
@@ -365,6 +369,8 @@ def _fuse_rs(graph: fx.Graph, bucket: Bucket, members: list[_Member], anchor: fx
             result = _new(graph, aten.view.default, (piece, list(member.output_shape)), {"autograd_backward": True})
             member.wait.replace_all_uses_with(result)
             offset += member.local_numel
+    for view in sorted(set(moved), key=order.__getitem__):
+        anchor.prepend(view)
     for member in members:
         graph.erase_node(member.wait)
         graph.erase_node(member.launch)
@@ -392,7 +398,7 @@ def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...
         jobs.append((bucket, members, _anchor(bucket, members, nodes, order)))
     for bucket, members, anchor in _fusion_order(jobs, order):
         if bucket.members[0].kind == RS_KIND:
-            _fuse_rs(graph, bucket, members, anchor)
+            _fuse_rs(graph, bucket, members, anchor, order)
         else:
             _fuse_ag(graph, bucket, members, anchor, order)
     graph.lint()
