@@ -250,13 +250,14 @@ def _validate_padding(spec: GraphSpec, param: ParamSpec, path: str, world: tuple
         if not param.shard_shape or not 1 <= rows <= param.shard_shape[0]:
             raise SpecError(path, f"rank {rank} pads {rows} rows; a shard of shape {list(param.shard_shape)} "
                                   f"takes 1 to its first dimension's size")
-    if param.padding and any(node.name == unpadded(param.placeholder) for node in spec.nodes):
+    if not param.padding:
+        return
+    if any(node.name == unpadded(param.placeholder) for node in spec.nodes):
         raise SpecError(path, f"a node is named {unpadded(param.placeholder)!r}, the name a padded rank's "
                               f"placeholder takes")
     taken = {node.name for node in spec.nodes}
     scatters = {node.name for node in spec.nodes
-                if param.padding and node.meta.get("comm_type") == "fsdp_reduce_scatter"
-                and node.meta.get("param_name") == param.fqn}
+                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") == param.fqn}
     for node in spec.nodes:
         if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters \
                 and padded_result(node.name) in taken:
