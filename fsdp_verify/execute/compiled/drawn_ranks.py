@@ -28,7 +28,7 @@ import torch
 from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
-                                                is_gradient, vector_bound, vector_order)
+                                                is_gradient, vector_bound, vector_order, within_ulps)
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -340,17 +340,7 @@ class OrderFreedom:
 
     def tolerates(self, base: torch.Tensor, other: torch.Tensor) -> bool:
         """Whether ``other`` is ``base`` up to the reduction's order, element by element."""
-        if self.group < 3 or base.shape != other.shape or base.dtype != other.dtype or not base.is_floating_point():
-            return False
-        info = torch.finfo(self.reduce)
-        a, b = base.double(), other.double()
-        if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-            return False
-        if a.numel() == 0:
-            return True
-        magnitude = max(float(torch.maximum(a.abs(), b.abs()).max()), info.smallest_normal)
-        ulp = info.eps * 2.0 ** math.floor(math.log2(magnitude))
-        return bool(((a - b).abs() <= (self.group - 1) * ulp).all())
+        return self.group >= 3 and within_ulps(base, other, self.group - 1, self.reduce)
 
 
 def _tolerance(order: Optional[OrderFreedom]) -> Any:
