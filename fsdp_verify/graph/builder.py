@@ -17,9 +17,8 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fsdp_verify.graph.ops import resolve_target
-from fsdp_verify.graph import collectives
-from fsdp_verify.graph.spec import (GraphSpec, InputSpec, NodeSpec, ParamSpec, padded_result, traced_value, unpadded,
-                                    validate)
+from fsdp_verify.graph.spec import (GraphSpec, InputSpec, NodeSpec, ParamSpec, gradient_waits, padded_result, phase_of,
+                                    traced_value, unpadded, validate)
 from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
@@ -167,7 +166,7 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
             node = replace(node, meta={**node.meta, "param_node": unpadded(tag)})
         # the pad runs in its reader's phase: a backward graph's pad (a recomputed gather's source)
         # is a backward node, not a forward node standing inside the backward's buckets
-        phase = {"autograd_backward": node.meta["autograd_backward"]} if "autograd_backward" in node.meta else {}
+        phase = phase_of(node)
         for name in [name for name in node.inputs() if name in padded]:
             shape = shapes[name]
             widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)
@@ -185,20 +184,17 @@ def _unpadded_gradients(nodes: list[NodeSpec], kept: dict[str, int]) -> list[Nod
     """A padded rank's gradient reduce-scatter gives a padded shard; the rank keeps its own rows,
     as DTensor narrows an uneven shard after its reduce-scatter: a ``slice`` named as the wait was,
     just after the wait (renamed ``padded_result``), so every reader is the other ranks'."""
-    scatters = {node.name: kept[node.meta["param_name"]] for node in nodes
-                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") in kept}
-    if not scatters:
+    waits = gradient_waits(nodes, kept)
+    if not waits:
         return nodes
     out: list[NodeSpec] = []
     for node in nodes:
-        source = node.inputs()[0] if collectives.is_wait(node.target) and node.inputs() else None
-        if source not in scatters:
+        if node.name not in waits:
             out.append(node)
             continue
         out.append(replace(node, name=padded_result(node.name)))
-        phase = {"autograd_backward": node.meta["autograd_backward"]} if "autograd_backward" in node.meta else {}
         out.append(NodeSpec(node.name, "call_function", "aten.slice.Tensor",
-                            (NodeRef(padded_result(node.name)), 0, 0, scatters[source]), meta=phase))
+                            (NodeRef(padded_result(node.name)), 0, 0, waits[node.name]), meta=phase_of(node)))
     return out
 
 

@@ -256,12 +256,9 @@ def _validate_padding(spec: GraphSpec, param: ParamSpec, path: str, world: tuple
         raise SpecError(path, f"a node is named {unpadded(param.placeholder)!r}, the name a padded rank's "
                               f"placeholder takes")
     taken = {node.name for node in spec.nodes}
-    scatters = {node.name for node in spec.nodes
-                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") == param.fqn}
-    for node in spec.nodes:
-        if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters \
-                and padded_result(node.name) in taken:
-            raise SpecError(path, f"a node is named {padded_result(node.name)!r}, the name a padded rank's "
+    for wait in gradient_waits(spec.nodes, {param.fqn: param}):
+        if padded_result(wait) in taken:
+            raise SpecError(path, f"a node is named {padded_result(wait)!r}, the name a padded rank's "
                                   f"gradient wait takes")
 
 
@@ -273,6 +270,20 @@ def unpadded(placeholder: str) -> str:
 def padded_result(wait: str) -> str:
     """The name a padded rank's gradient reduce-scatter wait takes (its own rows keep ``wait``)."""
     return f"{wait}_padded"
+
+
+def gradient_waits(nodes: Any, fqns: Mapping[str, Any]) -> dict[str, Any]:
+    """The waits of the FSDP reduce-scatters of the parameters named in ``fqns``, each to its
+    parameter's value in ``fqns``: what a padded rank narrows (``builder.localize``)."""
+    scatters = {node.name: fqns[node.meta["param_name"]] for node in nodes
+                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") in fqns}
+    return {node.name: scatters[node.inputs()[0]] for node in nodes
+            if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters}
+
+
+def phase_of(node: NodeSpec) -> dict:
+    """The ``autograd_backward`` tag of ``node``, for a node added beside it (empty when untagged)."""
+    return {"autograd_backward": node.meta["autograd_backward"]} if "autograd_backward" in node.meta else {}
 
 
 def _field(doc: dict, key: str, kind: type, path: str) -> Any:

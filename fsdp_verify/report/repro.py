@@ -29,7 +29,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fsdp_verify.execute import inputs as input_values
 from fsdp_verify.graph import collectives, ops
-from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec, padded_result, traced_value
+from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_result, phase_of, traced_value
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
@@ -142,13 +142,11 @@ def graph_lines(spec: GraphSpec) -> list[str]:
     """The statements that rebuild ``spec`` into ``graph`` (inside ``build_graph(rank)``); a rank
     that pads a shard (``PADDING``) gets the placeholder and pad ``builder.localize`` gives it."""
     padded = {p.placeholder: p for p in spec.params if p.padding}
-    by_fqn = {p.fqn: p for p in padded.values()}
-    scatters = {node.name: by_fqn[node.meta["param_name"]] for node in spec.nodes
-                if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") in by_fqn}
+    narrowed = gradient_waits(spec.nodes, {p.fqn: p for p in padded.values()})
     lines = []
     for node in spec.nodes:
-        if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters:
-            lines += _unpad_lines(node, scatters[node.inputs()[0]])
+        if node.name in narrowed:
+            lines += _unpad_lines(node, narrowed[node.name])
             continue
         for name in [name for name in node.inputs() if name in padded]:
             param = padded.pop(name)
@@ -167,10 +165,8 @@ def _unpad_lines(wait: NodeSpec, param: ParamSpec) -> list[str]:
     """A padded rank's gradient wait: the reduce-scatter gives the padded shard and the rank keeps
     its own rows (``builder.localize``: the wait renamed, a slice named as it was)."""
     placeholder, var = param.placeholder, variable(wait.name)
-    lines = _node_lines(wait)
-    lines[0] = lines[0].replace(f"name={wait.name!r})",
-                                f"name={padded_result(wait.name)!r} if rank in PADDING[{placeholder!r}] else {wait.name!r})")
-    phase = {"autograd_backward": wait.meta["autograd_backward"]} if "autograd_backward" in wait.meta else {}
+    lines = _node_lines(wait, f"{padded_result(wait.name)!r} if rank in PADDING[{placeholder!r}] else {wait.name!r}")
+    phase = phase_of(wait)
     lines += [f"if rank in PADDING[{placeholder!r}]:  # this rank keeps its own rows of the scattered shard",
               f"    {var} = graph.create_node(\"call_function\", torch.ops.aten.slice.Tensor, ({var}, 0, 0, "
               f"{param.shard_shape[0]} - PADDING[{placeholder!r}][rank]), {{}}, name={wait.name!r})"]
@@ -179,8 +175,10 @@ def _unpad_lines(wait: NodeSpec, param: ParamSpec) -> list[str]:
     return lines
 
 
-def _node_lines(node: NodeSpec) -> list[str]:
-    var = variable(node.name)
+def _node_lines(node: NodeSpec, name: str = "") -> list[str]:
+    """The statements that add ``node``; ``name`` is an expression for its name (its own, quoted, by
+    default)."""
+    var, name = variable(node.name), name or repr(node.name)
     if node.op == "placeholder":
         lines = [f"{var} = graph.placeholder({node.name!r})"]
     elif node.op == "output":
@@ -188,7 +186,7 @@ def _node_lines(node: NodeSpec) -> list[str]:
     else:
         kwargs = f", {literal(dict(node.kwargs))}" if node.kwargs else ""
         lines = [f"{var} = graph.create_node(\"call_function\", {target_expr(node.target)}, "
-                 f"{literal(tuple(node.args))}{kwargs or ', {}'}, name={node.name!r})"]
+                 f"{literal(tuple(node.args))}{kwargs or ', {}'}, name={name})"]
     if node.meta:
         lines.append(f"{var}.meta.update({literal(dict(node.meta))})")
         bucket_spec = node.meta.get("fsdp_bucket_spec")
