@@ -18,6 +18,19 @@ pytest.importorskip("hypofuzz", reason="HypoFuzz is not installed (pip install -
 PROPERTIES = "fsdp_verify/commands/fuzz_properties.py"
 BUG = "mutant:constant_group_digest"
 
+# HypoFuzz's hub looks at its workers once a minute (`time.sleep(60)` in FuzzWorkerHub.start), so it
+# sat idle for 45-50 s after the worker had shrunk and saved the failure. The hub's clock is made to
+# nap for a second at most; the worker, the shrinker and what they save are HypoFuzz's own.
+HUB_NAPS = """
+import sys, time, types
+import hypofuzz.hypofuzz as hub
+hub.time = types.SimpleNamespace(**{name: getattr(time, name) for name in dir(time) if not name.startswith("_")})
+hub.time.sleep = lambda seconds: time.sleep(min(seconds, 1.0))
+from hypothesis.extra.cli import main
+sys.argv[0] = "hypothesis"
+sys.exit(main())
+"""
+
 
 def test_hypofuzz_finds_shrinks_and_saves_a_planted_bug_and_pytest_replays_it(tmp_path):
     env = {**os.environ, "HYPOTHESIS_STORAGE_DIRECTORY": str(tmp_path), "FSDP_VERIFY_PROFILE": "dev"}
@@ -25,7 +38,7 @@ def test_hypofuzz_finds_shrinks_and_saves_a_planted_bug_and_pytest_replays_it(tm
     hypothesis = shutil.which("hypothesis", path=str(Path(sys.executable).parent))
     assert hypothesis, "HypoFuzz's `hypothesis fuzz` command is not installed beside this Python"
     # HypoFuzz stops by itself once every selected property has a (shrunk) failure.
-    fuzz = subprocess.run([hypothesis, "fuzz", "-n", "1", "--no-dashboard", "--", PROPERTIES, "-k", "hazards",
+    fuzz = subprocess.run([sys.executable, "-c", HUB_NAPS, "fuzz", "-n", "1", "--no-dashboard", "--", PROPERTIES, "-k", "hazards",
                            "--fsdp-target", BUG, "-p", "no:cacheprovider"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert "Found a failing input for every test" in fuzz.stdout + fuzz.stderr, fuzz.stdout[-2000:] + fuzz.stderr[-3000:]
