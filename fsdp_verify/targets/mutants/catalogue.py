@@ -225,7 +225,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="cases"),
     Mutant("promotion_ignores_rank", "a member's dtype through arithmetic is promoted by type alone, so a bf16 "
            "cast times a 0-dim float32 gain is packed and handed back as float32", ("layout", "numerics"),
-           lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="rule:capacity"),
+           lambda: [(rewrite, "_promoted", rewrite_bugs._promoted_by_type)], hunt="rule:cast_scaled_twice"),
     Mutant("walk_capped", "a member's dtype is followed back at most 32 steps, so a cast further up its source "
            "chain is lost and the member is handed back in its parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.walk_capped, hunt="rule:cast_far_up_the_chain"),
