@@ -3,7 +3,7 @@
 A parameter whose first dimension the degree does not divide is sharded unevenly: the last ranks
 of each group hold fewer rows and pad their shard before it is gathered, as SimpleFSDP pads an
 uneven DTensor shard before its all-gather (``ParamSpec.padding``, applied by
-``builder.localize``). Those ranks trace a graph with one more node per padded parameter, a
+``builder.localize``; a cast of the shard comes first and the pad after it, in SimpleFSDP's order). Those ranks trace a graph with one more node per padded parameter, a
 smaller placeholder and a gather source ready later. A pass that decides on rank-local facts
 (shard sizes, node positions, where a source becomes ready) then decides differently on them:
 with identical graphs on every rank, only rank 0's graph is ever seen.

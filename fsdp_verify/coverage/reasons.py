@@ -21,7 +21,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks.identity import CAST_TARGETS, capacity, cast_dtype
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import PYTHON_OPERATORS, resolve_target
-from fsdp_verify.graph.spec import TRACED
+from fsdp_verify.graph.spec import TRACED, padded_casts
 from fsdp_verify.graph.values import SpecError
 from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
@@ -40,7 +40,7 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
-            "casts_beside_opaque_ops", "partly_traced_sources", "uneven_shards")
+            "casts_beside_opaque_ops", "partly_traced_sources", "uneven_shards", "padded_casts")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -275,6 +275,12 @@ def _twice_scaled_casts(case: Case) -> bool:
     return False
 
 
+def _padded_casts(case: Case) -> bool:
+    """A short rank casts its own rows of a shard, then pads the cast before the gather."""
+    return case.graph.uneven and bool(padded_casts(case.graph.nodes, {p.placeholder for p in case.graph.params
+                                                                      if p.padding}))
+
+
 def _partly_traced_sources(case: Case) -> bool:
     """An all-gather whose source has no traced value but reads one that has (a graph a pass edited
     after tracing): the walk reads the traced value's dtype and rank, and computes the rest."""
@@ -311,7 +317,8 @@ def case_features(case: Case) -> Counter:
                                           ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case)),
                                           ("partly_traced_sources", _partly_traced_sources(case)),
                                           # ranks whose graphs differ: some pad a short shard
-                                          ("uneven_shards", case.graph.uneven)) if has)
+                                          ("uneven_shards", case.graph.uneven),
+                                          ("padded_casts", _padded_casts(case))) if has)
 
 
 @dataclass

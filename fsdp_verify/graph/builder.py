@@ -17,8 +17,8 @@ from torch import fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 
 from fsdp_verify.graph.ops import resolve_target
-from fsdp_verify.graph.spec import (GraphSpec, InputSpec, NodeSpec, ParamSpec, gradient_waits, padded_result, phase_of,
-                                    traced_value, unpadded, validate)
+from fsdp_verify.graph.spec import (PAD, GraphSpec, InputSpec, NodeSpec, ParamSpec, gradient_waits, pad_widths,
+                                    padded_casts, padded_result, phase_of, traced_value, unpadded, validate)
 from fsdp_verify.graph.values import NodeRef, SpecError, dtype_from_name, fresh_copy, map_refs
 
 HEADER_KEY = "fsdp_verify"
@@ -122,7 +122,9 @@ def localize(spec: GraphSpec, local_index: int) -> GraphSpec:
     on every rank although graph signatures differ. A rank that pads a shard (``ParamSpec.padding``)
     holds fewer rows in its own placeholder (``unpadded(name)``); a ``constant_pad_nd`` named as the
     parameter's placeholder was, just before the first node that reads it, restores the shard's
-    shape, so every other node, name and shape is the other ranks'. Only the node count, the padded
+    shape, so every other node, name and shape is the other ranks'. A cast of the placeholder casts
+    the rank's own rows (``unpadded(cast)``) and a pad named as the cast follows it, in SimpleFSDP's
+    order (``spec.padded_casts``). Only the node count, the padded
     ranks' placeholders (and the ``param_node`` tags naming them) and what is ready where differ:
     what a pass deciding on rank-local facts sees. The result has no padding left, so localising it
     again changes nothing.
@@ -156,6 +158,7 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
     """The nodes and parameters of a rank that pads ``rows[placeholder]`` rows onto each shard."""
     padded = {name: count for name, count in rows.items() if count}
     shapes = {p.placeholder: p.shard_shape for p in params}
+    casts = padded_casts(nodes, padded)
     out: list[NodeSpec] = []
     for node in nodes:
         if node.op == "placeholder" and node.name in padded:
@@ -167,11 +170,15 @@ def _padded(nodes: list[NodeSpec], params: tuple[ParamSpec, ...],
         # the pad runs in its reader's phase: a backward graph's pad (a recomputed gather's source)
         # is a backward node, not a forward node standing inside the backward's buckets
         phase = phase_of(node)
+        if node.name in casts:  # cast the own rows, then pad the cast (zeros cast to zeros: same values)
+            own = casts[node.name]
+            out.append(replace(node, name=unpadded(node.name), args=(NodeRef(unpadded(own)), *node.args[1:])))
+            out.append(NodeSpec(node.name, "call_function", PAD,
+                                (NodeRef(unpadded(node.name)), pad_widths(shapes[own], rows[own])), meta=phase))
+            continue
         for name in [name for name in node.inputs() if name in padded]:
-            shape = shapes[name]
-            widths = [0] * (2 * len(shape) - 1) + [padded.pop(name)]  # last dim first: dim 0's (before, after)
-            out.append(NodeSpec(name, "call_function", "aten.constant_pad_nd.default",
-                                (NodeRef(unpadded(name)), widths), meta=phase))
+            out.append(NodeSpec(name, "call_function", PAD,
+                                (NodeRef(unpadded(name)), pad_widths(shapes[name], padded.pop(name))), meta=phase))
         out.append(node)
     local = tuple(replace(p, placeholder=unpadded(p.placeholder),
                           shard_shape=(p.shard_shape[0] - rows[p.placeholder], *p.shard_shape[1:]))

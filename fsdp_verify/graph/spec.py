@@ -260,6 +260,10 @@ def _validate_padding(spec: GraphSpec, param: ParamSpec, path: str, world: tuple
         if padded_result(wait) in taken:
             raise SpecError(path, f"a node is named {padded_result(wait)!r}, the name a padded rank's "
                                   f"gradient wait takes")
+    for cast in padded_casts(spec.nodes, {param.placeholder}):
+        if unpadded(cast) in taken:
+            raise SpecError(path, f"a node is named {unpadded(cast)!r}, the name a padded rank's cast of its "
+                                  f"own rows takes")
 
 
 def unpadded(placeholder: str) -> str:
@@ -279,6 +283,27 @@ def gradient_waits(nodes: Any, fqns: Mapping[str, Any]) -> dict[str, Any]:
                 if node.meta.get("comm_type") == "fsdp_reduce_scatter" and node.meta.get("param_name") in fqns}
     return {node.name: scatters[node.inputs()[0]] for node in nodes
             if collectives.is_wait(node.target) and node.inputs()[:1] and node.inputs()[0] in scatters}
+
+
+# The casts a short rank applies to its own rows before padding them.
+CASTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
+PAD = "aten.constant_pad_nd.default"
+
+
+def padded_casts(nodes: Any, placeholders: Any) -> dict[str, str]:
+    """The casts that read one of ``placeholders`` directly, each to that placeholder. A short rank
+    casts its own rows and pads the cast (``builder.localize``), as SimpleFSDP does: DTensor casts
+    the local shard (``forward_dtype``), then the redistribution pads it for the gather; so a pad
+    sits between the cast and the all-gather, where a pass walking from a gather to its cast meets it."""
+    return {node.name: node.args[0].name for node in nodes
+            if node.op == "call_function" and node.target in CASTS and node.args
+            and isinstance(node.args[0], NodeRef) and node.args[0].name in placeholders}
+
+
+def pad_widths(shape: tuple[int, ...], rows: int) -> list[int]:
+    """``constant_pad_nd`` widths that add ``rows`` rows after dim 0 of a tensor of ``shape``
+    (the last dim's pair comes first)."""
+    return [0] * (2 * len(shape) - 1) + [rows]
 
 
 def phase_of(node: NodeSpec) -> dict:

@@ -19,7 +19,7 @@ import inspect
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,7 +29,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fsdp_verify.execute import inputs as input_values
 from fsdp_verify.graph import collectives, ops
-from fsdp_verify.graph.spec import GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_result, phase_of, traced_value
+from fsdp_verify.graph.spec import (GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_casts, padded_result, phase_of,
+                                    traced_value, unpadded)
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
@@ -143,22 +144,48 @@ def graph_lines(spec: GraphSpec) -> list[str]:
     that pads a shard (``PADDING``) gets the placeholder and pad ``builder.localize`` gives it."""
     padded = {p.placeholder: p for p in spec.params if p.padding}
     narrowed = gradient_waits(spec.nodes, {p.fqn: p for p in padded.values()})
+    casts, params = padded_casts(spec.nodes, padded), dict(padded)
     lines = []
     for node in spec.nodes:
         if node.name in narrowed:
             lines += _unpad_lines(node, narrowed[node.name])
             continue
+        if node.name in casts:
+            lines += _cast_then_pad_lines(node, params[casts[node.name]])
+            continue
         for name in [name for name in node.inputs() if name in padded]:
             param = padded.pop(name)
-            widths = f"[0] * {2 * len(param.shard_shape) - 1} + [PADDING[{name!r}][rank]]"
             lines += [f"if rank in PADDING[{name!r}]:  # this rank's shard is short: padded before it is read",
                       f"    {variable(name)} = graph.create_node(\"call_function\", "
-                      f"torch.ops.aten.constant_pad_nd.default, ({variable(name)}, {widths}), {{}}, name={name!r})"]
+                      f"torch.ops.aten.constant_pad_nd.default, ({variable(name)}, {_widths(param)}), {{}}, "
+                      f"name={name!r})"]
         if node.op == "placeholder" and node.name in padded:
-            lines.append(f"{variable(node.name)} = graph.placeholder(local_name({node.name!r}, rank))")
+            own = f"{variable(unpadded(node.name))} = " if node.name in casts.values() else ""
+            lines.append(f"{own}{variable(node.name)} = graph.placeholder(local_name({node.name!r}, rank))")
             continue
         lines += _node_lines(node)
     return lines
+
+
+def _widths(param: ParamSpec) -> str:
+    """The script's ``constant_pad_nd`` widths for ``param``'s short shard on ``rank``."""
+    return f"[0] * {2 * len(param.shard_shape) - 1} + [PADDING[{param.placeholder!r}][rank]]"
+
+
+def _cast_then_pad_lines(cast: NodeSpec, param: ParamSpec) -> list[str]:
+    """A cast of a padded placeholder: a short rank casts its own rows and pads the cast
+    (``builder.localize``); the other ranks cast their shard."""
+    placeholder = param.placeholder
+    own = replace(cast, args=(NodeRef(unpadded(placeholder)), *cast.args[1:]))
+    var, phase, widths = variable(cast.name), phase_of(cast), _widths(param)
+    lines = [f"if rank in PADDING[{placeholder!r}]:  # a short rank casts its own rows, then pads the cast"]
+    lines += ["    " + line for line in _node_lines(own, repr(unpadded(cast.name)))]
+    lines.append(f"    {var} = graph.create_node(\"call_function\", torch.ops.aten.constant_pad_nd.default, "
+                 f"({var}, {widths}), {{}}, name={cast.name!r})")
+    if phase:
+        lines.append(f"    {var}.meta.update({literal(phase)})")
+    lines.append("else:")
+    return lines + ["    " + line for line in _node_lines(cast)]
 
 
 def _unpad_lines(wait: NodeSpec, param: ParamSpec) -> list[str]:

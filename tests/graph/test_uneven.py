@@ -61,14 +61,19 @@ def test_a_short_rank_pads_its_shard_before_the_first_read_and_nothing_else_move
     build_module(short)  # lints
 
 
+def _renamed(nodes: tuple, old: str, new: str) -> tuple:
+    """``nodes`` with node ``old`` called ``new``, and its readers' positional references with it."""
+    nodes = tuple(replace(n, name=new) if n.name == old else n for n in nodes)
+    return tuple(replace(n, args=tuple(type(a)(new) if getattr(a, "name", None) == old else a for a in n.args))
+                 for n in nodes)
+
+
 def test_a_node_named_as_a_padded_rank_s_gradient_wait_is_refused():
     case = two_block_case()
     param = case.graph.params[0]
     wait = next(n for n in case.graph.nodes if n.meta.get("param_name") == param.fqn and "wait" in n.target
                 and n.meta.get("wait_for", "").startswith("rs"))
-    nodes = tuple(replace(n, name=padded_result(wait.name)) if n.name == "sum_1" else n for n in case.graph.nodes)
-    nodes = tuple(replace(n, args=tuple(type(a)(padded_result(wait.name)) if getattr(a, "name", None) == "sum_1" else a
-                                        for a in n.args)) for n in nodes)
+    nodes = _renamed(case.graph.nodes, "sum_1", padded_result(wait.name))
     graph = replace(case.graph, nodes=nodes, params=(replace(param, padding=((1, 1),)), *case.graph.params[1:]))
     with pytest.raises(SpecError, match="gradient wait takes"):
         validate(graph)
@@ -180,3 +185,58 @@ def test_the_reference_moves_a_short_rank_s_unpad_after_the_fused_reduce_scatter
                                   suppress_health_check=list(HealthCheck)))
     findings, _ = check_all(get_target("reference"), case)
     assert not [f for f in findings if f.severity in ("error", "invalid")], [f.message for f in findings]
+
+
+def _cast_gather_case():
+    """One block: a bf16 cast of a (2, 4) float32 shard gathered beside a plain float32 gather."""
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    blocks = ((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((3,), view="flat")),)
+    return Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
+
+
+def test_a_short_rank_casts_its_own_rows_then_pads_the_cast_as_simple_fsdp_does():
+    case, param = _padded(_cast_gather_case())
+    validate(case.graph)
+    cast = next(n for n in case.graph.nodes if n.target == "prims.convert_element_type.default"
+                and n.inputs() == [param.placeholder])
+    short = localize(case.graph, 1)
+    names = [n.name for n in short.nodes]
+    own = short.node(unpadded(cast.name))
+    assert own.target == cast.target and own.inputs() == [unpadded(param.placeholder)] and own.args[1:] == cast.args[1:]
+    pad = short.node(cast.name)  # named as the cast: every reader (the gather) is the other ranks'
+    assert pad.target == "aten.constant_pad_nd.default" and pad.inputs() == [own.name]
+    assert pad.args[1] == [0, 0, 0, 1]
+    assert names.index(own.name) + 1 == names.index(cast.name)
+    gather = next(n for n in short.nodes if cast.name in n.inputs())
+    assert gather.meta.get("comm_type") == "fsdp_all_gather"
+    # the placeholder is padded only where something else reads it (here: nothing before the backward)
+    assert set(names) - {n.name for n in localize(case.graph, 0).nodes} >= {unpadded(cast.name)}
+    build_module(short)  # lints
+    errors = [f for f in check_all(get_target("reference"), case)[0] if f.severity == "error"]
+    assert not errors, errors
+    # A walk that does not follow a pad hands a short rank's member back in the parameter's dtype:
+    # with the pad between the cast and the gather, the plain bf16 gather shows it.
+    killed = {f.checker for f in check_all(MUTANTS["pad_unknown_to_the_walk"], case)[0] if f.severity == "error"}
+    assert killed & {"layout", "numerics"}, killed
+
+
+def test_a_node_named_as_a_padded_rank_s_own_cast_is_refused():
+    case, param = _padded(_cast_gather_case())
+    cast = next(n for n in case.graph.nodes if n.target == "prims.convert_element_type.default")
+    with pytest.raises(SpecError, match="cast of its own rows"):
+        validate(replace(case.graph, nodes=_renamed(case.graph.nodes, "sum_1", unpadded(cast.name))))
+
+
+def test_the_written_script_casts_a_short_rank_s_own_rows_then_pads_as_the_builder_does(tmp_path):
+    import runpy
+
+    from fsdp_verify.report import repro
+    case, _ = _padded(_cast_gather_case())
+    script = tmp_path / "repro.py"
+    script.write_text(repro.write(case, "reference").text)
+    namespace = runpy.run_path(str(script), run_name="not_main")
+    for rank in case.graph.world():
+        written, built = namespace["build_graph"](rank), build_module(localize(case.graph, rank))
+        assert [(n.name, n.op, str(n.target), str(n.args)) for n in written.graph.nodes] == \
+            [(n.name, n.op, str(n.target), str(n.args)) for n in built.graph.nodes]

@@ -172,7 +172,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("disagreement_unbucketed", "a round whose ranks disagree is left out on every rank instead of raising",
            ("planner", "exchange"), lambda: [(driver, "bucket_world", exchange_bugs.disagreement_unbucketed)],
            hunt="uneven"),
-    # Killed only where a short rank of an uneven shard pads a 2-D shard that a scaled cast reads.
+    # Killed only where a short rank pads a cast of a 2-D shard before a fused gather (SimpleFSDP's
+    # order: the walk meets the pad first), or a scaled cast reads a padded 2-D shard.
     Mutant("pad_unknown_to_the_walk", "the dtype walk does not follow a pad: a short rank's member falls back to "
            "the spec dtype (its wire dtype differs from the other ranks')", ("layout", "numerics"),
            lambda: [(rewrite, "_SAME_DTYPE", rewrite._SAME_DTYPE - {"constant_pad_nd"})], hunt="uneven"),
