@@ -5,7 +5,8 @@
 - ``graphs_from_modules``: real small ``nn.Module``s traced to joint graphs, then FSDP-tagged;
 - ``hazard_graphs``: several planted hazards at once (more chances per example);
 - ``cases``: what a fuzz campaign draws from;
-- ``spec_settings``: the spec's [I] settings, pinned or drawn per example.
+- ``spec_settings``: the spec's [I] settings, pinned or drawn per example;
+- ``with_target_options``: a target's open options, drawn per case.
 """
 
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
@@ -21,6 +22,10 @@ __all__ += ["MODELS", "fsdp_module_graph", "graphs_from_modules"]
 from fsdp_verify.strategies.spec_settings import spec_settings  # noqa: E402
 
 __all__ += ["spec_settings"]
+
+from fsdp_verify.strategies.target_options import with_target_options  # noqa: E402
+
+__all__ += ["with_target_options"]
 
 from fsdp_verify.strategies.captured import captured_graphs, model_descs  # noqa: E402
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import hypothesis
 import torch
@@ -27,6 +27,7 @@ from fsdp_verify.graph.builder import build_module, localize
 from fsdp_verify.corpus.profiles import SLOW_OK
 from fsdp_verify.strategies.graphs import DEGREES
 from fsdp_verify.strategies.mutations import DP_MODES, PP_DEGREES
+from fsdp_verify.strategies.target_options import with_target_options
 from fsdp_verify.targets import get_target
 from fsdp_verify.coverage.subconditions import SUBCONDITIONS, Site, classify
 
@@ -334,13 +335,22 @@ class Reach:
     dp_mode: Counter = field(default_factory=Counter)
     world_size: Counter = field(default_factory=Counter)  # ranks in the case's world -> cases
     features: Counter = field(default_factory=Counter)  # FEATURES -> cases that have it
+    options: Counter = field(default_factory=Counter)  # "option=value" of the target's space -> cases
+    space: tuple[str, ...] = ()  # every "option=value" of the target's open space
+    target: str = "reference"  # the target whose options were drawn
+    planner: str = "reference"  # whose planner the decisions are (a target without one: the reference's)
 
     def add(self, other: "Reach") -> None:
         """Fold ``other`` into this tally."""
         self.cases += other.cases
         for name in ("decisions", "subconditions", "unexplained", "errors", "pp_degree", "dp_mode", "world_size",
-                     "features"):
+                     "features", "options"):
             getattr(self, name).update(getattr(other, name))
+
+
+def option_key(name: str, value: Any) -> str:
+    """How an option's value is counted and named: ``name=repr(value)``."""
+    return f"{name}={value!r}"
 
 
 def _current(plan, previous: str, index: dict, by_name: dict) -> tuple:
@@ -356,7 +366,8 @@ def case_reach(case: Case, target_name: str = "reference") -> Reach:
     """The decisions of ``case``'s plan on its first rank, each with its sub-condition."""
     reach = Reach(cases=1, pp_degree=Counter([repr(case.plan_args.pp_degree)]),
                   dp_mode=Counter([repr(case.plan_args.dp_mode)]), world_size=Counter([len(case.graph.world())]),
-                  features=case_features(case))
+                  features=case_features(case),
+                  options=Counter(option_key(name, value) for name, value in case.target_options))
     rank = case.graph.world()[0]
     module = build_module(localize(case.graph, rank))
     try:
@@ -383,16 +394,23 @@ def case_reach(case: Case, target_name: str = "reference") -> Reach:
 
 def measure(strategy: st.SearchStrategy[Case], examples: int = 2000, seed: int = 0,
             target_name: str = "reference", progress: Optional[Callable[[int, int], None]] = None) -> Reach:
-    """The reach of ``examples`` draws of ``strategy`` under a fixed seed (generation only);
-    ``progress`` hears (cases drawn, cases whose planner arguments were refused) after each draw."""
-    total = Reach()
+    """The reach of ``examples`` draws of ``strategy`` under a fixed seed (generation only), each
+    case with one draw of the target's open options, as a campaign draws them (every value counted);
+    ``progress`` hears (cases drawn, cases whose planner arguments were refused) after each draw.
+    A target without a planner (inductor's passes) has no decisions of its own: the reasons are the
+    reference planner's on the same cases, which is what the strategies reach."""
+    target = get_target(target_name)
+    space = target.options()
+    planner = target_name if target.has_planner else "reference"
+    total = Reach(space=tuple(option_key(name, value) for name, values in space.items() for value in values),
+                  target=target_name, planner=planner)
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=SLOW_OK)
     @hypothesis.seed(seed)
-    @given(strategy)
+    @given(with_target_options(strategy, space))
     def collect(case: Case) -> None:
-        total.add(case_reach(case, target_name))
+        total.add(case_reach(case, planner))
         if progress is not None:
             progress(total.cases, sum(total.errors.values()))
 
@@ -408,6 +426,7 @@ def unreached(reach: Reach, expected: dict[str, tuple[str, ...]]) -> list[str]:
     missing += [s.key for s in SUBCONDITIONS if not s.unreachable and s.key not in reach.subconditions]
     missing += [f"world_size={size}" for size in WORLD_SIZES if not reach.world_size[size]]
     missing += [name for name in FEATURES if not reach.features[name]]
+    missing += [f"option {key}" for key in reach.space if not reach.options[key]]
     return missing + [f"{name}={value!r}" for name, values in PARALLEL_VALUES.items() for value in values
                       if repr(value) not in getattr(reach, name)]
 
@@ -427,6 +446,13 @@ def format_reach(reach: Reach, expected: dict[str, tuple[str, ...]]) -> str:
     lines.append("dp_mode values: " + ", ".join(f"{v}={n}" for v, n in sorted(reach.dp_mode.items())))
     lines.append("world sizes: " + ", ".join(f"{v}={n}" for v, n in sorted(reach.world_size.items())))
     lines.append("features: " + ", ".join(f"{name}={reach.features[name]}" for name in FEATURES))
+    if reach.space:
+        drawn = sum(bool(reach.options[key]) for key in reach.space)
+        lines.append(f"target options: {drawn} of {len(reach.space)} values drawn: "
+                     + ", ".join(f"{key} {reach.options[key]}" for key in reach.space))
+    if reach.planner != reach.target:
+        lines.append(f"decisions asked of: the {reach.planner} planner ({reach.target} exposes none: the reasons "
+                     f"are what the strategies reach)")
     for (action, reason), count in sorted(reach.unexplained.items()):
         lines.append(f"UNEXPLAINED {action} {reason}: {count} decisions no sub-condition explains")
     missing = unreached(reach, expected)

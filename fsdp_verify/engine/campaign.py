@@ -129,7 +129,8 @@ def database_key(config: Config) -> bytes:
 def _strategy(config: Config, target: Optional[Any] = None):
     """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
-    from fsdp_verify.strategies import captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings
+    from fsdp_verify.strategies import (captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings,
+                                        with_target_options)
     from fsdp_verify.strategies.uneven import uneven_cases
     if config.strategy == "captured":
         graphs = captured_graphs()
@@ -145,11 +146,7 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = cases(config.size, modules=config.modules)
     if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it
         graphs = graphs.map(target.normalise).filter(lambda case: not target.contract_mismatches(case))
-    space = target.options() if target is not None else {}
-    if space:
-        choices = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in space.items()})
-        graphs = st.tuples(graphs, choices).map(
-            lambda pair: replace(pair[0], target_options=tuple(sorted(pair[1].items()))))
+    graphs = with_target_options(graphs, target.options() if target is not None else {})
     if not config.spec and not config.draw_spec:
         return graphs
     drawn = spec_settings(dict(config.spec), config.draw_spec)

@@ -266,3 +266,15 @@ class LazyRaising(Target):
     def rewrite(self, case, modules):
         import helpers.lazily_imported  # noqa: F401 - the import is the point
         raise RuntimeError("raises after a lazy import")
+
+
+class Knobbed(ReferenceTarget):
+    """The reference with an open option of three values (a campaign draws one per case)."""
+
+    name = "knobbed"
+
+    def options(self):
+        return {"knob": (1, 2, 3)}
+
+    def configure(self, options):
+        return self
