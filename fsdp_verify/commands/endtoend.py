@@ -41,6 +41,12 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise options.UsageError(str(exc)) from None
     print(f"{args.models} drawn models x {len(configs)} configurations, seed {args.seed}", flush=True)
+    space = {**CONFIG_SPACE, **COMPILE_SPACE}
+    undrawn = [f"{name}={value!r}" for name, values in space.items() for value in values
+               if not any(config.get(name) == value and type(config.get(name)) is type(value) for config in configs)]
+    if undrawn and not args.plant:  # said, never silent: fewer configurations than the widest option has values
+        print(f"not drawn with --configs {args.configs} (each value needs a configuration; "
+              f"`fsdp-verify coverage --endtoend` counts them): {', '.join(undrawn)}", flush=True)
     outcome = e2e.run(args.models, args.configs, args.seed, args.plant, args.shrink,
                       progress=lambda line: print(line, flush=True), ranks=args.ranks == "real")
     for failure in outcome.failures:
