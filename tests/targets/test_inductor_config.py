@@ -110,15 +110,15 @@ PASSES = ("bucketing", "fsdp", "overlap_scheduling", "overlap_preserving_buckete
 _AO = "aten_distributed_optimizations."
 
 
-def _options_read() -> dict[str, set[str]]:
-    """Option -> the fx_passes files of the installed torch that read it (every option of the
-    ``aten_distributed_optimizations`` family and every ``bucket_*`` option counts as read)."""
+def _options_read(root=None) -> dict[str, set[str]]:
+    """Option -> the fx_passes files (of the installed torch, or of ``root``) that read it (every
+    option of the ``aten_distributed_optimizations`` family and every ``bucket_*`` option counts as read)."""
     import re
     from pathlib import Path
 
     import torch._inductor
     import torch._inductor.config as inductor_config
-    root = Path(torch._inductor.__file__).parent / "fx_passes"
+    root = Path(root) if root is not None else Path(torch._inductor.__file__).parent / "fx_passes"
     read: dict[str, set[str]] = {}
     for name in PASSES:
         text = (root / f"{name}.py").read_text()
@@ -135,6 +135,29 @@ def _options_read() -> dict[str, set[str]]:
     return read
 
 
+def _unlisted(read: dict[str, set[str]]) -> list[str]:
+    """The options read that are neither in the space nor excluded with a reason."""
+    from fsdp_verify.targets.inductor import EXCLUDED
+    return sorted(option for option in read if option not in CONFIG_SPACE and option not in EXCLUDED)
+
+
+def test_a_torch_upgrade_s_new_option_is_named_by_the_config_read_check(tmp_path):
+    # A planted read of an option nobody listed, in a copy of the installed passes: the scan finds
+    # it and the check names it (as it would after a torch upgrade added one).
+    import shutil
+    from pathlib import Path
+
+    import torch._inductor
+    for name in PASSES:
+        shutil.copy(Path(torch._inductor.__file__).parent / "fx_passes" / f"{name}.py", tmp_path / f"{name}.py")
+    planted = tmp_path / "overlap_scheduling.py"
+    planted.write_text(planted.read_text() + "\n\ndef _planted(config):\n    return config.aten_distributed_optimizations"
+                       ".planted_option or config.bucket_planted_cap\n")
+    read = _options_read(tmp_path)
+    assert _unlisted(read) == [_AO + "planted_option", "bucket_planted_cap"]
+    assert _unlisted(_options_read()) == []
+
+
 def test_every_option_the_collective_passes_read_is_drawn_or_excluded_with_a_reason():
     import torch._inductor.config as inductor_config
     from fsdp_verify.targets.inductor import EXCLUDED
@@ -143,7 +166,7 @@ def test_every_option_the_collective_passes_read_is_drawn_or_excluded_with_a_rea
     assert "overlap_preserving_bucketer.py" in read[_AO + "overlap_scheduling_autofix_cycles"]
     assert "bucketing.py" in read[_AO + "bucket_mode"]
     assert "overlap_scheduling.py" in read[_AO + "max_in_flight_gb"]
-    missing = sorted(option for option in read if option not in CONFIG_SPACE and option not in EXCLUDED)
+    missing = _unlisted(read)
     assert not missing, f"read by torch's collective passes, neither drawn nor excluded with a reason: {missing}"
     assert all(reason.strip() for reason in EXCLUDED.values())
     known = set(inductor_config.get_config_copy())
