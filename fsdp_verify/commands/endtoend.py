@@ -35,15 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from fsdp_verify.execute.compiled import sweep as e2e
     from fsdp_verify.execute.compiled.blas import said
     from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE, VECTOR_ORDER_ULPS
+    from fsdp_verify.execute.compiled.reach import undrawn_values
     from fsdp_verify.targets.inductor import CONFIG_SPACE
     try:
         configs = e2e.planned_configurations(args.configs, args.plant)
     except ValueError as exc:
         raise options.UsageError(str(exc)) from None
     print(f"{args.models} drawn models x {len(configs)} configurations, seed {args.seed}", flush=True)
-    space = {**CONFIG_SPACE, **COMPILE_SPACE}
-    undrawn = [f"{name}={value!r}" for name, values in space.items() for value in values
-               if not any(config.get(name) == value and type(config.get(name)) is type(value) for config in configs)]
+    undrawn = undrawn_values(configs)
     if undrawn and not args.plant:  # said, never silent: fewer configurations than the widest option has values
         print(f"not drawn with --configs {args.configs} (each value needs a configuration; "
               f"`fsdp-verify coverage --endtoend` counts them): {', '.join(undrawn)}", flush=True)

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-
+from typing import Any
 
 import hypothesis
 from hypothesis import HealthCheck, Phase, given, settings
 
 from fsdp_verify.capture.model import ModelDesc, param_shapes
+from fsdp_verify.coverage.reasons import option_key
 from fsdp_verify.execute.compiled.sweep import E2E_MESHES, RANK_MESHES, planned_configurations
 from fsdp_verify.strategies.captured import model_descs
 
@@ -56,18 +57,28 @@ class ModelReach:
     space: tuple[str, ...] = ()
 
 
+def _space() -> tuple[str, ...]:
+    """Every ``option=value`` an end-to-end configuration may take."""
+    from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE
+    from fsdp_verify.targets.inductor import CONFIG_SPACE
+    return tuple(option_key(name, value) for name, values in {**CONFIG_SPACE, **COMPILE_SPACE}.items()
+                 for value in values)
+
+
+def undrawn_values(configs: list[dict[str, Any]]) -> list[str]:
+    """The ``option=value`` pairs of the space that none of ``configs`` takes."""
+    taken = {option_key(name, value) for config in configs for name, value in config.items()}
+    return [key for key in _space() if key not in taken]
+
+
 def measure_models(models: int, configs: int, seed: int = 0, ranks: bool = True) -> ModelReach:
     """Draw ``models`` model descriptions as ``endtoend`` draws them (``ranks``: the real-rank meshes)
     and plan ``configs`` configurations; nothing is compiled."""
-    from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE
-    from fsdp_verify.targets.inductor import CONFIG_SPACE
     meshes = RANK_MESHES if ranks else E2E_MESHES
-    space = {**CONFIG_SPACE, **COMPILE_SPACE}
-    reach = ModelReach(expected_meshes=meshes,
-                       space=tuple(f"{name}={value!r}" for name, values in space.items() for value in values))
+    reach = ModelReach(expected_meshes=meshes, space=_space())
     chosen = planned_configurations(configs)
     reach.configurations = len(chosen)
-    reach.values.update(f"{name}={value!r}" for config in chosen for name, value in config.items())
+    reach.values.update(option_key(name, value) for config in chosen for name, value in config.items())
 
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=[Phase.generate])
@@ -101,4 +112,5 @@ def format_models(reach: ModelReach) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MODEL_FEATURES", "ModelReach", "format_models", "measure_models", "model_features", "unreached_models"]
+__all__ = ["MODEL_FEATURES", "ModelReach", "format_models", "measure_models", "model_features", "undrawn_values",
+           "unreached_models"]
