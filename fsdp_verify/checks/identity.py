@@ -32,6 +32,7 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
+from fsdp_verify.graph.spec import CASTS
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.execute.world import simulate
@@ -273,7 +274,7 @@ class IdentityCodes:
 
 
 TO_COPY = "aten._to_copy.default"  # its dtype is keyword-only; convert_element_type's is positional too
-CAST_TARGETS = (TO_COPY, "prims.convert_element_type.default")
+CAST_TARGETS = CASTS  # the two cast forms a graph holds (graph.spec)
 HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),

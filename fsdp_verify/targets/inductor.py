@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 from torch import fx
 
 from fsdp_verify.graph import collectives
+from fsdp_verify.graph.spec import CASTS
 from fsdp_verify.graph.values import DTYPES
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
@@ -124,7 +125,6 @@ def _pins(mode: str, entry: str) -> dict[str, Any]:
     return pins
 
 
-_CASTS = ("aten._to_copy.default", "prims.convert_element_type.default")
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,7 @@ def _cast_fold_excuse(case: Case, findings: Sequence[Any], options: dict[str, An
     nodes = {n.name: n for n in case.graph.nodes}
     gathers = [n for n in case.graph.nodes if "all_gather" in n.target and n.inputs()]
     folded = {n.inputs()[0]: str(n.meta.get("param_name")) for n in gathers
-              if nodes[n.inputs()[0]].target in _CASTS and nodes[n.inputs()[0]].inputs()
+              if nodes[n.inputs()[0]].target in CASTS and nodes[n.inputs()[0]].inputs()
               and nodes[nodes[n.inputs()[0]].inputs()[0]].op == "placeholder"}
     lost = ("dependencies", "node_lost")
 
