@@ -16,8 +16,9 @@ from fsdp_verify.graph.values import dtype_from_name
 
 VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain", "pair")
 # How a parameter's RS layout-preparation chain is tagged (spec 1.7): its own, owned by another
-# bucket id, through an op a chain may not hold, or read by a node outside the chain.
-PREP_KINDS = ("own", "foreign_owner", "other_op", "shared")
+# bucket id, through an op a chain may not hold, read by a node outside the chain, with a source
+# tagged forward explicitly (no chain), or with a source tagged backward after an untagged link.
+PREP_KINDS = ("own", "foreign_owner", "other_op", "shared", "forward_source", "backward_source")
 # The running activation and gradient are clamped to [-BOUND, BOUND] after every step, so no
 # product or sum grows geometrically: with inputs of magnitude <= 1 (execute.inputs), every value
 # stays finite in every float dtype and the numerics oracle judges every output element.
@@ -169,8 +170,14 @@ def _prep_chain(c: Composer, grad: str, fqn: str, kind: str) -> tuple[str, dict]
     elif kind == "shared":
         grad = c.call("aten.reshape.default", grad, list(c.shape(grad)), backward=True, meta=tags)
         c.call("aten.neg.default", grad, backward=True)  # a reader outside the chain
-    source = c.call("aten.contiguous.default", grad, backward=False,
-                    meta={**tags, "fsdp_reduce_scatter_prepare": owner})
+    source_meta = {**tags, "fsdp_reduce_scatter_prepare": owner}
+    if kind == "forward_source":  # spec 1.7 rule 3: a source tagged forward explicitly makes no chain
+        source_meta["autograd_backward"] = False
+    elif kind == "backward_source":
+        # the source tagged backward, as a traced backward graph has it, after a reshape of the chain
+        # a pass inserted without the flag: the chain is still the launch's, whatever its phases
+        grad = c.call("aten.reshape.default", grad, list(c.shape(grad)), meta=tags)
+    source = c.call("aten.contiguous.default", grad, backward=kind == "backward_source", meta=source_meta)
     return source, {"fsdp_bucket_id": f"other:{fqn}" if kind == "foreign_owner" else owner}
 
 

@@ -422,6 +422,12 @@ def capacity_boundary(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": total - 1})
 
 
+def capacity_exact(case: Case, a: str, b: str) -> Case:
+    """A cap exactly the pair's combined size: the pair still fuses (the cap is inclusive, spec 2.7)."""
+    total = _size_bytes(case.graph.node(a)) + _size_bytes(case.graph.node(b))
+    return case.with_args(policy={"cap_bytes": total})
+
+
 @plants("singleton", "oversized")
 def oversized(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": max(1, _size_bytes(case.graph.node(b)) - 1)})
@@ -760,6 +766,34 @@ def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(total), *graph.node(a).args[1:])))
 
 
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_before_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers its cast plus relu of the parameter, the cast first: torch promotes the sum to the
+    parameter's dtype whichever operand comes first; a walk that gives arithmetic its first
+    operand's dtype keeps the cast's."""
+    planted = cast_beside_opaque_op(case, a, b)
+    if planted is None:
+        return None
+    total = next(n for n in planted.graph.nodes if n.target == "aten.add.Tensor" and n.name.startswith(f"{a}_beside"))
+    return replace(planted, graph=edit.update_node(planted.graph, total.name, args=total.args[::-1]))
+
+
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_through_keyword_op(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers ``gelu(cast, approximate="tanh")``: an op with a keyword the walk must pass through
+    unchanged when it runs the op on stand-ins; gelu keeps the cast's dtype."""
+    cast = _cast_source(case, a, computed=True)
+    if _kind(case, b) == RS_KIND or cast is None:
+        return None
+    graph = case.graph
+    opaque = edit.fresh_name(graph, f"{a}_gelu")
+    graph = edit.insert_after(graph, cast.name, [edit.call(opaque, "aten.gelu.default", NodeRef(cast.name),
+                                                           meta=_phase(case, a), approximate="tanh")])
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(opaque), *graph.node(a).args[1:])))
+
+
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
@@ -848,6 +882,61 @@ def gain_by_keyword_reduction(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_by_positional_keepdim(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain reduces with ``amax(x, [], False)``, keepdim by position: the same 0-dim result."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, args=(amax.args[0], [], False)))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_summed_with_every_keyword(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``sum(x, dim=[], keepdim=False, dtype=float32)``, every argument by keyword (the
+    ``dim_IntList`` overload): the same 0-dim result."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.sum.dim_IntList",
+                                                args=amax.args[:1],
+                                                kwargs={"dim": [], "keepdim": False, "dtype": torch.float32}))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_by_mean(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``mean(abs(p))`` (an absmean scale, as ternary and 1-bit weight recipes use): a
+    reduction over every dim that no table of the walk names, 0-dim, so torch keeps the cast's dtype."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.mean.default", args=amax.args[:1]))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is per column, ``sum(abs(p), [0])`` of a 2-D or wider shard: dimensioned, so torch
+    promotes the product to float32 and A moves float32, though its cast is half precision. A walk
+    that takes a reduction's 0-dim result on one-element stand-ins for a reduction over every dim
+    packs A in the cast's dtype, rounding it."""
+    found = _scaled(case, a, b)
+    cast = case.graph.node(found[0].args[0].name) if found else None
+    param = next((p for p in case.graph.params if cast is not None and cast.args
+                  and cast.args[0] == NodeRef(p.placeholder)), None)
+    if param is None or len(param.shard_shape) < 2:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.sum.dim_IntList",
+                                                args=(amax.args[0], [0])))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
     the same promotion as ``aten.mul.Tensor``."""
@@ -899,6 +988,7 @@ def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
+                                                      "capacity_exact": (capacity_exact,),
                                                       "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
                                                       "cast_far_up_the_chain": (cast_far_up_the_chain,),
                                                       "cast_scaled_twice": (cast_scaled_twice,
@@ -906,10 +996,16 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                       "scaled_cast_forms": (gain_summed_with_dtype,
                                                                             gain_by_bare_reduction,
                                                                             gain_by_keyword_reduction,
+                                                                            gain_by_positional_keepdim,
+                                                                            gain_summed_with_every_keyword,
+                                                                            gain_by_mean,
+                                                                            gain_per_channel,
                                                                             cast_scaled_by_python_operator),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
+                                                                                cast_before_opaque_op,
                                                                                 cast_through_opaque_op,
+                                                                                cast_through_keyword_op,
                                                                                 gain_through_opaque_op,
                                                                                 cast_through_opaque_packet,
                                                                                 cast_of_unfollowable_value),

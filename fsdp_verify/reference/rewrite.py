@@ -92,11 +92,11 @@ _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpo
                          "constant_pad_nd", "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor",
                          "all_reduce"})
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
-# Reductions that, over every dim (no dims given, or an empty list), give a 0-dim result of the
-# input's dtype.
+# Reductions torch also offers as functions (``torch.sum(x)``, as a symbolic trace records them): the
+# walk runs those few on stand-ins, as it runs aten and prims ops.
 _FULL_REDUCTIONS = frozenset({"sum", "amax", "amin", "max", "min", "prod"})
-# Of those, the ones that widen an integer or bool input (sum of uint8 is int64): run on stand-ins.
-_WIDENING_REDUCTIONS = frozenset({"sum", "prod"})
+# The rank of the second stand-ins (see ``_evaluated``).
+_PROBE_RANK = 4
 
 
 def _op_name(node: fx.Node) -> str:
@@ -139,21 +139,24 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
     if name in _SAME_DTYPE or \
             node.target in (torch.ops.prims.convert_element_type.default, aten._to_copy.default):
         return [a for a in node.args if isinstance(a, fx.Node)][:1]
-    if name in _FULL_REDUCTIONS or _evaluable(node):  # max(a, b) is no reduction: _evaluated reads both
+    if _evaluable(node):  # max(a, b) is no reduction: _evaluated reads both
         return [a for a in node.args if isinstance(a, fx.Node)]
     return []
 
 
 def _evaluable(node: fx.Node) -> bool:
-    """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
-    stand-ins: one with a tensor input, all its tensors direct arguments, and no device argument.
-    So nothing it runs allocates real memory, draws from a real generator, starts a device, or reads
-    a list of tensors; what it runs only sees meta stand-ins."""
+    """An aten or prims op (an overload, or the packet the FSDP pass calls), or one of torch's own
+    reductions called as a function, that the walk may run on stand-ins: one with a tensor input, all
+    its tensors direct arguments, and no device argument. So nothing it runs allocates real memory,
+    draws from a real generator, starts a device, or reads a list of tensors; what it runs only sees
+    meta stand-ins."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         namespace = target.namespace
     elif isinstance(target, torch._ops.OpOverloadPacket):
         namespace = target._qualified_op_name.split("::")[0]
+    elif _op_name(node) in _FULL_REDUCTIONS and getattr(torch, _op_name(node)) is target:
+        namespace = "aten"
     else:
         return False
     values = (*node.args, *node.kwargs.values())
@@ -185,10 +188,6 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     name = _op_name(node)
     if name in _SAME_DTYPE:
         return first
-    if name in _FULL_REDUCTIONS and _reduces_all(node):
-        if not node.kwargs and name not in _WIDENING_REDUCTIONS:
-            return (first[0], True) if first else None
-        return _evaluated(node, walk, full=True)  # keywords, or an integer sum: as torch computes it
     if name in _PROMOTING and inputs:
         return _promoted(name, node.args, walk)
     if _evaluable(node):
@@ -196,38 +195,43 @@ def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     return None
 
 
-def _reduces_all(node: fx.Node) -> bool:
-    """Whether a reduction reduces every dim: no dims given, by position or keyword (``dim`` only:
-    prims name theirs ``dims``, and any other keyword is not one this reads), or an empty list."""
-    dims = node.args[1:2] or ([node.kwargs["dim"]] if "dim" in node.kwargs else [])
-    return len(node.args) <= 2 and set(node.kwargs) <= {"dim", "dtype", "keepdim"} and \
-        all(d is None or d in ([], ()) for d in dims)
-
-
-def _evaluated(node: fx.Node, walk: DtypeWalk, full: bool = False) -> tuple[torch.dtype, bool] | None:
+def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     """Any other op's result dtype as torch computes it: the op on meta stand-ins of each tensor
     input's dtype, 0-dim or of one element (torch's dtype rules read only dtypes and whether a
     tensor is 0-dim). The stand-ins' result is dimensioned exactly when the real one is, unless it
-    came out 0-dim from a dimensioned input (a reduction over dims the stand-in lacks): unknown;
-    ``full``: a reduction over every dim, whose result is 0-dim (without keepdim) whatever the input."""
-    standins = [_standin(arg, walk) if isinstance(arg, fx.Node) else arg for arg in node.args]
+    comes out 0-dim from a dimensioned input. That is a reduction over every dim (``mean(x)``,
+    ``amax(x, [], False)``) only if it also comes out 0-dim from stand-ins of ``_PROBE_RANK`` dims of
+    two elements each: a reduction over named dims keeps the rest, an op that drops dims of one
+    element (a squeeze) keeps those of two; either leaves the real result's rank to the real input's,
+    which the walk does not know, so the answer is unknown."""
+    out = _run(node, walk, ())
+    if out is None:
+        return None
+    if out.dim() == 0 and any(walk.seen[a][1] is False for a in node.args if isinstance(a, fx.Node)):
+        probe = _run(node, walk, (2,) * _PROBE_RANK)
+        if probe is None or probe.dim() != 0:
+            return None
+    return out.dtype, out.dim() == 0
+
+
+def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """``node``'s op on stand-ins (``_standin``; ``shape`` for the dimensioned ones, one element
+    where empty), or None where the stand-ins do not fit it (a shape argument) or it gives no tensor."""
+    standins = [_standin(arg, walk, shape) if isinstance(arg, fx.Node) else arg for arg in node.args]
     if any(standin is None for standin in standins):
         return None
     try:
         out = node.target(*standins, **{k: "meta" if k == "device" else v for k, v in node.kwargs.items()})
-    except Exception:  # noqa: BLE001 - an op the stand-ins do not fit (a shape argument): unknown
+    except Exception:  # noqa: BLE001 - an op the stand-ins do not fit: unknown
         return None
-    if not isinstance(out, torch.Tensor):
-        return None
-    if out.dim() == 0 and not full and any(isinstance(a, torch.Tensor) and a.dim() > 0 for a in standins):
-        return None
-    return out.dtype, out.dim() == 0
+    return out if isinstance(out, torch.Tensor) else None
 
 
-def _standin(node: fx.Node, walk: DtypeWalk) -> torch.Tensor | None:
-    """A meta tensor of ``node``'s walked dtype, 0-dim or of one element; None where it is unknown."""
+def _standin(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...] = ()) -> torch.Tensor | None:
+    """A meta tensor of ``node``'s walked dtype, 0-dim or dimensioned (``shape``, one element where
+    empty); None where it is unknown."""
     found = walk.seen.get(node)
-    return None if found is None else torch.empty(() if found[1] else (1,), dtype=found[0], device="meta")
+    return None if found is None else torch.empty(() if found[1] else (shape or (1,)), dtype=found[0], device="meta")
 
 
 def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:

@@ -192,8 +192,8 @@ def test_a_line_the_default_phases_seldom_run_is_aimed_at_the_shape_that_runs_it
 
 
 def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
-    """One measurement on the reference's rewriter. By line: the default phases never run
-    ``_evaluated``'s op call (only casts through opaque ops or reductions with keywords do), so a
+    """One measurement on the reference's rewriter. By line: the default phases' six examples never
+    run ``_holds`` (a bucket whose members move several dtypes; the cast shapes make one), so a
     mutant there gets the phase of the shape that runs it most. By probe: ``is convert`` to
     ``is not`` in the dtype walk runs in a third of the mix's examples, but what ``moved_dtype``
     returns changes only beside a cast form with a dtype keyword or an op the walk cannot follow,
@@ -201,7 +201,7 @@ def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
     from fsdp_verify.engine import aim, probes
     path = "fsdp_verify/reference/rewrite.py"
     lines = Path(path).read_text().splitlines()
-    call = next(i for i, text in enumerate(lines, 1) if "out = node.target(" in text)
+    call = next(i for i, text in enumerate(lines, 1) if "if narrow == wide:" in text)
     [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_IsNot$")
                 if "is torch.ops.prims.convert_element_type.default:" in lines[m.line - 1]]
     source, mutated = mutate.mutated_source(mutant)

@@ -19,6 +19,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     _marks,
     _OffByOnePlan,
     barrier_without_writes,
+    cap_exclusive,
     cap_zero_accepted,
     degree_rule_weakened,
     fqn_trailing_space_accepted,
@@ -90,6 +91,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            damage=rewrite_bugs.bucket_padded_by_rank_env, needs="real"),
     Mutant("offsets_off_by_one", "plan offsets of later members are off by one", ("layout",), plan_type=_OffByOnePlan),
     Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
+    Mutant("cap_exclusive", "a bucket exactly at the byte cap is split", ("planner",), cap_exclusive,
+           hunt="rule:capacity_exact"),
     # Killed only on groups of 3, 5 or 6 ranks: every power of two gives the right size.
     Mutant("size_from_shard_by_shift", "the full buffer's size is the shard's shifted by log2 of the degree",
            ("planner",), size_from_shard_by_shift, hunt="rule:capacity"),
@@ -269,6 +272,16 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("standins_empty", "the dtype walk's stand-ins hold no element, so amax(x, dim=[]) fails on them and "
            "the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.standins_empty, hunt="rule:scaled_cast_forms"),
+    Mutant("full_reductions_by_table", "a 0-dim result from a dimensioned input is unknown unless a table names "
+           "the reduction, so a gain of mean(abs(p)) or amax(x, [], False) leaves its scaled cast in the "
+           "parameter's dtype", ("layout", "numerics"), rewrite_bugs.full_reductions_by_table,
+           hunt="rule:scaled_cast_forms"),
+    Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
+           "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
+           rewrite_bugs.probe_skipped, hunt="rule:scaled_cast_forms"),
+    Mutant("first_operand_decides", "arithmetic takes its first operand's dtype, so a bf16 cast plus relu of its "
+           "float32 parameter is packed as bf16", ("layout", "numerics"), rewrite_bugs.first_operand_decides,
+           hunt="rule:cast_beside_opaque_op"),
     Mutant("packets_not_evaluated", "an op called as its packet (aten.relu) is not run on stand-ins, so relu of a "
            "bf16 cast is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.packets_not_evaluated,
            hunt="rule:cast_beside_opaque_op"),

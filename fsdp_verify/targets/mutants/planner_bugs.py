@@ -84,6 +84,17 @@ def _cap_off_by_one() -> list[Patch]:
     return [(planner, "split_reason", split_reason)]
 
 
+def cap_exclusive() -> list[Patch]:
+    """A bucket whose bytes equal the cap is split: the cap taken as exclusive (``>=`` for ``>``)."""
+    original = planner.split_reason
+
+    def split_reason(current, candidate, nodes, order, policy):
+        if policy.cap_bytes is not None and policy.cap_bytes > 1:
+            policy = dataclasses.replace(policy, cap_bytes=policy.cap_bytes - 1)
+        return original(current, candidate, nodes, order, policy)
+    return [(planner, "split_reason", split_reason)]
+
+
 def _device_dependent(rank: int) -> list[Patch]:
     """Ranks on odd device indices split every bucket (grouping depends on the device index)."""
     if rank % 2 == 0:

@@ -11,7 +11,8 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _evaluable as _correct_evaluable, _holds, _op_name,
+from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _evaluable as _correct_evaluable,
+                                          _evaluated as _correct_evaluated, _holds, _op_name,
                                           _promoted as _correct_promoted,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
 
@@ -556,10 +557,46 @@ def standins_empty() -> list[tuple]:
     falls back to the parameter's dtype."""
     from fsdp_verify.reference import rewrite
 
-    def empty(node: fx.Node, walk) -> torch.Tensor | None:
+    def empty(node: fx.Node, walk, shape: tuple[int, ...] = ()) -> torch.Tensor | None:
         found = walk.seen.get(node)
         return None if found is None else torch.empty(() if found[1] else (0,), dtype=found[0], device="meta")
     return [(rewrite, "_standin", empty)]
+
+
+def full_reductions_by_table() -> list[tuple]:
+    """A 0-dim result from a dimensioned input is taken for a reduction over every dim only where the
+    op is one the walk's table names, its dims by position or left out (as the reference once had
+    it): ``mean(abs(p))`` or ``amax(x, [], False)`` as a gain is unknown, and the scaled cast falls
+    back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def by_table(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_evaluated(node, walk)
+        dimensioned = any(walk.seen.get(a) is not None and not walk.seen[a][1]
+                          for a in node.args if isinstance(a, fx.Node))
+        if found is not None and found[1] and dimensioned and \
+                (_op_name(node) not in _FULL_REDUCTIONS or len(node.args) > 2):
+            return None
+        return found
+    return [(rewrite, "_evaluated", by_table)]
+
+
+def probe_skipped() -> list[tuple]:
+    """The second stand-ins have one dim, as the first: a reduction over dim 0 comes out 0-dim from
+    both, so a per-column gain (``sum(abs(p), [0])``) is taken for 0-dim and its float32 product
+    is packed and handed back in the cast's half precision."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_PROBE_RANK", 1)]
+
+
+def first_operand_decides() -> list[tuple]:
+    """Arithmetic takes its first operand's dtype: a bf16 cast plus a float32 value (relu of the
+    parameter) is packed as bf16, where torch promotes the sum to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def first(name: str, args: tuple, walk) -> tuple[torch.dtype, bool] | None:
+        return walk.seen.get(args[0]) if args and isinstance(args[0], fx.Node) else None
+    return [(rewrite, "_promoted", first)]
 
 
 def uint8_exceeds_bf16() -> list[tuple]:
