@@ -45,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
     fuzz.add_argument("--no-shrink", action="store_true",
                       help="save each failure as found, unshrunk (a quicker first look; the saved cases are "
                            "larger, and the summary says so)")
+    fuzz.add_argument("--rediscover", action="store_true",
+                      help="do not read the bugs the corpus folder already holds: each is shrunk and saved again "
+                           "as new (by default a bug an earlier run saved is counted as a sighting of that file)")
     fuzz.add_argument("--no-repro", action="store_true",
                       help="do not write and run each defect candidate's standalone repro at the end (the "
                            "summary says they are left untriaged)")
@@ -97,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
                              strategy=args.strategy or campaign.default_strategy(args.target),
                              spec=tuple(args.spec_param or ()),
                              draw_spec=args.draw_spec_params, raw_forms=args.raw_forms,
-                             ranks=args.ranks, real_fraction=args.real_fraction, shrink=not args.no_shrink)
+                             ranks=args.ranks, real_fraction=args.real_fraction, shrink=not args.no_shrink,
+                             rediscover=args.rediscover)
     options.check_ranks(args)  # before any work (the campaign opens its own session)
     if config.spec or config.draw_spec:
         print(f"spec settings: pinned {dict(config.spec) or 'none'}; "

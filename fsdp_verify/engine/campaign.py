@@ -25,6 +25,7 @@ from fsdp_verify.engine import collector, stages
 from fsdp_verify.engine.stages import Stage
 from fsdp_verify.corpus import files as corpus
 from fsdp_verify.corpus import example_db
+from fsdp_verify.corpus.known import CLASS_KEY, SIGNATURE_KEY, read_known
 from fsdp_verify.model import names
 from fsdp_verify.corpus import profiles
 from fsdp_verify.model.case import Case
@@ -108,6 +109,7 @@ class Config:
     raw_forms: bool = False  # keep graph forms the target never receives in practice (contract probing)
     ranks: str = "simulated"  # or real, real:gloo, real:nccl: also plan and run on rank processes
     real_fraction: float = 1.0  # share of examples also run on real ranks (chosen by case content)
+    rediscover: bool = False  # True: the corpus folder's saved bugs are not read; each is found as new
 
 
 STRATEGIES = names.STRATEGIES
@@ -165,6 +167,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
     it is saved (a worker streams them, so its parent keeps them if the worker is killed).
     ``session``: real ranks to use (and leave open) instead of the ones ``config.ranks`` opens."""
     result = Result(shrunk=config.shrink)
+    _read_known(config, result)
     if on_failure is not None:
         progress = _streaming(result, progress, on_failure)
     runner = Runner(config, get_target(config.target), result, progress,
@@ -377,6 +380,9 @@ class Runner:
             return Verdict.SHRINK
         if _known(result, signature, excused) or signature in self.pending:
             result.repeats += 1  # a known bug: keep exploring instead of shrinking it again
+            held = _in_corpus(result, signature, excused)
+            if held is not None and signature not in result.signatures:
+                result.known_sightings[held] += 1
             return Verdict.REPEAT
         if result.first_failure is None:
             result.first_failure = (result.examples, time.monotonic() - self.start)
@@ -467,10 +473,31 @@ def _excused(target: Any, case: Case, errors: list) -> bool:
 
 
 def _known(result: Result, signature: Any, excused: bool) -> bool:
-    """Whether a failure of ``signature`` is saved already. A sighting on input the target accepts
-    is new while only excused sightings are saved: the first sighting of a root cause on a graph the
-    target never receives (a joint graph, say) must not hide every later one on a graph it does."""
-    return signature in result.bug_signatures or (excused and signature in result.signatures)
+    """Whether a failure of ``signature`` is saved already, by this run or in the corpus folder
+    before it. A sighting on input the target accepts is new while only excused sightings are saved:
+    the first sighting of a root cause on a graph the target never receives (a joint graph, say)
+    must not hide every later one on a graph it does."""
+    return signature in result.bug_signatures or (excused and signature in result.signatures) or \
+        _in_corpus(result, signature, excused) is not None
+
+
+def _in_corpus(result: Result, signature: Any, excused: bool) -> Optional[str]:
+    """The corpus file an earlier run saved ``signature`` in (an excused one only for an excused
+    sighting), or None."""
+    held = result.known.get(tuple(signature.to_json()))
+    return held[0] if held is not None and (excused or not held[1]) else None
+
+
+def _read_known(config: Config, result: Result) -> None:
+    """The bugs the corpus folder holds against this target, so a bug saved by an earlier run is a
+    sighting of a known bug, not a new failure shrunk and saved again (``--rediscover``: not read)."""
+    if config.rediscover:
+        result.known_read = {"folder": config.corpus_dir, "rediscover": True}
+        return
+    known = read_known(config.corpus_dir, config.target)
+    result.known = {signature: (bug.file, bug.excused) for signature, bug in known.bugs.items()}
+    result.known_read = {"folder": known.folder, "rediscover": False, "unsigned": known.unsigned,
+                         "unreadable": known.unreadable}
 
 
 def _record(config: Config, target: Any, result: Result, case: Case, findings: list,
@@ -485,7 +512,8 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     if _known(result, signature, excused):
         return  # the same bug again: one failure, not two
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
-                         corpus.provenance(config.seed, worker=config.worker, label=case.label))
+                         corpus.provenance(config.seed, worker=config.worker, label=case.label,
+                                           **{SIGNATURE_KEY: signature.to_json(), CLASS_KEY: kind}))
     try:
         path, written = corpus.save(entry, config.corpus_dir)
     except (OSError, corpus.CorpusError) as exc:  # a full, read-only or vanished folder loses nothing
@@ -528,7 +556,8 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
         return
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
-                         corpus.provenance(config.seed, worker=config.worker, label=case.label))
+                         corpus.provenance(config.seed, worker=config.worker, label=case.label,
+                                           **{SIGNATURE_KEY: bug_signature(findings).to_json(), CLASS_KEY: kind}))
     try:
         path, written = corpus.save(entry, config.corpus_dir)
     except (OSError, corpus.CorpusError) as exc:
@@ -615,6 +644,7 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
     running = {index: start(index, config.budget) for index in range(workers)}  # worker index -> process
     processes = list(running.values())
     merged, done, counts = Result(), set(), {}
+    _read_known(config, merged)  # as each worker does: said even if every worker dies
     streamed: dict[int, list[dict]] = {}  # failures a running worker has saved, kept if it dies
     restarts = 0
 

@@ -401,7 +401,8 @@ def _campaign(settings: Settings, corpus: str) -> dict:
         config = campaign.Config(target=settings.target, budget=campaign.Budget(seconds=share),
                                  seed=settings.seed + index, profile="ci", corpus_dir=corpus, size=phase.size,
                                  modules=False, max_failures=1, strategy=strategy, shrink=False,
-                                 deadline=settings.case_deadline, draw_spec=draw_spec)
+                                 deadline=settings.case_deadline, draw_spec=draw_spec,
+                                 rediscover=True)  # a kill is what this run finds, whatever the folder holds
         elapsed = time.monotonic() - start
         result = campaign.run(config)
         report["harness_errors"] += result.harness_errors

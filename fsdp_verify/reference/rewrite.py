@@ -92,9 +92,6 @@ _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpo
                          "constant_pad_nd", "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor",
                          "all_reduce"})
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
-# Reductions torch also offers as functions (``torch.sum(x)``, as a symbolic trace records them): the
-# walk runs those few on stand-ins, as it runs aten and prims ops.
-_FULL_REDUCTIONS = frozenset({"sum", "amax", "amin", "max", "min", "prod"})
 # The rank of the second stand-ins (see ``_evaluated``).
 _PROBE_RANK = 4
 
@@ -145,18 +142,15 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
 
 
 def _evaluable(node: fx.Node) -> bool:
-    """An aten or prims op (an overload, or the packet the FSDP pass calls), or one of torch's own
-    reductions called as a function, that the walk may run on stand-ins: one with a tensor input, all
-    its tensors direct arguments, and no device argument. So nothing it runs allocates real memory,
-    draws from a real generator, starts a device, or reads a list of tensors; what it runs only sees
-    meta stand-ins."""
+    """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
+    stand-ins: one with a tensor input, all its tensors direct arguments, and no device argument.
+    So nothing it runs allocates real memory, draws from a real generator, starts a device, or reads
+    a list of tensors; what it runs only sees meta stand-ins."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         namespace = target.namespace
     elif isinstance(target, torch._ops.OpOverloadPacket):
         namespace = target._qualified_op_name.split("::")[0]
-    elif _op_name(node) in _FULL_REDUCTIONS and getattr(torch, _op_name(node)) is target:
-        namespace = "aten"
     else:
         return False
     values = (*node.args, *node.kwargs.values())
@@ -250,7 +244,7 @@ def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, boo
             return None
     try:
         out = getattr(torch, name)(*operands)
-    except (RuntimeError, TypeError):  # float8 does not promote
+    except (RuntimeError, TypeError):  # a pair torch refuses (two bools subtracted): unknown
         return None
     return out.dtype, out.dim() == 0
 

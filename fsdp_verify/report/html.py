@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from fsdp_verify.report.summary import EXPECTED, class_line, replay_command, repro_command
+from fsdp_verify.report.summary import EXPECTED, class_line, known_line, replay_command, repro_command
 from fsdp_verify.report.tally import PROOFS, Result
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -125,6 +125,7 @@ def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Draw
     figures = [("target", target), ("examples", f"{result.examples} (+{result.shrink_steps} shrink steps)"),
                ("seconds", f"{result.seconds:.1f}"), ("examples/s", f"{rate:.2f}"),
                ("failures", f"{len(result.failures)} distinct, {result.repeats} repeats of known bugs"),
+               *([("known bugs", known_line(result).split(None, 2)[2])] if known_line(result) else []),
                ("by class", class_line(result)), ("invalid cases", f"{result.invalid} (cannot be judged: never passed)"),
                ("harness errors", str(result.harness_errors))]
     return _ENV.get_template("report.html.j2").render(

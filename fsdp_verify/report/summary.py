@@ -148,6 +148,7 @@ def summary_text(result: Result, target: str) -> str:
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
+             *filter(None, [known_line(result)]),
              f"by class        {class_line(result)}",
              repro_line(result),
              f"by checker      {by_checker}",
@@ -197,14 +198,34 @@ def repro_command(file: str | None, target: str = "") -> str:
     return f"fsdp-verify repro {file or 'CASE.json'}" + (f" --target {target}" if target else "") + f" -o repro_{stem}.py"
 
 
+def known_line(result: Result) -> str:
+    """What the corpus folder said about bugs saved before the run, and which of them were met again."""
+    read = result.known_read
+    if read is None:  # no campaign read a corpus folder (a result made by another command)
+        return ""
+    if read["rediscover"]:
+        return f"known bugs      not read (--rediscover): a bug {read['folder']} holds is found, shrunk and saved anew"
+    met = ", ".join(f"{Path(file).name} x{n}" for file, n in result.known_sightings.most_common(3))
+    more = len(result.known_sightings) - 3
+    unread = (f"; {read['unsigned']} failing files carry no signature (their bugs count as new)" if read["unsigned"] else "") + \
+        (f"; {len(read['unreadable'])} unreadable files left alone ({', '.join(read['unreadable'][:3])})"
+         if read["unreadable"] else "")
+    if not result.known:
+        return f"known bugs      none saved against this target in {read['folder']} before this run" + unread
+    sightings = (f"met again: {sum(result.known_sightings.values())} sightings of {len(result.known_sightings)} "
+                 f"({met}{f', +{more} more' if more > 0 else ''}), not saved again" if met else "none met again")
+    return f"known bugs      {len(result.known)} saved in {read['folder']} before this run; {sightings}" + unread
+
+
 def junit_xml(result: Result, target: str) -> str:
     """A JUnit report: the campaign, plus one test case per distinct finding (the campaign saves
     one case per bug signature) that names its checkers and carries its replay command. Only
     defects (and external defect candidates) fail; contract mismatches and invalid input are
     reported as skipped, with their class."""
     bugs = [f for f in result.failures if classes.of(f).is_bug]
-    suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures)),
-                       failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs)),
+    known = len(result.known_sightings)
+    suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures) + known),
+                       failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs) + known),
                        time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
                              time=f"{result.seconds:.3f}")
@@ -220,7 +241,10 @@ def junit_xml(result: Result, target: str) -> str:
                         ("upstream_defects", kinds.count(classes.FailureClass.UPSTREAM)),
                         ("harness_limitations", kinds.count(classes.FailureClass.LIMITATION)),
                         ("isolated", result.isolated), ("isolation_forks", result.forks),
-                        ("shrunk", result.shrunk), *repro_properties(result)):
+                        ("shrunk", result.shrunk), *repro_properties(result),
+                        ("known_bugs_read", "not read" if not result.known_read or result.known_read["rediscover"]
+                         else len(result.known)),
+                        ("known_bug_sightings", sum(result.known_sightings.values()))):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
@@ -230,6 +254,11 @@ def junit_xml(result: Result, target: str) -> str:
         ET.SubElement(properties, "property", name=name, value=str(value))
     ET.SubElement(campaign, "system-out").text = "\n".join(
         [f"{result.examples} examples", isolation_line(result), *skipped_lines(result), *ranks_lines(result)])
+    for file, sightings in sorted(result.known_sightings.items()):
+        # a bug an earlier run saved, met again: reported, never a new failure (its file replays it)
+        known = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz.known", name=Path(file).name)
+        ET.SubElement(known, "skipped", message=f"[known] met {sightings} times again; saved before this run "
+                                                f"in {file}").text = f"replay: fsdp-verify replay {file}"
     for failure in result.failures:
         case = ET.SubElement(suite, "testcase", classname=f"fsdp_verify.fuzz.{'+'.join(failure['checkers'])}",
                              name=Path(failure["file"]).name if failure["file"] else "not-saved")

@@ -58,6 +58,12 @@ class Result:
     forks: int = 0  # child processes the isolation forked (one, plus one per case that retired its child)
     output_kept: bool = True  # the children's output was kept per case, not printed (--show-target-output)
     cpu_by_stage: dict = field(default_factory=dict)  # CPU seconds by stage (engine/stages.py), all processes
+    # Bugs the corpus folder held before the run (corpus/known.py): signature -> (file, excused),
+    # what was read (folder, --rediscover, files unsigned or unreadable; None: no campaign read
+    # one), and how often each file's bug was met again.
+    known: dict = field(default_factory=dict)
+    known_read: Optional[dict] = None
+    known_sightings: Counter = field(default_factory=Counter)
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -82,6 +88,9 @@ class Result:
         self.output_kept = self.output_kept and other.output_kept
         for stage, seconds in other.cpu_by_stage.items():
             self.cpu_by_stage[stage] = self.cpu_by_stage.get(stage, 0.0) + seconds
+        self.known = self.known or other.known  # every worker read the same folder
+        self.known_read = self.known_read or other.known_read
+        self.known_sightings.update(other.known_sightings)
 
     def add_failure(self, failure: dict) -> None:
         """A failure another worker saved; one bug found by two workers is one failure (by its
@@ -106,6 +115,8 @@ class Result:
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),
                 "isolation": {"isolated": self.isolated, "forks": self.forks, "output_kept": self.output_kept}, "shrunk": self.shrunk,
+                "known_from_corpus": None if self.known_read is None else
+                {**self.known_read, "bugs": len(self.known), "sightings": dict(self.known_sightings)},
                 "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())}}
 
 

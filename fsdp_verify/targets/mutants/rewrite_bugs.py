@@ -11,13 +11,16 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import (_FULL_REDUCTIONS, _evaluable as _correct_evaluable,
+from fsdp_verify.reference.rewrite import (_evaluable as _correct_evaluable,
                                           _evaluated as _correct_evaluated, _holds, _op_name,
                                           _promoted as _correct_promoted,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
 
 aten = torch.ops.aten
 
+# The reductions over every dim that the reference's walk once named in a table (it now runs any op
+# on stand-ins); planted bugs that bring back a table-bound walk read it.
+_FULL_REDUCTIONS = frozenset({"sum", "amax", "amin", "max", "min", "prod"})
 
 
 def refused_after_writing(check_fresh):
