@@ -714,14 +714,20 @@ def cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
 def cast_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers relu of its cast: an op the dtype walk has no table entry for keeps the cast's dtype,
     which only running the op as torch would tells (the spec dtype is the parameter's)."""
+    return _cast_through(case, a, b, "aten.relu.default", "opaque")
+
+
+def _cast_through(case: Case, a: str, b: str, target: str, suffix: str, **kwargs: Any) -> Optional[Case]:
+    """A gathers ``target`` (with ``kwargs``) of its cast, a cast to a dtype torch computes in; None
+    where A gathers no such cast."""
     cast = _cast_source(case, a, computed=True)
     if _kind(case, b) == RS_KIND or cast is None:
         return None
     graph = case.graph
-    opaque = edit.fresh_name(graph, f"{a}_opaque")
-    graph = edit.insert_after(graph, cast.name, [edit.call(opaque, "aten.relu.default", NodeRef(cast.name),
-                                                           meta=_phase(case, a))])
-    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(opaque), *graph.node(a).args[1:])))
+    name = edit.fresh_name(graph, f"{a}_{suffix}")
+    graph = edit.insert_after(graph, cast.name, [edit.call(name, target, NodeRef(cast.name), meta=_phase(case, a),
+                                                           **kwargs)])
+    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(name), *graph.node(a).args[1:])))
 
 
 def _gain_replaced(case: Case, a: str, b: str, target: str, suffix: str, *args: Any) -> Optional[Case]:
@@ -784,14 +790,7 @@ def cast_before_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
 def cast_through_keyword_op(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers ``gelu(cast, approximate="tanh")``: an op with a keyword the walk must pass through
     unchanged when it runs the op on stand-ins; gelu keeps the cast's dtype."""
-    cast = _cast_source(case, a, computed=True)
-    if _kind(case, b) == RS_KIND or cast is None:
-        return None
-    graph = case.graph
-    opaque = edit.fresh_name(graph, f"{a}_gelu")
-    graph = edit.insert_after(graph, cast.name, [edit.call(opaque, "aten.gelu.default", NodeRef(cast.name),
-                                                           meta=_phase(case, a), approximate="tanh")])
-    return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(opaque), *graph.node(a).args[1:])))
+    return _cast_through(case, a, b, "aten.gelu.default", "gelu", approximate="tanh")
 
 
 @needs_cast(scaled=True)
