@@ -37,15 +37,6 @@ class Known:
     unsigned: int = 0  # failing files without a signature (saved by hand or before signatures were kept)
     unreadable: list[str] = field(default_factory=list)  # files that are not JSON objects
 
-    def on_accepted_input(self, signature: tuple[str, str, str]) -> KnownBug | None:
-        """The file holding ``signature`` as a bug of the target (not an excused class)."""
-        bug = self.bugs.get(signature)
-        return bug if bug is not None and not bug.excused else None
-
-    def any(self, signature: tuple[str, str, str]) -> KnownBug | None:
-        """The file holding ``signature`` in any class (for a sighting that is itself excused)."""
-        return self.bugs.get(signature)
-
 
 def read_known(folder: str | Path, target: str) -> Known:
     """The signed failures that ``folder``'s files (not its subfolders) hold against ``target``.

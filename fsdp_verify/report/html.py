@@ -119,13 +119,14 @@ def _checker_bars(result: Result) -> list[Bar]:
 def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Drawing]] = None, title: str = "") -> str:
     """The page of one fuzz campaign (``drawings``: each saved failure's picture, by file)."""
     rate = result.examples / result.seconds if result.seconds else 0.0
+    known = known_line(result)
     classes: dict[str, int] = {}
     for failure in result.failures:
         classes[failure.get("class", "defect")] = classes.get(failure.get("class", "defect"), 0) + 1
     figures = [("target", target), ("examples", f"{result.examples} (+{result.shrink_steps} shrink steps)"),
                ("seconds", f"{result.seconds:.1f}"), ("examples/s", f"{rate:.2f}"),
                ("failures", f"{len(result.failures)} distinct, {result.repeats} repeats of known bugs"),
-               *([("known bugs", known_line(result).split(None, 2)[2])] if known_line(result) else []),
+               *([("known bugs", known.split(None, 2)[2])] if known else []),
                ("by class", class_line(result)), ("invalid cases", f"{result.invalid} (cannot be judged: never passed)"),
                ("harness errors", str(result.harness_errors))]
     return _ENV.get_template("report.html.j2").render(
