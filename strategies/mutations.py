@@ -22,7 +22,7 @@ import torch
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
-from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec
+from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec
 from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
 
 RS_KIND = "fsdp_reduce_scatter"
@@ -817,6 +817,28 @@ def _scaled(case: Case, a: str, b: str) -> Optional[tuple[NodeSpec, NodeSpec, No
     return scaled, gain, amax
 
 
+def _scaled_param(case: Case, found: Optional[tuple]) -> tuple[Optional[NodeSpec], Optional[ParamSpec]]:
+    """The cast of a scaled cast ``found`` by ``_scaled`` and the parameter it casts (None each where
+    there is none)."""
+    cast = case.graph.node(found[0].args[0].name) if found else None
+    param = next((p for p in case.graph.params if cast is not None and cast.args
+                  and cast.args[0] == NodeRef(p.placeholder)), None)
+    return cast, param
+
+
+def _gain_reduced(case: Case, a: str, b: str, *args: Any, target: Optional[str] = None,
+                  kwargs: Optional[dict] = None) -> Optional[Case]:
+    """A's scaled cast with its gain's reduction (``amax(abs(p), [])`` as drawn) called on the same
+    input with ``args`` after it, as ``target`` and with ``kwargs`` where given; None where A gathers
+    no such product."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    return replace(case, graph=edit.update_node(case.graph, amax.name, target=target, args=(amax.args[0], *args),
+                                                kwargs=kwargs))
+
+
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
@@ -825,8 +847,7 @@ def scaled_cast_partly_traced(case: Case, a: str, b: str) -> Optional[Case]:
     cast's dtype, the gain being 0-dim; a walk that misreads a traced value's rank gets float32."""
     found = _scaled(case, a, b)
     graph = case.graph
-    cast = graph.node(found[0].args[0].name) if found else None
-    param = next((p for p in graph.params if cast and cast.args and cast.args[0] == NodeRef(p.placeholder)), None)
+    cast, param = _scaled_param(case, found)
     if cast is None or cast.target != CAST or len(cast.args) != 2 or param is None \
             or not isinstance(cast.args[1], torch.dtype):
         return None
@@ -858,11 +879,7 @@ def gain_summed_with_dtype(case: Case, a: str, b: str) -> Optional[Case]:
 def gain_by_bare_reduction(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain reduces with ``amax(x)``, its dims left to their default (every dim), not ``amax(x, [])``:
     the same 0-dim result."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, args=amax.args[:1]))
+    return _gain_reduced(case, a, b)
 
 
 @needs_cast(scaled=True)
@@ -871,23 +888,14 @@ def gain_by_keyword_reduction(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain reduces with ``amax(x, dim=[], keepdim=False)``, its dims by keyword: the same 0-dim
     result, but one the walk can only get by running amax, and amax refuses an empty input, so a
     walk whose stand-ins hold no element leaves the gain unknown."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, args=amax.args[:1],
-                                                kwargs={"dim": [], "keepdim": False}))
+    return _gain_reduced(case, a, b, kwargs={"dim": [], "keepdim": False})
 
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def gain_by_positional_keepdim(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain reduces with ``amax(x, [], False)``, keepdim by position: the same 0-dim result."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, args=(amax.args[0], [], False)))
+    return _gain_reduced(case, a, b, [], False)
 
 
 @needs_cast(scaled=True)
@@ -895,13 +903,8 @@ def gain_by_positional_keepdim(case: Case, a: str, b: str) -> Optional[Case]:
 def gain_summed_with_every_keyword(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``sum(x, dim=[], keepdim=False, dtype=float32)``, every argument by keyword (the
     ``dim_IntList`` overload): the same 0-dim result."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.sum.dim_IntList",
-                                                args=amax.args[:1],
-                                                kwargs={"dim": [], "keepdim": False, "dtype": torch.float32}))
+    return _gain_reduced(case, a, b, target="aten.sum.dim_IntList",
+                         kwargs={"dim": [], "keepdim": False, "dtype": torch.float32})
 
 
 @needs_cast(scaled=True)
@@ -909,11 +912,7 @@ def gain_summed_with_every_keyword(case: Case, a: str, b: str) -> Optional[Case]
 def gain_by_mean(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``mean(abs(p))`` (an absmean scale, as ternary and 1-bit weight recipes use): a
     reduction over every dim that no table of the walk names, 0-dim, so torch keeps the cast's dtype."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.mean.default", args=amax.args[:1]))
+    return _gain_reduced(case, a, b, target="aten.mean.default")
 
 
 @needs_cast(scaled=True)
@@ -923,15 +922,10 @@ def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     promotes the product to float32 and A moves float32, though its cast is half precision. A walk
     that takes a reduction's 0-dim result on one-element stand-ins for a reduction over every dim
     packs A in the cast's dtype, rounding it."""
-    found = _scaled(case, a, b)
-    cast = case.graph.node(found[0].args[0].name) if found else None
-    param = next((p for p in case.graph.params if cast is not None and cast.args
-                  and cast.args[0] == NodeRef(p.placeholder)), None)
+    param = _scaled_param(case, _scaled(case, a, b))[1]
     if param is None or len(param.shard_shape) < 2:
         return None
-    amax = found[2]
-    return replace(case, graph=edit.update_node(case.graph, amax.name, target="aten.sum.dim_IntList",
-                                                args=(amax.args[0], [0])))
+    return _gain_reduced(case, a, b, [0], target="aten.sum.dim_IntList")
 
 
 @needs_cast(scaled=True)
