@@ -1,6 +1,8 @@
 """The campaign as a user runs it: ``fsdp-verify fuzz`` on the reference, default isolation against
 ``--in-process``, in one sitting. Prints wall and CPU seconds (the command and all its children),
-examples per CPU-second, what isolation costs over in-process, and the campaign's CPU by stage
+examples per CPU-second, CPU per node-rank (graph nodes times ranks, summed over the examples:
+what the cost grows with, so runs whose draws differ in size still compare), what isolation costs
+over in-process, and the campaign's CPU by stage
 (from the summary's ``cpu_by_stage``, each stage measured in the process that ran it; what the
 stages leave of the measured CPU is the interpreter's start and imports).
 
@@ -39,7 +41,7 @@ def run(examples: int, seed: int, workers: int, in_process: bool) -> dict:
         wall, cpu = measured(command)
         doc = json.loads(summary.read_text())
     return {"examples": doc["examples"], "wall": wall, "cpu": cpu, "forks": doc.get("isolation", {}).get("forks"),
-            "stages": doc.get("cpu_by_stage", {})}
+            "stages": doc.get("cpu_by_stage", {}), "node_ranks": doc.get("node_ranks", 0)}
 
 
 def stage_table(figures: dict[str, list[dict]]) -> None:
@@ -77,7 +79,9 @@ def main() -> None:
         for one in runs:
             print(f"{mode:<10} {one['examples']} examples: {one['wall']:.1f}s wall, {one['cpu']:.1f} CPU-s -> "
                   f"{one['examples'] / one['cpu']:.2f} examples per CPU-second"
-                  + (f", {one['forks']} forks" if mode == "isolated" else ""))
+                  + (f", {one['forks']} forks" if mode == "isolated" else "")
+                  + (f"; {one['node_ranks'] / one['examples']:.0f} node-ranks per example, "
+                     f"{1000 * one['cpu'] / one['node_ranks']:.3f} CPU-ms per node-rank" if one["node_ranks"] else ""))
     best = {mode: min(one["cpu"] for one in runs) for mode, runs in figures.items()}
     print(f"isolation costs {100 * (best['isolated'] / best['in-process'] - 1):+.1f}% CPU over in-process "
           f"(best of {args.rounds} each)")

@@ -793,6 +793,17 @@ def cast_through_keyword_op(case: Case, a: str, b: str) -> Optional[Case]:
     return _cast_through(case, a, b, "aten.gelu.default", "gelu", approximate="tanh")
 
 
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_copied_to_device(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers ``_to_copy(cast, device="cpu")``, a copy to the device the ranks run on (an offloaded
+    shard is copied to the device before its gather): the cast's dtype. Run on meta stand-ins, the
+    copy must go to meta too: a copy out of a meta tensor fails, and the walk falls back to the
+    parameter's dtype. Built graphs name keywords by new strings, as loaded ones do, so a walk that
+    finds ``device`` by identity misses it."""
+    return _cast_through(case, a, b, "aten._to_copy.default", "copied", device="cpu")
+
+
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
@@ -930,6 +941,26 @@ def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``squeeze_copy(amax(abs(p), [0], True))`` (a functionalized graph's squeeze) of a
+    shard with more than one element per row: dimensioned, so A moves float32. The squeeze drops only
+    dims of one element, so it comes out 0-dim from one-element stand-ins; only stand-ins whose dims
+    hold two elements show that it keeps the rest."""
+    param = _scaled_param(case, _scaled(case, a, b))[1]
+    if param is None or len(param.shard_shape) < 2 or math.prod(param.shard_shape[1:]) < 2:
+        return None
+    planted = _gain_reduced(case, a, b, [0], True)
+    gain = _scaled(planted, a, b)[1]
+    amax = gain.args[0]
+    graph = planted.graph
+    name = edit.fresh_name(graph, f"{a}_squeezed")
+    graph = edit.insert_after(graph, amax.name, [edit.call(name, "aten.squeeze_copy.default", amax,
+                                                           meta=_phase(case, a))])
+    return replace(planted, graph=edit.update_node(graph, gain.name, args=(NodeRef(name), *gain.args[1:])))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
     the same promotion as ``aten.mul.Tensor``."""
@@ -993,12 +1024,14 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_summed_with_every_keyword,
                                                                             gain_by_mean,
                                                                             gain_per_channel,
+                                                                            gain_squeezed_per_channel,
                                                                             cast_scaled_by_python_operator),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
                                                                                 cast_before_opaque_op,
                                                                                 cast_through_opaque_op,
                                                                                 cast_through_keyword_op,
+                                                                                cast_copied_to_device,
                                                                                 gain_through_opaque_op,
                                                                                 cast_through_opaque_packet,
                                                                                 cast_of_unfollowable_value),

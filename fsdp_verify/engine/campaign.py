@@ -459,6 +459,7 @@ def _count(result: Result, ctx) -> None:
     judged = ctx.metrics.get("numerics", {})
     result.output_elements += judged.get("output_elements", 0)
     result.judged_elements += judged.get("judged_elements", 0)
+    result.node_ranks += len(ctx.case.graph.nodes) * len(ctx.case.graph.world())
     result.proofs.update(proofs_of(ctx.metrics))
 
 

@@ -40,7 +40,8 @@ def build_module(spec: GraphSpec, validated: bool = False, lint: bool = True) ->
     for index, node_spec in enumerate(spec.nodes):
         path = f"nodes[{index}]"
         args = map_refs(tuple(node_spec.args), lookup)
-        kwargs = map_refs(dict(node_spec.kwargs), lookup)
+        # keyword names as new strings too, as a graph loaded from disk has them (see TAG_KEYS)
+        kwargs = {unshared(key): value for key, value in map_refs(dict(node_spec.kwargs), lookup).items()}
         if node_spec.op == "placeholder":
             node = graph.placeholder(node_spec.name)
         elif node_spec.op == "output":

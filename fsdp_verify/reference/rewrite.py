@@ -10,7 +10,7 @@ signature does not match the graph is rejected before anything changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
 from torch import fx
@@ -92,8 +92,9 @@ _SAME_DTYPE = frozenset({"clone", "contiguous", "view", "reshape", "t", "transpo
                          "constant_pad_nd", "all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor",
                          "all_reduce"})
 _PROMOTING = frozenset({"add", "mul", "sub", "div"})
-# The rank of the second stand-ins (see ``_evaluated``).
+# The rank of the second stand-ins, and the length of each of their dims (see ``_evaluated``).
 _PROBE_RANK = 4
+_PROBE_SIZE = 2
 
 
 def _op_name(node: fx.Node) -> str:
@@ -202,7 +203,7 @@ def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | Non
     if out is None:
         return None
     if out.dim() == 0 and any(walk.seen[a][1] is False for a in node.args if isinstance(a, fx.Node)):
-        probe = _run(node, walk, (2,) * _PROBE_RANK)
+        probe = _run(node, walk, (_PROBE_SIZE,) * _PROBE_RANK)
         if probe is None or probe.dim() != 0:
             return None
     return out.dtype, out.dim() == 0
@@ -215,10 +216,16 @@ def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor
     if any(standin is None for standin in standins):
         return None
     try:
-        out = node.target(*standins, **{k: "meta" if k == "device" else v for k, v in node.kwargs.items()})
+        out = node.target(*standins, **_on_meta(node.kwargs))
     except Exception:  # noqa: BLE001 - an op the stand-ins do not fit: unknown
         return None
     return out if isinstance(out, torch.Tensor) else None
+
+
+def _on_meta(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """An op's keywords with its device, given as a string (``_evaluable`` refuses device objects),
+    made ``meta``: the stand-ins are meta tensors, and a copy out of one to a real device fails."""
+    return {key: "meta" if key == "device" else value for key, value in kwargs.items()}
 
 
 def _standin(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...] = ()) -> torch.Tensor | None:

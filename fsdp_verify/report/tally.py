@@ -47,6 +47,9 @@ class Result:
     skipped: Counter = field(default_factory=Counter)  # "checker: why" -> cases it could not judge
     output_elements: int = 0  # output elements of the cases run
     judged_elements: int = 0  # of those, the elements the numerics oracle compared
+    # Graph nodes times ranks over the examples judged: what a campaign's CPU grows with, so two
+    # runs whose draws differ in size compare per node-rank, not per example.
+    node_ranks: int = 0
     proofs: Counter = field(default_factory=Counter)  # what each verdict rested on (PROOFS), summed over cases
     interrupted: bool = False  # stopped early by SIGINT/SIGTERM
     harness_errors: int = 0  # the harness itself failed (a lost worker, an accounting error): never a pass
@@ -77,6 +80,7 @@ class Result:
         self.skipped.update(other.skipped)
         self.output_elements += other.output_elements
         self.judged_elements += other.judged_elements
+        self.node_ranks += other.node_ranks
         self.proofs.update(other.proofs)
         self.interrupted = self.interrupted or other.interrupted
         self.harness_errors += other.harness_errors
@@ -111,6 +115,7 @@ class Result:
                 "repeats_of_known_bugs": self.repeats,
                 "skipped_checks": dict(self.skipped), "interrupted": self.interrupted, "harness_errors": self.harness_errors, "notes": self.notes,
                 "output_elements": self.output_elements, "judged_elements": self.judged_elements,
+                "node_ranks": self.node_ranks,
                 "proofs": {key: self.proofs[key] for key in PROOFS},
                 "decisions": {f"{a}:{r}": n for (a, r), n in sorted(self.decisions.items())},
                 "failures": self.failures, "ranks": self.ranks, "repro": self.repro.to_json(),

@@ -43,6 +43,8 @@ def test_every_stage_and_checker_is_measured(tmp_path, in_process):
     props = {p.get("name"): p.get("value") for p in ET.fromstring(junit_xml(result, "reference")).iter("property")}
     assert float(props["cpu_seconds:target"]) == pytest.approx(figures["target"], abs=1e-3)
     assert result.to_json()["cpu_by_stage"]["build"] == round(figures["build"], 3)
+    # what the CPU grows with: at least one node on one rank per example, in either mode
+    assert result.to_json()["node_ranks"] == result.node_ranks >= result.examples > 0
 
 
 def test_the_round_watch_is_taken_out_of_the_target_s_figure():

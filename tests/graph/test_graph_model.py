@@ -231,3 +231,18 @@ def test_a_built_graph_holds_each_tag_as_its_own_string_object():
     assert not any(n.meta["fsdp_bucket_prepare"] is n.meta["fsdp_reduce_scatter_prepare"] for n in sources)
     launches = [n for n in module.graph.nodes if n.meta.get("comm_type") == "fsdp_reduce_scatter"]
     assert any(predicates.rs_layout_preparation(launch) for launch in launches)  # found by equality
+
+
+def test_a_built_graph_names_keywords_by_new_strings():
+    """Keyword names too are new string objects, as ``json.loads`` gives them: a pass that finds a
+    keyword by identity (``key is "device"``) works on a traced graph's interned names only."""
+    from fsdp_verify.graph import edit
+    from fsdp_verify.graph.values import NodeRef
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    spec = render(Blueprint(blocks=((ParamDraw((2, 4)),),)))
+    source = spec.params[0].placeholder
+    spec = edit.insert_after(spec, source, [edit.call("copied", "aten._to_copy.default", NodeRef(source),
+                                                      device="cpu")])
+    copied = next(n for n in build_module(spec).graph.nodes if n.name == "copied")
+    device = "device"
+    assert list(copied.kwargs) == ["device"] and not any(key is device for key in copied.kwargs)

@@ -279,6 +279,12 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
            rewrite_bugs.probe_skipped, hunt="rule:scaled_cast_forms"),
+    Mutant("probe_of_ones", "the second stand-ins hold one element per dim, so a squeezed per-column gain is "
+           "taken for 0-dim and its float32 product is packed in half precision", ("layout", "numerics"),
+           rewrite_bugs.probe_of_ones, hunt="rule:scaled_cast_forms"),
+    Mutant("device_key_by_identity", "the dtype walk finds the device keyword by identity, so on a graph whose "
+           "keyword names are new strings a copy of a bf16 cast to the device is packed in the parameter's dtype",
+           ("layout", "numerics"), rewrite_bugs.device_key_by_identity, hunt="rule:cast_beside_opaque_op"),
     Mutant("first_operand_decides", "arithmetic takes its first operand's dtype, so a bf16 cast plus relu of its "
            "float32 parameter is packed as bf16", ("layout", "numerics"), rewrite_bugs.first_operand_decides,
            hunt="rule:cast_beside_opaque_op"),

@@ -592,6 +592,27 @@ def probe_skipped() -> list[tuple]:
     return [(rewrite, "_PROBE_RANK", 1)]
 
 
+def probe_of_ones() -> list[tuple]:
+    """The second stand-ins hold one element per dim: a squeeze drops all four dims of them, as it does
+    the one of the first, so a per-column gain squeezed out of ``amax(abs(p), [0], True)`` is taken
+    for 0-dim and its float32 product is packed in the cast's half precision."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_PROBE_SIZE", 1)]
+
+
+def device_key_by_identity() -> list[tuple]:
+    """The walk finds an op's ``device`` keyword by identity, as if every keyword name were the
+    interned literal: on a graph whose names are new strings (loaded from disk, or built) the copy
+    ``_to_copy(cast, device="cpu")`` runs on a meta stand-in with its real device, fails, and the
+    member is packed in the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+    device = "device"
+
+    def by_identity(kwargs) -> dict:
+        return {key: "meta" if key is device else value for key, value in kwargs.items()}
+    return [(rewrite, "_on_meta", by_identity)]
+
+
 def first_operand_decides() -> list[tuple]:
     """Arithmetic takes its first operand's dtype: a bf16 cast plus a float32 value (relu of the
     parameter) is packed as bf16, where torch promotes the sum to float32."""
