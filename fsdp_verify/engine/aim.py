@@ -102,6 +102,7 @@ class Basis(enum.Enum):
 
     LINE = "line"  # the shape whose examples run the mutant's line most
     RESULT = "result"  # the shape whose examples the mutant changes its function's result in most
+    CATALOGUE = "planted bug"  # the hunt of a planted bug that replaces the mutant's function (``hunts``)
 
 
 @dataclass(frozen=True)
@@ -147,12 +148,16 @@ def shape_phases() -> list[str]:
             phase_name("hazards" + DRAWN_SPEC, SHAPE_SIZE)]
 
 
-def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Optional[str] = None) -> Aim:
+def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Optional[str] = None,
+        hunts: Sequence[str] = ()) -> Aim:
     """The phase to add for a mutant of ``line`` of ``path``. Where its function was probed and the
     default phases' examples change its result in fewer than AIM_BELOW of them: the planted shape
     whose examples it changes most (a line run by a third of the mix can still be one whose mutation
     matters in one draw in hundreds). Else, when the default phases run the line in fewer than
-    AIM_BELOW of their examples: the shape that runs it most."""
+    AIM_BELOW of their examples: of ``hunts`` (the shapes of planted bugs that replace its function
+    or constant, ``hunts.hunts_for``) the one that runs the line most; without one, the shape that
+    runs it most. A shape that runs a line most is not always one that tells: a helper every
+    evaluated op calls runs most where the keyword it looks for never appears."""
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
     if reach.error:
         return Aim(best)
@@ -166,6 +171,10 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
             return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level)
     if best >= AIM_BELOW:
         return Aim(best, default_infected=infected, level=level)
+    planted = sorted((-reach.rate(phase, path, line), index, phase) for index, phase in enumerate(hunts)
+                     if phase in reach.examples and phase not in defaults)
+    if planted:
+        return Aim(best, planted[0][2], -planted[0][0], Basis.CATALOGUE, infected, level)
     shapes = sorted(((-reach.rate(phase, path, line), phase) for phase in reach.examples if phase not in defaults))
     if not shapes or -shapes[0][0] <= best:
         return Aim(best, default_infected=infected, level=level)

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from fsdp_verify.engine import aim, probes
+from fsdp_verify.engine import aim, hunts, probes
 
 # Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
 # mutant could change (the project's own modules are imported afresh in each child).
@@ -108,7 +108,7 @@ class MutantResult:
     level: str = ""
     probed: str = ""
     aimed: str = ""  # the phase added for it (``aim``): the planted shape that runs its line most
-    aimed_by: str = ""  # what chose that phase: its line's reach, or its function's result (aim.Basis)
+    aimed_by: str = ""  # what chose that phase: its line's reach, its function's result, a planted bug (aim.Basis)
     round: int = 1  # 2: a survivor run again, aimed by its probes (its times count both rounds)
     before: str = ""  # the changed lines, stripped: the equivalence file's key
     after: str = ""
@@ -698,11 +698,21 @@ def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> Ai
     if reach is None or reach.error:  # no map: nothing is said of the mutant's line
         return Aimed(settings)
     found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases],
-                    mutant.ident)
+                    mutant.ident, _hunts(mutant) if settings.target == "reference" else ())
     if found.phase is None:
         return Aimed(settings, found)
     strategy, size = found.phase.rsplit(":", 1)
     return Aimed(replace(settings, phases=(Phase(strategy, size), *settings.phases)), found)
+
+
+def _hunts(mutant: Mutant) -> tuple[str, ...]:
+    """The hunts of the catalogue's planted bugs that replace what holds the mutant's line: they are
+    bugs of the reference, so only a run on the reference aims by them."""
+    try:
+        source = Path(mutant.path).read_text()
+    except OSError:
+        return ()
+    return hunts.hunts_for(mutant.module, source, mutant.line)
 
 
 def _tell(progress, result: MutantResult) -> None:
@@ -747,9 +757,11 @@ def _aim_line(outcome: Run) -> str:
     if reach.error:
         return f"aimed phases: none, the reach map failed: {reach.error}"
     by_line = sum(r.aimed_by == aim.Basis.LINE.value and r.round == 1 for r in outcome.results)
+    by_hunt = sum(r.aimed_by == aim.Basis.CATALOGUE.value and r.round == 1 for r in outcome.results)
     again = [r for r in outcome.results if r.round == 2]
     probed = [r for r in outcome.results if r.round == 2 or (r.outcome is Outcome.SURVIVED and not r.probed)]
-    return (f"aimed phases: {by_line} of {len(outcome.results)} mutants by their line (run in under "
+    return (f"aimed phases: {by_line} of {len(outcome.results)} mutants by their line, {by_hunt} by the hunt of a "
+            f"planted bug that replaces their function or constant (run in under "
             f"{100 * aim.AIM_BELOW:.0f}% of the default phases' examples); reach map {reach.seconds:.0f} s, "
             f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases. Second round: "
             f"{len(probed)} survivors probed, {len(again)} run again aimed by what their module's functions return "

@@ -191,6 +191,44 @@ def test_a_line_the_default_phases_seldom_run_is_aimed_at_the_shape_that_runs_it
     assert aim.Reach.from_json(json.loads(json.dumps(reach.to_json()))) == reach
 
 
+def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -> None:
+    """A keyword helper runs most in shapes that never pass the keyword it looks for, and a constant
+    runs only at import: the hunt of the planted bug that replaces either tells, the line's reach
+    does not (``is "device"`` in ``_on_meta`` survived 60 s aimed by its line)."""
+    from fsdp_verify.engine import aim, hunts
+    path, module = "fsdp_verify/reference/rewrite.py", "fsdp_verify.reference.rewrite"
+    source = Path(path).read_text()
+    lines = source.splitlines()
+    helper = next(i for i, text in enumerate(lines, 1) if 'if key == "device"' in text)
+    constant = next(i for i, text in enumerate(lines, 1) if text.startswith("_PROBE_SIZE ="))
+    assert hunts.named_at(source, helper) == ("_on_meta",) and hunts.named_at(source, constant) == ("_PROBE_SIZE",)
+    assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op:tiny",)
+    assert hunts.hunts_for(module, source, constant) == ("rule:scaled_cast_forms:tiny",)
+    planner = Path("fsdp_verify/reference/planner.py").read_text()
+    method = next(i for i, text in enumerate(planner.splitlines(), 1) if "def size_bytes" in text) + 1
+    assert "rule:capacity:tiny" in hunts.hunts_for("fsdp_verify.reference.planner", planner, method)  # by qualname
+    assert hunts.named_at("x = 1\nfor i in range(2):\n    pass\n", 3) == ()  # neither a definition nor a constant
+    key = aim._key(path)
+    shapes = {"rule:cast_beside_opaque_op:tiny": {helper: 5}, "rule:cast_scaled_twice:tiny": {helper: 20},
+              "rule:scaled_cast_forms:tiny": {helper: 20}}
+    reach = aim.Reach(examples={"cases:default": 40, **{shape: 20 for shape in shapes}},
+                      hits={"cases:default": {key: {}}, **{shape: {key: hit} for shape, hit in shapes.items()}},
+                      statements={key: sorted({helper, constant})})
+    assert aim.aim(reach, path, helper, ["cases:default"]).phase == "rule:cast_scaled_twice:tiny"  # by line
+    found = aim.aim(reach, path, helper, ["cases:default"], hunts=hunts.hunts_for(module, source, helper))
+    assert (found.phase, found.basis, found.phase_rate) == ("rule:cast_beside_opaque_op:tiny", aim.Basis.CATALOGUE, 0.25)
+    assert aim.aim(reach, path, constant, ["cases:default"]).phase is None  # no phase runs an import-time line
+    found = aim.aim(reach, path, constant, ["cases:default"], hunts=hunts.hunts_for(module, source, constant))
+    assert (found.phase, found.basis) == ("rule:scaled_cast_forms:tiny", aim.Basis.CATALOGUE)
+    assert aim.aim(reach, path, helper, ["cases:default"], hunts=("rule:not_measured:tiny",)).basis is aim.Basis.LINE
+    mutant = mutate.Mutant(path, module, "core/ReplaceComparisonOperator_Eq_Is", 3, helper)
+    aimed = mutate._aimed(reach, mutant, mutate.Settings(phases=(mutate.Phase("cases", "default"),)))
+    assert aimed.settings.phases[0] == mutate.Phase("rule:cast_beside_opaque_op", "tiny")
+    other = mutate._aimed(reach, mutant, mutate.Settings(target="mutant:avg_twice",
+                                                         phases=(mutate.Phase("cases", "default"),)))
+    assert other.found.basis is aim.Basis.LINE  # the catalogue's bugs are the reference's: others aim by line
+
+
 def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
     """One measurement on the reference's rewriter. By line: the default phases' six examples never
     run ``_holds`` (a bucket whose members move several dtypes; the cast shapes make one), so a
