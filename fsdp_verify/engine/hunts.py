@@ -13,9 +13,12 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from fsdp_verify.engine.aim import SHAPE_SIZE
+
+if TYPE_CHECKING:
+    from fsdp_verify.targets.mutants.base import Mutant
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,13 +37,10 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
     return {key: tuple(phases) for key, phases in found.items()}
 
 
-def _replaced(mutant: object) -> Iterable[tuple[str, str]]:
+def _replaced(mutant: "Mutant") -> Iterable[tuple[str, str]]:
     """What ``mutant``'s patches replace, as (module, qualified name); patches of objects that are
     neither a module nor a class (a function's defaults) name nothing a source mutant is in."""
-    patches = list(mutant._patches())  # type: ignore[attr-defined]
-    if mutant._rank_patches is not None:  # type: ignore[attr-defined]
-        patches += list(mutant._rank_patches(0))  # type: ignore[attr-defined]
-    for patch in patches:
+    for patch in mutant.patches():
         owner, name = patch[0], patch[1]
         if inspect.ismodule(owner):
             yield owner.__name__, name

@@ -51,6 +51,10 @@ class Mutant(ReferenceTarget):
         self._plan_type, self._last_rank_only, self._plan_edit = plan_type, last_rank_only, plan_edit
         self._apply_edit = apply_edit  # the rewriter acts on this edit of the plan it reports
 
+    def patches(self) -> list[Patch]:
+        """Every patch the bug applies (a rank-dependent bug's as rank 0 has them): what it replaces."""
+        return list(self._patches()) + (list(self._rank_patches(0)) if self._rank_patches else [])
+
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> planner.BucketPlan:
         extra = self._rank_patches(rank) if self._rank_patches else []
         with _patched(self._patches() + extra):
