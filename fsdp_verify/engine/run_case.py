@@ -15,7 +15,7 @@ import tempfile
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from enum import Enum
 from typing import Any, Callable, Mapping, Optional
 
@@ -289,7 +289,26 @@ def _serve_case(target: Target, request: CaseRequest, send: Callable[[Any], None
             return Served(ChildMessage(Sent.HARNESS_ERROR, trace=traceback.format_exc()), fit=False)
     raised = run.error is not None and any(f.key == ("target", "raised") for f in findings)
     fit = not raised and not any(f.rule == "checker_crash" for f in findings)
-    return Served(ChildMessage(Sent.CHECKED, report=report), fit=fit)
+    return Served(ChildMessage(Sent.CHECKED, report=report), fit=fit,
+                  plain=lambda: ChildMessage(Sent.CHECKED, report=ChildReport(*(_sendable(getattr(report, f.name))
+                                                                                 for f in fields(report)))))
+
+
+_SENDABLE = (str, int, float, bool, type(None), torch.dtype, torch.device)
+
+
+def _sendable(value: Any) -> Any:
+    """``value`` with dicts, lists and tuples rebuilt and any leaf that is not plain data replaced by
+    its description: a target's report may hold what does not pickle (an ``fx.Node``, whose graph
+    holds C++ functions), and the checkers' verdict on it must still reach the parent."""
+    if isinstance(value, _SENDABLE):
+        return value
+    if isinstance(value, dict):
+        return {_sendable(key): _sendable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_sendable(item) for item in value]
+        return tuple(items) if type(value) is tuple else items
+    return f"<{type(value).__name__} {str(value)[:120]}>"
 
 
 MAX_CHILDREN = 2  # persistent children kept at once (the gate alternates two targets)

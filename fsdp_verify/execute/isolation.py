@@ -74,6 +74,10 @@ class Served:
 
     message: Any
     fit: bool = True
+    # The message with every value that may not pickle made plain, sent when ``message`` does not
+    # pickle (a target's plan holding a graph node where the spec wants a string): what the server
+    # found still reaches the parent. None: a message that does not pickle is the server's failure.
+    plain: Optional[Callable[[], Any]] = None
 
 
 Server = Callable[[Any, Callable[[Any], None]], Served]
@@ -195,7 +199,13 @@ def _serve(server: Server, setup: Callable[[], None], conn, parent: int, output:
             _flush_c()
         after = fingerprint()
         fit = result.fit and after == before and served < MAX_REQUESTS and mapped_bytes() - start < MAX_GROWTH
-        conn.send(Reply(request.number, result.message, last=True, retiring=not fit))
+        try:
+            conn.send(Reply(request.number, result.message, last=True, retiring=not fit))
+        except Exception:  # noqa: BLE001 - pickling failed before a byte was written
+            if result.plain is None:
+                raise
+            fit = False  # whatever held the unpicklable value may hold more of it
+            conn.send(Reply(request.number, result.plain(), last=True, retiring=True))
         if not fit:
             return
         before = after

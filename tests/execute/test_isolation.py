@@ -159,3 +159,20 @@ def test_inductor_on_harness_graphs_keeps_one_child_for_every_case():
     for _ in range(3):
         findings, _ = check_all(target, case, deadline=DEADLINE)
     assert children_started() == 1
+
+
+def test_a_report_that_does_not_pickle_still_carries_the_verdict():
+    """A plan holding a graph node (planted bug reduce_op_as_node) does not pickle, so the child's
+    report could not be sent and every such case was invalid (21 of 30 in a campaign): the report
+    goes again with such values described, the planner's finding reaches the parent, and the child
+    that held the node serves no other case."""
+    before = children_started()
+    findings, ctx = check_all(get_target("mutant:reduce_op_as_node"), two_block_case(), deadline=DEADLINE)
+    assert ("planner", "plan_buckets") in [f.key for f in findings], [f.key for f in findings]
+    from fsdp_verify.checks.findings import INVALID
+    assert not [f for f in findings if f.severity == INVALID]
+    reduce_ops = [m["reduce_op"] for rounds in ctx.run.plans.values() for plan in rounds
+                  for bucket in plan.to_dict()["buckets"] for m in bucket["members"] if m.get("reduce_op")]
+    assert reduce_ops and all(op.startswith("<Node ") for op in reduce_ops), reduce_ops
+    check_all(get_target("mutant:reduce_op_as_node"), two_block_case(), deadline=DEADLINE)
+    assert children_started() == before + 2  # the first child retired after its plain report

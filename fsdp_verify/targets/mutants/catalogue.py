@@ -34,6 +34,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     module_plans_built,
     module_prefix_without_dot,
     prep_owner_by_identity,
+    reduce_op_as_node,
     rs_prep_not_excluded,
     schemaless_calls_are_views,
     parameters_counted_per_collective,
@@ -279,6 +280,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
            rewrite_bugs.probe_skipped, hunt="rule:scaled_cast_forms"),
+    Mutant("reduce_op_as_node", "a reduce-scatter member's reduce op is its source node, not the op's name: "
+           "the plan holds a graph node, which an isolated case's report cannot pickle", ("planner",),
+           plan_edit=reduce_op_as_node, hunt="rule:capacity"),
     Mutant("probe_of_ones", "the second stand-ins hold one element per dim, so a squeezed per-column gain is "
            "taken for 0-dim and its float32 product is packed in half precision", ("layout", "numerics"),
            rewrite_bugs.probe_of_ones, hunt="rule:scaled_cast_forms"),

@@ -191,6 +191,14 @@ def members_reversed(plan: planner.BucketPlan) -> planner.BucketPlan:
     return _edit_buckets(plan, lambda members: tuple(reversed(members)))
 
 
+def reduce_op_as_node(plan: planner.BucketPlan) -> planner.BucketPlan:
+    """Each reduce-scatter member's reduce op is the launch's first argument (its source node) where
+    the spec wants the op's name: the plan holds a graph node, which no pipe can pickle."""
+    return dataclasses.replace(plan, buckets=tuple(
+        dataclasses.replace(b, members=tuple(dataclasses.replace(m, reduce_op=m.source) if m.kind == planner.RS_KIND
+                                             else m for m in b.members)) for b in plan.buckets))
+
+
 def last_member_left_out(plan: planner.BucketPlan) -> planner.BucketPlan:
     """The last member of each multi-member bucket stays its own launch."""
     return _edit_buckets(plan, lambda members: members[:-1])
