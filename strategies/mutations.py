@@ -428,6 +428,15 @@ def capacity_exact(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": total})
 
 
+def input_distance_exact(case: Case, a: str, b: str) -> Case:
+    """A limit on the sources' distance exactly the pair's: the pair still fuses (the limit is
+    inclusive, spec 2.7, as the cap is)."""
+    graph = case.graph
+    sources = [graph.node(launch).args[0] for launch in (a, b)]
+    where = [edit.index_of(graph, source.name) if isinstance(source, NodeRef) else 0 for source in sources]
+    return case.with_args(policy={"max_input_distance": abs(where[1] - where[0])})
+
+
 @plants("singleton", "oversized")
 def oversized(case: Case, a: str, b: str) -> Case:
     return case.with_args(policy={"cap_bytes": max(1, _size_bytes(case.graph.node(b)) - 1)})
@@ -461,7 +470,8 @@ def late_source(case: Case, a: str, b: str) -> Optional[Case]:
 @acts_on(*AG_KINDS)
 def dependent_source(case: Case, a: str, b: str) -> Optional[Case]:
     """B gathers its shard plus the sum of what A gathered: B's source is computed from A's result,
-    so a bucket of both would wait on itself (the dependency window's boundary). B's launch moves
+    so a bucket of both would wait on itself (one node past the dependency window's boundary, the
+    sum being A's first consumer; ``source_is_first_consumer`` draws the boundary). B's launch moves
     to just after A's wait, where its new source is ready."""
     graph = case.graph
     wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
@@ -479,6 +489,39 @@ def dependent_source(case: Case, a: str, b: str) -> Optional[Case]:
     graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
     nodes = [edit.call(total, "aten.sum.default", NodeRef(wait_a), meta=meta),
              edit.call(shifted, "aten.add.Tensor", node_b.args[0], NodeRef(total), meta=meta), moved]
+    return replace(case, graph=edit.insert_after(graph, wait_a, nodes))
+
+
+@plants("split", "dependency_conflict")
+@acts_on(*AG_KINDS)
+def source_is_first_consumer(case: Case, a: str, b: str) -> Optional[Case]:
+    """B gathers a copy of the first elements of what A gathered, reshaped to B's shard through
+    views: that copy is both A's first real consumer and B's source, so the latest input and the
+    earliest consumer are one node (the dependency window's exact boundary: ready == first use).
+    A bucket of both would wait on itself; a window that splits only when the source comes later
+    fuses them."""
+    graph = case.graph
+    wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
+    if _kind(case, b) == RS_KIND or wait_a is None or wait_b is None:
+        return None
+    if not edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b):
+        return None
+    spec_a, spec_b = graph.node(a).meta["fsdp_bucket_spec"], graph.node(b).meta["fsdp_bucket_spec"]
+    numel = math.prod(spec_b["input_shape"])
+    if not 0 < numel <= math.prod(spec_a["output_shape"]):
+        return None
+    node_b, meta = graph.node(b), _phase(case, b)
+    flat, part, shaped, copied = (edit.fresh_name(graph, f"{a}_{suffix}") for suffix in ("flat", "part", "shaped",
+                                                                                          "copied"))
+    copy = (edit.call(copied, "aten.clone.default", NodeRef(shaped), meta=meta)
+            if spec_a["dtype"] == spec_b["dtype"] else
+            edit.call(copied, CAST, NodeRef(shaped), spec_b["dtype"], meta=meta))
+    moved = replace(node_b, args=(NodeRef(copied), *node_b.args[1:]))
+    graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
+    nodes = [edit.call(flat, "aten.view.default", NodeRef(wait_a), [-1], meta=meta),
+             edit.call(part, "aten.slice.Tensor", NodeRef(flat), 0, 0, numel, meta=meta),
+             edit.call(shaped, "aten.view.default", NodeRef(part), list(spec_b["input_shape"]), meta=meta),
+             copy, moved]
     return replace(case, graph=edit.insert_after(graph, wait_a, nodes))
 
 
@@ -1013,6 +1056,7 @@ VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "a
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
                                                       "capacity_exact": (capacity_exact,),
+                                                      "input_distance_exact": (input_distance_exact,),
                                                       "anchor_on_foreign_wait": (anchor_on_foreign_wait,),
                                                       "cast_far_up_the_chain": (cast_far_up_the_chain,),
                                                       "cast_scaled_twice": (cast_scaled_twice,

@@ -179,9 +179,11 @@ def _keyword_casts(case: Case) -> bool:
 
 
 # An op the reference's dtype walk has no table entry for (it runs such ops on stand-ins); the draws use it.
-# Ops the dtype walk follows only by running them (relu, as an overload or as its packet) or not at
-# all (cat reads a list of tensors: a cast of it decides the dtype alone).
-_OPAQUE = frozenset({"aten.relu.default", "aten.relu", "aten.cat.default"})
+# Ops the dtype walk follows only by running them (relu, as an overload or as its packet; gelu with
+# its keyword; a squeeze of a gain) or not at all (cat reads a list of tensors: a cast of it decides
+# the dtype alone).
+_OPAQUE = frozenset({"aten.relu.default", "aten.relu", "aten.cat.default", "aten.gelu.default",
+                     "aten.squeeze_copy.default"})
 
 
 def _casts_beside_opaque_ops(case: Case) -> bool:

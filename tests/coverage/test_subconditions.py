@@ -62,6 +62,7 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.consumer_distance: "consumer_distance/first_use_spread_over_limit",
     M.late_source: "dependency_conflict/consumer_not_after_latest_input",
     M.dependent_source: "dependency_conflict/consumer_not_after_latest_input",
+    M.source_is_first_consumer: "dependency_conflict/consumer_not_after_latest_input",
     M.barrier_between: "effect_or_storage_release/barrier",
     M.foreign_free_between: "effect_or_storage_release/unowned_free",
     M.in_place_between: "effect_or_storage_release/writes_argument",

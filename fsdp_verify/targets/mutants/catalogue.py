@@ -35,6 +35,8 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     module_prefix_without_dot,
     prep_owner_by_identity,
     reduce_op_as_node,
+    window_exclusive,
+    input_distance_exclusive,
     rs_prep_not_excluded,
     schemaless_calls_are_views,
     parameters_counted_per_collective,
@@ -280,6 +282,11 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
            rewrite_bugs.probe_skipped, hunt="rule:scaled_cast_forms"),
+    Mutant("window_exclusive", "the dependency window splits only where a source comes after a first consumer, "
+           "so a member whose source is another member's first consumer joins it", ("planner",), window_exclusive,
+           hunt="rule:dependency_conflict"),
+    Mutant("input_distance_exclusive", "a pair whose sources are exactly the input distance limit apart splits, "
+           "where the limit is inclusive", ("planner",), input_distance_exclusive, hunt="rule:input_distance_exact"),
     Mutant("reduce_op_as_node", "a reduce-scatter member's reduce op is its source node, not the op's name: "
            "the plan holds a graph node, which an isolated case's report cannot pickle", ("planner",),
            plan_edit=reduce_op_as_node, hunt="rule:capacity"),

@@ -191,6 +191,35 @@ def members_reversed(plan: planner.BucketPlan) -> planner.BucketPlan:
     return _edit_buckets(plan, lambda members: tuple(reversed(members)))
 
 
+def _window(input_inclusive: bool, dependency_inclusive: bool) -> list[Patch]:
+    """``_window_reason`` with each comparison at its boundary as given (the spec's: an input distance
+    limit is inclusive, a source at a first consumer conflicts)."""
+    def window(current: list, candidate: planner.Candidate, policy: planner.BucketPolicy) -> str | None:
+        combined = [*current, candidate]
+        ready, first_use = [m.ready for m in combined], [m.first_use for m in combined]
+        spread = max(ready) - min(ready)
+        if policy.max_input_distance is not None and (spread > policy.max_input_distance if input_inclusive
+                                                      else spread >= policy.max_input_distance):
+            return "input_distance"
+        if policy.max_consumer_distance is not None and max(first_use) - min(first_use) > policy.max_consumer_distance:
+            return "consumer_distance"
+        conflict = max(ready) >= min(first_use) if dependency_inclusive else max(ready) > min(first_use)
+        return "dependency_conflict" if conflict else None
+    return [(planner, "_window_reason", window)]
+
+
+def window_exclusive() -> list[Patch]:
+    """The dependency window splits only where the latest source comes after the earliest consumer
+    (``>`` for ``>=``): a member whose source is another member's first consumer (ready == first use)
+    joins it, and the fused bucket waits on itself."""
+    return _window(True, False)
+
+
+def input_distance_exclusive() -> list[Patch]:
+    """The input distance limit is exclusive (``>=`` for ``>``): a pair exactly at the limit splits."""
+    return _window(False, True)
+
+
 def reduce_op_as_node(plan: planner.BucketPlan) -> planner.BucketPlan:
     """Each reduce-scatter member's reduce op is the launch's first argument (its source node) where
     the spec wants the op's name: the plan holds a graph node, which no pipe can pickle."""
