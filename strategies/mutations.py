@@ -473,23 +473,32 @@ def dependent_source(case: Case, a: str, b: str) -> Optional[Case]:
     so a bucket of both would wait on itself (one node past the dependency window's boundary, the
     sum being A's first consumer; ``source_is_first_consumer`` draws the boundary). B's launch moves
     to just after A's wait, where its new source is ready."""
-    graph = case.graph
-    wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
-    if _kind(case, b) == RS_KIND or wait_a is None or wait_b is None:
-        return None
-    if not edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b):
-        return None
-    graph = _source_ready(graph, b, wait_a)
+    wait_a = _wait_before(case, a, b)
+    graph = _source_ready(case.graph, b, wait_a) if wait_a is not None else None
     if graph is None:
         return None
     node_b = graph.node(b)
     meta = {"autograd_backward": True} if node_b.meta.get("autograd_backward") else {}
     total, shifted = edit.fresh_name(graph, f"{a}_sum"), edit.fresh_name(graph, f"{b}_src")
-    moved = replace(node_b, args=(NodeRef(shifted), *node_b.args[1:]))
-    graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
     nodes = [edit.call(total, "aten.sum.default", NodeRef(wait_a), meta=meta),
-             edit.call(shifted, "aten.add.Tensor", node_b.args[0], NodeRef(total), meta=meta), moved]
-    return replace(case, graph=edit.insert_after(graph, wait_a, nodes))
+             edit.call(shifted, "aten.add.Tensor", node_b.args[0], NodeRef(total), meta=meta)]
+    return replace(case, graph=_gathered_after(graph, wait_a, b, nodes))
+
+
+def _wait_before(case: Case, a: str, b: str) -> Optional[str]:
+    """A's wait, where B is an all-gather whose wait comes after it (None otherwise)."""
+    graph = case.graph
+    wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
+    if _kind(case, b) == RS_KIND or wait_a is None or wait_b is None:
+        return None
+    return wait_a if edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b) else None
+
+
+def _gathered_after(graph: GraphSpec, wait_a: str, b: str, nodes: list[NodeSpec]) -> GraphSpec:
+    """``graph`` with ``nodes`` right after A's wait and launch B after them, gathering the last."""
+    moved = replace(graph.node(b), args=(NodeRef(nodes[-1].name), *graph.node(b).args[1:]))
+    graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
+    return edit.insert_after(graph, wait_a, [*nodes, moved])
 
 
 @plants("split", "dependency_conflict")
@@ -500,29 +509,23 @@ def source_is_first_consumer(case: Case, a: str, b: str) -> Optional[Case]:
     earliest consumer are one node (the dependency window's exact boundary: ready == first use).
     A bucket of both would wait on itself; a window that splits only when the source comes later
     fuses them."""
-    graph = case.graph
-    wait_a, wait_b = _wait_of(graph, a), _wait_of(graph, b)
-    if _kind(case, b) == RS_KIND or wait_a is None or wait_b is None:
-        return None
-    if not edit.index_of(graph, wait_a) < edit.index_of(graph, wait_b):
+    graph, wait_a = case.graph, _wait_before(case, a, b)
+    if wait_a is None:
         return None
     spec_a, spec_b = graph.node(a).meta["fsdp_bucket_spec"], graph.node(b).meta["fsdp_bucket_spec"]
     numel = math.prod(spec_b["input_shape"])
     if not 0 < numel <= math.prod(spec_a["output_shape"]):
         return None
-    node_b, meta = graph.node(b), _phase(case, b)
+    meta = _phase(case, b)
     flat, part, shaped, copied = (edit.fresh_name(graph, f"{a}_{suffix}") for suffix in ("flat", "part", "shaped",
                                                                                           "copied"))
     copy = (edit.call(copied, "aten.clone.default", NodeRef(shaped), meta=meta)
             if spec_a["dtype"] == spec_b["dtype"] else
             edit.call(copied, CAST, NodeRef(shaped), spec_b["dtype"], meta=meta))
-    moved = replace(node_b, args=(NodeRef(copied), *node_b.args[1:]))
-    graph = graph.with_nodes([node for node in graph.nodes if node.name != b])
     nodes = [edit.call(flat, "aten.view.default", NodeRef(wait_a), [-1], meta=meta),
              edit.call(part, "aten.slice.Tensor", NodeRef(flat), 0, 0, numel, meta=meta),
-             edit.call(shaped, "aten.view.default", NodeRef(part), list(spec_b["input_shape"]), meta=meta),
-             copy, moved]
-    return replace(case, graph=edit.insert_after(graph, wait_a, nodes))
+             edit.call(shaped, "aten.view.default", NodeRef(part), list(spec_b["input_shape"]), meta=meta), copy]
+    return replace(case, graph=_gathered_after(graph, wait_a, b, nodes))
 
 
 def _phase(case: Case, node: str) -> dict:
