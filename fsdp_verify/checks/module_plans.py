@@ -84,9 +84,9 @@ def _answer(ctx: CheckContext, call: Call) -> Answer | BaseException:
 
 
 def calls(ctx: CheckContext) -> list[Call]:
-    """The questions for this case: its explicit groups (when a list), block types, both, and one
-    broken argument each (a missing scope, a non-module model, block types in a list or not
-    modules)."""
+    """The questions for this case: its explicit groups (when a list), block types, both, block types
+    that name the model's own type, and one broken argument each (a missing scope, a non-module
+    model, block types in a list or not modules)."""
     model = skeleton(param.fqn for param in ctx.case.graph.params)
     own = ctx.case.plan_args.module_bucket_plans
     own = own if isinstance(own, (list, tuple)) else ()
@@ -94,6 +94,8 @@ def calls(ctx: CheckContext) -> list[Call]:
             Call("block types", model, (Block,), ()),
             Call("block types and the case's module plans", model, (Block,), own),
             Call("block types and a module outside every block", model, (Block,), [[HEAD]]),
+            # the model's own type too: the model is never a block (its FQN is empty), its children may be
+            Call("block types that include the model's own type", model, (Block, type(model)), ()),
             Call("a scope the model lacks", model, (), [[ABSENT]]),
             Call("a model that is no nn.Module", object(), (), ()),
             Call("block types in a list", model, [Block], ()),

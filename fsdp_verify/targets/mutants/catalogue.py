@@ -99,6 +99,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Killed only on groups of 3, 5 or 6 ranks: every power of two gives the right size.
     Mutant("size_from_shard_by_shift", "the full buffer's size is the shard's shifted by log2 of the degree",
            ("planner",), size_from_shard_by_shift, hunt="rule:capacity"),
+    Mutant("root_taken_for_block", "module plans take the model itself for a block where its type is a block "
+           "type, and refuse the empty FQN", ("module_plans",), lambda: module_plans_built(root_skipped=False)),
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
     Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
            ("planner",), module_prefix_without_dot),

@@ -273,11 +273,12 @@ def barrier_without_writes() -> list[Patch]:
 
 
 def module_plans_built(*, outermost: bool = True, scopes_checked: bool = True, tuple_required: bool = True,
-                       dot_boundary: bool = True, explicit_first: bool = False) -> list[Patch]:
+                       dot_boundary: bool = True, explicit_first: bool = False, root_skipped: bool = True) -> list[Patch]:
     """``build_module_bucket_plans`` with one of its spec 2.2 rules off: nested blocks kept, explicit
     scopes never looked up in the model, block types taken from any sequence, a block's
-    descendants found by a bare prefix (``layers.1`` hides ``layers.10``), or the explicit groups
-    put before the blocks (the order says who owns which parameters)."""
+    descendants found by a bare prefix (``layers.1`` hides ``layers.10``), the explicit groups
+    put before the blocks (the order says who owns which parameters), or the model itself taken
+    for a block where its type is one (its FQN is empty, which the plans refuse)."""
     from torch import nn
 
     def build(model, *, block_module_types=(), module_bucket_plans=()):
@@ -295,7 +296,7 @@ def module_plans_built(*, outermost: bool = True, scopes_checked: bool = True, t
                 raise ValueError(f"Module bucket scope does not exist in model: {fqn!r}")
         blocks: list[str] = []
         for fqn, module in modules.items():
-            if fqn and kinds and isinstance(module, kinds) and not (outermost and any(
+            if (fqn or not root_skipped) and kinds and isinstance(module, kinds) and not (outermost and any(
                     fqn.startswith(parent + "." if dot_boundary else parent) for parent in blocks)):
                 blocks.append(fqn)
         return planner.normalize_module_bucket_plans([*explicit, *blocks] if explicit_first else [*blocks, *explicit])
