@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from fsdp_verify.report.summary import EXPECTED, class_line, known_line, replay_command, repro_command
+from fsdp_verify.report.summary import EXPECTED, class_line, known_text, replay_command, repro_command
 from fsdp_verify.report.tally import PROOFS, Result
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -119,14 +119,14 @@ def _checker_bars(result: Result) -> list[Bar]:
 def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Drawing]] = None, title: str = "") -> str:
     """The page of one fuzz campaign (``drawings``: each saved failure's picture, by file)."""
     rate = result.examples / result.seconds if result.seconds else 0.0
-    known = known_line(result)
+    known = known_text(result)
     classes: dict[str, int] = {}
     for failure in result.failures:
         classes[failure.get("class", "defect")] = classes.get(failure.get("class", "defect"), 0) + 1
     figures = [("target", target), ("examples", f"{result.examples} (+{result.shrink_steps} shrink steps)"),
                ("seconds", f"{result.seconds:.1f}"), ("examples/s", f"{rate:.2f}"),
                ("failures", f"{len(result.failures)} distinct, {result.repeats} repeats of known bugs"),
-               *([("known bugs", known.split(None, 2)[2])] if known else []),
+               *([("known bugs", known)] if known else []),
                ("by class", class_line(result)), ("invalid cases", f"{result.invalid} (cannot be judged: never passed)"),
                ("harness errors", str(result.harness_errors))]
     return _ENV.get_template("report.html.j2").render(

@@ -148,7 +148,7 @@ def summary_text(result: Result, target: str) -> str:
              f"seconds         {result.seconds:.1f}",
              f"examples/s      {rate:.2f}",
              f"failures        {len(result.failures)} distinct, {result.repeats} repeats of known bugs",
-             *filter(None, [known_line(result)]),
+             *([f"known bugs      {known_text(result)}"] if result.known_read is not None else []),
              f"by class        {class_line(result)}",
              repro_line(result),
              f"by checker      {by_checker}",
@@ -198,23 +198,24 @@ def repro_command(file: str | None, target: str = "") -> str:
     return f"fsdp-verify repro {file or 'CASE.json'}" + (f" --target {target}" if target else "") + f" -o repro_{stem}.py"
 
 
-def known_line(result: Result) -> str:
-    """What the corpus folder said about bugs saved before the run, and which of them were met again."""
+def known_text(result: Result) -> str:
+    """What the corpus folder said about bugs saved before the run, and which of them were met again
+    (empty where no campaign read a folder: a result made by another command)."""
     read = result.known_read
-    if read is None:  # no campaign read a corpus folder (a result made by another command)
+    if read is None:
         return ""
     if read["rediscover"]:
-        return f"known bugs      not read (--rediscover): a bug {read['folder']} holds is found, shrunk and saved anew"
+        return f"not read (--rediscover): a bug {read['folder']} holds is found, shrunk and saved anew"
     met = ", ".join(f"{Path(file).name} x{n}" for file, n in result.known_sightings.most_common(3))
     more = len(result.known_sightings) - 3
     unread = (f"; {read['unsigned']} failing files carry no signature (their bugs count as new)" if read["unsigned"] else "") + \
         (f"; {len(read['unreadable'])} unreadable files left alone ({', '.join(read['unreadable'][:3])})"
          if read["unreadable"] else "")
     if not result.known:
-        return f"known bugs      none saved against this target in {read['folder']} before this run" + unread
+        return f"none saved against this target in {read['folder']} before this run" + unread
     sightings = (f"met again: {sum(result.known_sightings.values())} sightings of {len(result.known_sightings)} "
                  f"({met}{f', +{more} more' if more > 0 else ''}), not saved again" if met else "none met again")
-    return f"known bugs      {len(result.known)} saved in {read['folder']} before this run; {sightings}" + unread
+    return f"{len(result.known)} saved in {read['folder']} before this run; {sightings}" + unread
 
 
 def junit_xml(result: Result, target: str) -> str:
