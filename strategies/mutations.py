@@ -850,6 +850,16 @@ def cast_copied_to_device(case: Case, a: str, b: str) -> Optional[Case]:
     return _cast_through(case, a, b, "aten._to_copy.default", "copied", device="cpu")
 
 
+@needs_cast()
+@acts_on(*AG_KINDS)
+def cast_moved_by_device_object(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers ``_to_copy(cast, device=torch.device("cpu"))``: the same move as a traced graph
+    writes it (make_fx records ``.to(device)`` with a device object, never its string), the cast's
+    dtype. A walk that refuses every device object leaves it unknown and falls back to the
+    parameter's dtype."""
+    return _cast_through(case, a, b, "aten._to_copy.default", "moved", device=torch.device("cpu"))
+
+
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def cast_scaled_by_product(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1007,6 +1017,44 @@ def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_all_reduced(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is all-reduced (max) over A's group before it scales the cast, as float8 training
+    syncs a weight's amax over the ranks that shard it: a 0-dim float32 value through a collective
+    and its wait, so torch keeps the cast's dtype. A walk that stops at a collective falls back to
+    the parameter's dtype."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    scaled, gain, _ = found
+    graph, meta = case.graph, _phase(case, a)
+    launch = edit.fresh_name(graph, f"{a}_gain_synced")
+    wait = f"{launch}_wait"
+    nodes = [edit.call(launch, ALL_REDUCE, NodeRef(gain.name), "max", graph.node(a).args[-1], meta=meta),
+             edit.call(wait, WAIT, NodeRef(launch), meta=meta)]
+    graph = edit.insert_before(graph, scaled.name, nodes)
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(wait))))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_as_constant(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast takes a constant gain, ``scalar_tensor(0.5, dtype=float32, device=...)`` as a
+    traced ``torch.tensor(0.5)`` writes it: a factory with no tensor input, 0-dim, so torch keeps the
+    cast's dtype. A walk that runs only ops with a tensor input falls back to the parameter's."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    scaled = found[0]
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{a}_constant_gain")
+    constant = edit.call(name, "aten.scalar_tensor.default", 0.5, meta=_phase(case, a), dtype=torch.float32,
+                         device=torch.device("cpu"))
+    graph = edit.insert_before(graph, scaled.name, [constant])
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
     the same promotion as ``aten.mul.Tensor``."""
@@ -1072,13 +1120,16 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_by_mean,
                                                                             gain_per_channel,
                                                                             gain_squeezed_per_channel,
-                                                                            cast_scaled_by_python_operator),
+                                                                            cast_scaled_by_python_operator,
+                                                                            gain_as_constant),
+                                                      "gain_all_reduced": (gain_all_reduced,),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
                                                                                 cast_before_opaque_op,
                                                                                 cast_through_opaque_op,
                                                                                 cast_through_keyword_op,
                                                                                 cast_copied_to_device,
+                                                                                cast_moved_by_device_object,
                                                                                 gain_through_opaque_op,
                                                                                 cast_through_opaque_packet,
                                                                                 cast_of_unfollowable_value),

@@ -41,7 +41,7 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
-            "casts_beside_opaque_ops", "partly_traced_sources", "uneven_shards", "padded_casts")
+            "casts_beside_opaque_ops", "synced_gains", "partly_traced_sources", "uneven_shards", "padded_casts")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -204,6 +204,19 @@ def _casts_beside_opaque_ops(case: Case) -> bool:
     return False
 
 
+def _synced_gains(case: Case) -> bool:
+    """An all-gather of arithmetic on a cast whose other operand is a collective's result (a gain
+    all-reduced over the group): what it moves is known only by following the collective."""
+    nodes = {node.name: node for node in case.graph.nodes}
+    for source in _gathered_sources(case):
+        if source.target not in _ARITHMETIC:
+            continue
+        operands = [nodes[i] for i in source.inputs() if i in nodes]
+        if any(n.target in CAST_TARGETS for n in operands) and any(collectives.is_wait(n.target) for n in operands):
+            return True
+    return False
+
+
 def _scaled_casts(case: Case) -> bool:
     """An all-gather whose source is arithmetic on a cast (a low-precision gather scaled by a gain):
     its dtype is what torch's promotion rules make of the cast and the other operand."""
@@ -318,6 +331,7 @@ def case_features(case: Case) -> Counter:
                                           ("twice_scaled_casts", _twice_scaled_casts(case)),
                                           ("keyword_casts", _keyword_casts(case)),
                                           ("casts_beside_opaque_ops", _casts_beside_opaque_ops(case)),
+                                          ("synced_gains", _synced_gains(case)),
                                           ("partly_traced_sources", _partly_traced_sources(case)),
                                           # ranks whose graphs differ: some pad a short shard
                                           ("uneven_shards", case.graph.uneven),

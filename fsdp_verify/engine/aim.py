@@ -103,6 +103,9 @@ class Basis(enum.Enum):
     LINE = "line"  # the shape whose examples run the mutant's line most
     RESULT = "result"  # the shape whose examples the mutant changes its function's result in most
     CATALOGUE = "planted bug"  # the hunt of a planted bug that replaces the mutant's function (``hunts``)
+    # the same, for a survivor whose function no probe can watch (it writes what its caller sees), whatever
+    # its line's rate: the second round's only evidence of where it tells
+    UNPROBED = "planted bug, function not probed"
 
 
 @dataclass(frozen=True)
@@ -157,10 +160,16 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     AIM_BELOW of their examples: of ``hunts`` (the shapes of planted bugs that replace its function
     or constant, ``hunts.hunts_for``) the one that runs the line most; without one, the shape that
     runs it most. A shape that runs a line most is not always one that tells: a helper every
-    evaluated op calls runs most where the keyword it looks for never appears."""
+    evaluated op calls runs most where the keyword it looks for never appears. A mutant the map tried
+    to probe and could not (its function writes what its caller sees) gets the hunt whatever its
+    line's rate: a line every fusion runs still tells only in the shape its planted bug needs."""
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
     if reach.error:
         return Aim(best)
+    planted = sorted((-reach.rate(phase, path, line), index, phase) for index, phase in enumerate(hunts)
+                     if phase in reach.examples and phase not in defaults)
+    if ident is not None and reach.probed.get(ident) and planted:
+        return Aim(best, planted[0][2], -planted[0][0], Basis.UNPROBED)
     infected, level = None, ""
     telling = reach.telling_level(ident) if ident is not None and reach.probed.get(ident) == "" else None
     if telling is not None:
@@ -171,8 +180,6 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
             return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level)
     if best >= AIM_BELOW:
         return Aim(best, default_infected=infected, level=level)
-    planted = sorted((-reach.rate(phase, path, line), index, phase) for index, phase in enumerate(hunts)
-                     if phase in reach.examples and phase not in defaults)
     if planted:
         return Aim(best, planted[0][2], -planted[0][0], Basis.CATALOGUE, infected, level)
     shapes = sorted(((-reach.rate(phase, path, line), phase) for phase in reach.examples if phase not in defaults))

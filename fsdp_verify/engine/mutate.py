@@ -540,7 +540,8 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
 
     Two rounds: every mutant, aimed by its line (``aim``); then each survivor whose probes show a
     planted shape changing what its module's functions return more often than the default phases
-    do, again, that shape first (``probes``). Probing is for survivors only: a copy of each level
+    do, again, that shape first (``probes``), and each survivor no probe could watch whose function
+    a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a copy of each level
     runs beside the original on every call, so probing every mutant of a module would run its
     planner a hundred times per call."""
     equivalences = list(equivalences)
@@ -560,7 +561,8 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             probed = _probed(survivors, settings, sources)
             second = {m.ident: _aimed(probed, m, settings) for m in survivors}
             again = [(m, second[m.ident]) for m in survivors if second[m.ident].found is not None
-                     and second[m.ident].found.basis is aim.Basis.RESULT and second[m.ident].found.phase]
+                     and second[m.ident].found.basis in (aim.Basis.RESULT, aim.Basis.UNPROBED)
+                     and second[m.ident].found.phase]
             for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
                 _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
             firsts = {m.ident: done[m.ident] for m, _ in again}
@@ -759,14 +761,16 @@ def _aim_line(outcome: Run) -> str:
     by_line = sum(r.aimed_by == aim.Basis.LINE.value and r.round == 1 for r in outcome.results)
     by_hunt = sum(r.aimed_by == aim.Basis.CATALOGUE.value and r.round == 1 for r in outcome.results)
     again = [r for r in outcome.results if r.round == 2]
+    by_result = [r for r in again if r.aimed_by == aim.Basis.RESULT.value]
     probed = [r for r in outcome.results if r.round == 2 or (r.outcome is Outcome.SURVIVED and not r.probed)]
     return (f"aimed phases: {by_line} of {len(outcome.results)} mutants by their line, {by_hunt} by the hunt of a "
             f"planted bug that replaces their function or constant (run in under "
             f"{100 * aim.AIM_BELOW:.0f}% of the default phases' examples); reach map {reach.seconds:.0f} s, "
             f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases. Second round: "
-            f"{len(probed)} survivors probed, {len(again)} run again aimed by what their module's functions return "
-            f"(changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
-            f"{sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
+            f"{len(probed)} survivors probed, {len(by_result)} run again aimed by what their module's functions "
+            f"return (changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
+            f"{len(again) - len(by_result)} by the hunt of a planted bug that replaces their function where no probe "
+            f"could watch it; {sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
 
 
 def format_table(outcome: Run) -> str:

@@ -144,9 +144,11 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
 
 def _evaluable(node: fx.Node) -> bool:
     """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
-    stand-ins: one with a tensor input, all its tensors direct arguments, and no device argument.
-    So nothing it runs allocates real memory, draws from a real generator, starts a device, or reads
-    a list of tensors; what it runs only sees meta stand-ins."""
+    stand-ins: all its tensors direct arguments, no device but its ``device`` keyword, which
+    ``_on_meta`` makes meta (a traced ``.to(device)`` names a device object there), and a tensor
+    input or that keyword (a factory, such as a constant gain's ``scalar_tensor``, makes a meta
+    tensor then). So nothing it runs allocates real memory, draws from a real generator, starts a
+    device, or reads a list of tensors; what it runs only makes or sees meta tensors."""
     target = node.target
     if isinstance(target, torch._ops.OpOverload):
         namespace = target.namespace
@@ -154,11 +156,13 @@ def _evaluable(node: fx.Node) -> bool:
         namespace = target._qualified_op_name.split("::")[0]
     else:
         return False
-    values = (*node.args, *node.kwargs.values())
-    return namespace in ("aten", "prims") and any(isinstance(a, fx.Node) for a in node.args) and \
-        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a) for a in values) and \
-        not any(isinstance(v, (fx.Node, torch.device)) for v in node.kwargs.values()) and \
-        not any(isinstance(a, torch.device) for a in node.args)
+    kwargs = node.kwargs
+    on_meta = any(isinstance(a, fx.Node) for a in node.args) or "device" in kwargs
+    direct = not any(isinstance(v, fx.Node) for v in kwargs.values()) and \
+        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a) for a in (*node.args, *kwargs.values()))
+    devices = [a for a in node.args if isinstance(a, torch.device)] + \
+        [v for k, v in kwargs.items() if isinstance(v, torch.device) and k != "device"]
+    return namespace in ("aten", "prims") and on_meta and direct and not devices
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
@@ -223,8 +227,8 @@ def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor
 
 
 def _on_meta(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """An op's keywords with its device, given as a string (``_evaluable`` refuses device objects),
-    made ``meta``: the stand-ins are meta tensors, and a copy out of one to a real device fails."""
+    """An op's keywords with its ``device`` (a string or a device object) made ``meta``: the stand-ins
+    are meta tensors, and a copy out of one to a real device fails."""
     return {key: "meta" if key == "device" else value for key, value in kwargs.items()}
 
 

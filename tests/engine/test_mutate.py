@@ -6,6 +6,7 @@ import hashlib
 import importlib
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -227,6 +228,31 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     other = mutate._aimed(reach, mutant, mutate.Settings(target="mutant:avg_twice",
                                                          phases=(mutate.Phase("cases", "default"),)))
     assert other.found.basis is aim.Basis.LINE  # the catalogue's bugs are the reference's: others aim by line
+
+
+def test_a_survivor_no_probe_can_watch_gets_its_planted_bug_s_hunt_whatever_its_line_s_rate() -> None:
+    """``_fuse_ag`` writes the graph its caller holds, so no probe watches it; its view loop runs in a
+    fifth of the mix's examples, too often for an aim by line, and a mutant that never moves a view
+    survived 60 s. In round two the hunt of the planted bug that replaces ``_fuse_ag`` comes first."""
+    from fsdp_verify.engine import aim, hunts
+    path, module = "fsdp_verify/reference/rewrite.py", "fsdp_verify.reference.rewrite"
+    source = Path(path).read_text()
+    loop = next(i for i, text in enumerate(source.splitlines(), 1)
+                if text.strip().startswith("for view in sorted(set(moved)"))
+    assert hunts.named_at(source, loop) == ("_fuse_ag",)
+    found_hunts = hunts.hunts_for(module, source, loop)
+    assert "rule:view_moved_past_source:tiny" in found_hunts
+    key = aim._key(path)
+    reach = aim.Reach(examples={"cases:default": 40, "rule:view_moved_past_source:tiny": 20},
+                      hits={"cases:default": {key: {loop: 9}}, "rule:view_moved_past_source:tiny": {key: {loop: 20}}},
+                      statements={key: [loop]})
+    ident = f"{path}:{loop}:core/ZeroIterationForLoop#3"
+    assert aim.aim(reach, path, loop, ["cases:default"], ident, found_hunts).phase is None  # round one: 22% runs it
+    watched = replace(reach, probed={ident: ""})
+    assert aim.aim(watched, path, loop, ["cases:default"], ident, found_hunts).phase is None  # probed: by result only
+    unwatched = replace(reach, probed={ident: "writes what its caller sees (calls node.meta.update, in _new)"})
+    found = aim.aim(unwatched, path, loop, ["cases:default"], ident, found_hunts)
+    assert (found.phase, found.basis) == ("rule:view_moved_past_source:tiny", aim.Basis.UNPROBED)
 
 
 def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:

@@ -10,6 +10,7 @@ import torch
 from fsdp_verify.checks.identity import CODED_DTYPES, gather_codes, gather_counter, gather_period, INT_VIEW
 from fsdp_verify.coverage.reasons import case_features
 from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.graph.compose import ALL_REDUCE
 from fsdp_verify.graph.builder import build_module
 from fsdp_verify.model.case import Case
 from fsdp_verify.reference.rewrite import wire_dtype
@@ -356,7 +357,7 @@ def test_a_cast_written_as_to_copy_is_the_dtype_moved():
     assert _fused_moves(ctx) == {"torch.float32"}
 
 
-def test_the_walk_runs_packets_and_never_a_factory_or_a_device_move():
+def test_the_walk_runs_packets_and_device_moves_on_meta_and_never_a_factory():
     from torch import fx
     from fsdp_verify.reference.rewrite import moved_dtype
     graph = fx.Graph()
@@ -367,7 +368,9 @@ def test_the_walk_runs_packets_and_never_a_factory_or_a_device_move():
     zeros = graph.call_function(torch.ops.aten.zeros.default, ([3],), {"dtype": torch.bfloat16})
     assert moved_dtype(zeros, torch.float32) == torch.float32, "no tensor input: not run, the spec dtype"
     moved = graph.call_function(torch.ops.aten._to_copy.default, (cast,), {"device": torch.device("cpu")})
-    assert moved_dtype(moved, torch.float32) == torch.float32, "a device argument: not run"
+    assert moved_dtype(moved, torch.float32) == torch.bfloat16, "a traced .to(device): run on meta, the cast's dtype"
+    by_position = graph.call_function(torch.ops.aten.to.device, (cast, torch.device("cpu"), torch.bfloat16))
+    assert moved_dtype(by_position, torch.float32) == torch.float32, "a device by position: not run"
 
 
 def test_an_elementwise_max_reads_both_inputs_whatever_was_walked_before():
@@ -443,6 +446,9 @@ _PLAIN = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((
     (mutations.cast_scaled_by_python_operator, _SCALED, "python_operators_unknown"),
     (mutations.cast_through_opaque_packet, _PLAIN, "packets_not_evaluated"),
     (mutations.cast_of_unfollowable_value, _PLAIN, "casts_of_unknown_values_unknown"),
+    (mutations.gain_all_reduced, _SCALED, "collectives_not_followed"),
+    (mutations.cast_moved_by_device_object, _PLAIN, "device_objects_refused"),
+    (mutations.gain_as_constant, _SCALED, "factories_unevaluated"),
 ])
 def test_each_form_of_a_cast_the_walk_follows_keeps_its_dtype(variant, blueprint, bug):
     """The forms a scaled or plain cast takes in other tracers' graphs: the reference hands the bf16
@@ -467,3 +473,13 @@ def test_uint8_beside_bf16_is_packed_in_bf16():
     assert not errors, errors
     assert _fused_moves(ctx) == {"torch.bfloat16"}
     assert "conformance" in {f.checker for f in _errors("mutant:uint8_exceeds_bf16", case)[0]}
+
+
+def test_a_gain_all_reduced_over_the_group_is_counted():
+    base = Case(render(Blueprint(**_SCALED)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.gain_all_reduced(base, *p))
+    planted = mutations.gain_all_reduced(base, *pair)
+    assert case_features(planted)["synced_gains"] == 1
+    assert not case_features(base)["synced_gains"]
+    synced = [n for n in planted.graph.nodes if n.target == ALL_REDUCE]
+    assert len(synced) == 1 and synced[0].args[1] == "max"

@@ -66,3 +66,16 @@ def test_the_shape_is_counted_by_coverage():
     from fsdp_verify.coverage.reasons import case_features
     assert case_features(_case())["interleaved_gathers"] == 1
     assert not case_features(two_block_case(reshard_after_forward=False))["interleaved_gathers"]
+
+
+def test_a_view_left_before_the_fused_launch_is_named_by_the_dependencies_rule():
+    """B's source is copied after A's first view, so the fused launch goes after that view: the
+    reference moves the view past it; a rewriter that leaves it (and does not lint) hands back a view
+    that reads A's copy-out before it is defined."""
+    base = two_block_case(reshard_after_forward=True)
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.source_after_view(base, *p) is not None)
+    case = mutations.source_after_view(base, *pair)
+    assert check_all(get_target("reference"), case)[0] == []
+    findings, ctx = check_all(get_target("mutant:views_left_behind"), case)
+    assert ctx.run.error is None
+    assert ("dependencies", "read_before_definition") in {f.key for f in findings}

@@ -223,6 +223,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("fuses_earliest_first", "the rewriter fuses the earliest bucket first and does not lint: a later "
            "bucket inserts before a member wait an earlier fusion erased", ("dependencies",),
            rewrite_bugs.fuses_earliest_first, hunt="rule:anchor_on_foreign_wait"),
+    Mutant("views_left_behind", "the all-gather fusion moves no view of a member's result past the fused launch "
+           "and does not lint: a view before the insertion point reads the copy-out defined after it",
+           ("dependencies",), rewrite_bugs.views_left_behind, hunt="rule:view_moved_past_source"),
     # -- plan conformance (values unchanged: the rewrite does other than the plan it reported)
     Mutant("rewrite_packs_reversed", "the rewriter packs bucket members in reverse plan order", ("conformance",),
            apply_edit=members_reversed),
@@ -298,6 +301,15 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("device_key_by_identity", "the dtype walk finds the device keyword by identity, so on a graph whose "
            "keyword names are new strings a copy of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_key_by_identity, hunt="rule:cast_beside_opaque_op"),
+    Mutant("collectives_not_followed", "the dtype walk does not follow a collective or its wait, so a bf16 cast "
+           "scaled by an all-reduced gain is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.collectives_not_followed, hunt="rule:gain_all_reduced"),
+    Mutant("device_objects_refused", "the dtype walk runs no op with a device object among its keywords, so a "
+           "traced graph's move of a bf16 cast to the device is packed in the parameter's dtype",
+           ("layout", "numerics"), rewrite_bugs.device_objects_refused, hunt="rule:cast_beside_opaque_op"),
+    Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
+           "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.factories_unevaluated, hunt="rule:scaled_cast_forms"),
     Mutant("first_operand_decides", "arithmetic takes its first operand's dtype, so a bf16 cast plus relu of its "
            "float32 parameter is packed as bf16", ("layout", "numerics"), rewrite_bugs.first_operand_decides,
            hunt="rule:cast_beside_opaque_op"),

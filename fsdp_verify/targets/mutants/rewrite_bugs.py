@@ -11,7 +11,7 @@ from torch import fx
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
-from fsdp_verify.reference.rewrite import (_evaluable as _correct_evaluable,
+from fsdp_verify.reference.rewrite import (_evaluable as _correct_evaluable, _fuse_ag as _correct_fuse_ag,
                                           _evaluated as _correct_evaluated, _holds, _op_name,
                                           _promoted as _correct_promoted,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
@@ -370,6 +370,17 @@ def fuses_earliest_first() -> list[tuple]:
     return [(rewrite, "_fusion_order", _earliest_first), (fx.Graph, "lint", lambda graph: None)]
 
 
+def views_left_behind() -> list[tuple]:
+    """The all-gather fusion moves no view of a member's result past the fused launch, in a rewriter
+    that does not lint: where B's source is computed after A's first view, that view now reads A's
+    copy-out, defined after it."""
+    from fsdp_verify.reference import rewrite
+
+    def fuse(graph: fx.Graph, bucket, members, anchor: fx.Node, order: dict) -> None:
+        _correct_fuse_ag(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
+    return [(rewrite, "_fuse_ag", fuse), (fx.Graph, "lint", lambda graph: None)]
+
+
 def _capped(node: fx.Node, walk, depth: int = 0):
     """The dtype walk as it once was: recursive, giving up (None: the spec dtype) past 32 steps."""
     from fsdp_verify.reference import rewrite
@@ -611,6 +622,37 @@ def device_key_by_identity() -> list[tuple]:
     def by_identity(kwargs) -> dict:
         return {key: "meta" if key is device else value for key, value in kwargs.items()}
     return [(rewrite, "_on_meta", by_identity)]
+
+
+def collectives_not_followed() -> list[tuple]:
+    """The walk treats a collective and its wait as ops it cannot follow (as a table of compute ops
+    alone would): a scaled cast whose gain is all-reduced over the group, as float8 training syncs
+    amax, falls back to the parameter's dtype, though torch keeps the cast's."""
+    from fsdp_verify.reference import rewrite
+    collectives = {"all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor", "all_reduce"}
+    return [(rewrite, "_SAME_DTYPE", rewrite._SAME_DTYPE - collectives)]
+
+
+def device_objects_refused() -> list[tuple]:
+    """The walk runs no op with a device object among its keywords: ``_to_copy(cast,
+    device=torch.device("cpu"))``, a traced graph's move of a bf16 cast, is unknown, and its member
+    is packed in the parameter's dtype (a device given as a string still runs)."""
+    from fsdp_verify.reference import rewrite
+
+    def refusing(node: fx.Node) -> bool:
+        return _correct_evaluable(node) and not any(isinstance(v, torch.device) for v in node.kwargs.values())
+    return [(rewrite, "_evaluable", refusing)]
+
+
+def factories_unevaluated() -> list[tuple]:
+    """The walk runs only ops with a tensor input: a constant gain made by a factory
+    (``scalar_tensor(0.5, dtype=float32, device=...)``) is unknown, and its scaled cast falls back to
+    the parameter's dtype, though torch keeps the cast's."""
+    from fsdp_verify.reference import rewrite
+
+    def with_input(node: fx.Node) -> bool:
+        return _correct_evaluable(node) and any(isinstance(a, fx.Node) for a in node.args)
+    return [(rewrite, "_evaluable", with_input)]
 
 
 def first_operand_decides() -> list[tuple]:
