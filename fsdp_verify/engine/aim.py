@@ -141,14 +141,21 @@ def campaign_strategy(strategy: str) -> tuple[str, bool]:
     return (strategy[:-len(DRAWN_SPEC)], True) if strategy.endswith(DRAWN_SPEC) else (strategy, False)
 
 
+# Strategies the default phases do not draw from that a planted bug names as its hunt: uneven shards
+# (a short rank's views of its reduced gradient) are one case in six of the mix, so the map measures
+# them as a shape of their own.
+HUNT_STRATEGIES = ("uneven",)
+
+
 def shape_phases() -> list[str]:
-    """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike, and
-    hazards under drawn [I] settings."""
+    """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike,
+    hazards under drawn [I] settings, and the strategies of HUNT_STRATEGIES."""
     from fsdp_verify.strategies import mutations
     reasons = sorted({*mutations.SKIP_MUTATIONS, *mutations.SPLIT_MUTATIONS, *mutations.SINGLETON_MUTATIONS,
                       *mutations.FUSION_MUTATIONS})
     return [*(phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons),
-            phase_name("hazards" + DRAWN_SPEC, SHAPE_SIZE)]
+            phase_name("hazards" + DRAWN_SPEC, SHAPE_SIZE),
+            *(phase_name(strategy, SHAPE_SIZE) for strategy in HUNT_STRATEGIES)]
 
 
 def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Optional[str] = None,

@@ -15,7 +15,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Iterable
 
-from fsdp_verify.engine.aim import SHAPE_SIZE
+from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE
 
 if TYPE_CHECKING:
     from fsdp_verify.targets.mutants.base import Mutant
@@ -23,14 +23,18 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=1)
 def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
-    """(module, qualified name) -> the phases (``rule:REASON:tiny``) of the planted bugs that replace it.
-    Only shape hunts count: a bug hunted by the default mix (``hazards``) names no shape."""
+    """(module, qualified name) -> the phases (``rule:REASON:tiny``, ``uneven:tiny``) of the planted bugs
+    that replace it. Only shape hunts count: a bug hunted by the default mix (``hazards``) names no
+    shape; a strategy of ``aim.HUNT_STRATEGIES`` is one."""
     from fsdp_verify.targets.mutants.catalogue import MUTANTS
     found: dict[tuple[str, str], list[str]] = {}
     for mutant in MUTANTS.values():
-        if not mutant.hunt.startswith(("rule:", "skip:")):
+        if mutant.hunt in HUNT_STRATEGIES:
+            phase = f"{mutant.hunt}:{SHAPE_SIZE}"
+        elif mutant.hunt.startswith(("rule:", "skip:")):
+            phase = f"rule:{mutant.hunt.split(':', 1)[1]}:{SHAPE_SIZE}"  # a skip hunt draws as its rule does
+        else:
             continue
-        phase = f"rule:{mutant.hunt.split(':', 1)[1]}:{SHAPE_SIZE}"  # a skip hunt draws as its rule does
         for owner, name in _replaced(mutant):
             if phase not in found.setdefault((owner, name), []):
                 found[(owner, name)].append(phase)

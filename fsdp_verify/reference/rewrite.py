@@ -144,25 +144,18 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
 
 def _evaluable(node: fx.Node) -> bool:
     """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
-    stand-ins: all its tensors direct arguments, no device but its ``device`` keyword, which
-    ``_on_meta`` makes meta (a traced ``.to(device)`` names a device object there), and a tensor
-    input or that keyword (a factory, such as a constant gain's ``scalar_tensor``, makes a meta
-    tensor then). So nothing it runs allocates real memory, draws from a real generator, starts a
-    device, or reads a list of tensors; what it runs only makes or sees meta tensors."""
+    stand-ins: one with a tensor input or a ``device`` keyword, and no device by position. Every
+    device an aten or prims schema takes by keyword is named ``device`` (two ops that compare
+    devices aside), and ``_on_meta`` makes it meta: a traced ``.to(device)`` names a device object
+    there, and a factory (a constant gain's ``scalar_tensor``) then makes a meta tensor. So nothing
+    it runs allocates real memory, draws from a real generator or starts a device. An op whose
+    tensors are not all direct arguments (cat's list, a tensor by keyword) gets graph nodes where it
+    wants tensors and fails, which ``_run`` answers as unknown."""
     target = node.target
-    if isinstance(target, torch._ops.OpOverload):
-        namespace = target.namespace
-    elif isinstance(target, torch._ops.OpOverloadPacket):
-        namespace = target._qualified_op_name.split("::")[0]
-    else:
-        return False
-    kwargs = node.kwargs
-    on_meta = any(isinstance(a, fx.Node) for a in node.args) or "device" in kwargs
-    direct = not any(isinstance(v, fx.Node) for v in kwargs.values()) and \
-        not any(isinstance(a, (list, tuple)) and any(isinstance(x, fx.Node) for x in a) for a in (*node.args, *kwargs.values()))
-    devices = [a for a in node.args if isinstance(a, torch.device)] + \
-        [v for k, v in kwargs.items() if isinstance(v, torch.device) and k != "device"]
-    return namespace in ("aten", "prims") and on_meta and direct and not devices
+    namespace = target.namespace if isinstance(target, torch._ops.OpOverload) else \
+        target._qualified_op_name.split("::")[0] if isinstance(target, torch._ops.OpOverloadPacket) else None
+    return namespace in ("aten", "prims") and not any(isinstance(a, torch.device) for a in node.args) and \
+        (any(isinstance(a, fx.Node) for a in node.args) or "device" in node.kwargs)
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:

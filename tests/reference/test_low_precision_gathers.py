@@ -483,3 +483,12 @@ def test_a_gain_all_reduced_over_the_group_is_counted():
     assert not case_features(base)["synced_gains"]
     synced = [n for n in planted.graph.nodes if n.target == ALL_REDUCE]
     assert len(synced) == 1 and synced[0].args[1] == "max"
+
+
+def test_every_device_an_aten_or_prims_schema_takes_by_keyword_is_named_device():
+    """The dtype walk runs an op on meta stand-ins with its ``device`` keyword made meta, and refuses
+    only devices by position: sound while no other keyword of an op it may run carries a device."""
+    other = {(schema.name, schema.overload_name) for schema in torch._C._jit_get_all_schemas()
+             if schema.name.split("::")[0] in ("aten", "prims")
+             for arg in schema.arguments if "Device" in str(arg.type) and arg.name != "device"}
+    assert other <= {("aten::eq", "device"), ("aten::ne", "device")}, other  # compare two devices, no tensor

@@ -226,6 +226,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("views_left_behind", "the all-gather fusion moves no view of a member's result past the fused launch "
            "and does not lint: a view before the insertion point reads the copy-out defined after it",
            ("dependencies",), rewrite_bugs.views_left_behind, hunt="rule:view_moved_past_source"),
+    Mutant("rs_views_left_behind", "the reduce-scatter fusion moves no view of a member's result past the fused "
+           "launch and does not lint: a short rank's narrowing view reads the copy-out defined after it",
+           ("dependencies",), rewrite_bugs.rs_views_left_behind, hunt="uneven"),
     # -- plan conformance (values unchanged: the rewrite does other than the plan it reported)
     Mutant("rewrite_packs_reversed", "the rewriter packs bucket members in reverse plan order", ("conformance",),
            apply_edit=members_reversed),

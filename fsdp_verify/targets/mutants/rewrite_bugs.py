@@ -12,6 +12,7 @@ from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
 from fsdp_verify.reference.rewrite import (_evaluable as _correct_evaluable, _fuse_ag as _correct_fuse_ag,
+                                          _fuse_rs as _correct_fuse_rs,
                                           _evaluated as _correct_evaluated, _holds, _op_name,
                                           _promoted as _correct_promoted,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
@@ -379,6 +380,18 @@ def views_left_behind() -> list[tuple]:
     def fuse(graph: fx.Graph, bucket, members, anchor: fx.Node, order: dict) -> None:
         _correct_fuse_ag(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
     return [(rewrite, "_fuse_ag", fuse), (fx.Graph, "lint", lambda graph: None)]
+
+
+def rs_views_left_behind() -> list[tuple]:
+    """The reduce-scatter fusion moves no view of a member's result past the fused launch, in a
+    rewriter that does not lint: a short rank of an uneven shard narrows its reduced gradient right
+    after the wait, and where another member's gradient is ready later that view now reads the
+    copy-out defined after it."""
+    from fsdp_verify.reference import rewrite
+
+    def fuse(graph: fx.Graph, bucket, members, anchor: fx.Node, order: dict) -> None:
+        _correct_fuse_rs(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
+    return [(rewrite, "_fuse_rs", fuse), (fx.Graph, "lint", lambda graph: None)]
 
 
 def _capped(node: fx.Node, walk, depth: int = 0):
