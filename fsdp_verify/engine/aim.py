@@ -103,9 +103,10 @@ class Basis(enum.Enum):
     LINE = "line"  # the shape whose examples run the mutant's line most
     RESULT = "result"  # the shape whose examples the mutant changes its function's result in most
     CATALOGUE = "planted bug"  # the hunt of a planted bug that replaces the mutant's function (``hunts``)
-    # the same, for a survivor whose function no probe can watch (it writes what its caller sees), whatever
-    # its line's rate: the second round's only evidence of where it tells
-    UNPROBED = "planted bug, function not probed"
+    # the same, for a survivor no probe saw change a result (its function writes what its caller sees,
+    # or the map's examples never met the shape that tells), whatever its line's rate: the second
+    # round's only evidence of where it tells
+    UNSEEN = "planted bug, no probe saw a change"
 
 
 @dataclass(frozen=True)
@@ -168,15 +169,18 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     or constant, ``hunts.hunts_for``) the one that runs the line most; without one, the shape that
     runs it most. A shape that runs a line most is not always one that tells: a helper every
     evaluated op calls runs most where the keyword it looks for never appears. A mutant the map tried
-    to probe and could not (its function writes what its caller sees) gets the hunt whatever its
+    to probe and saw change no result (it could not watch the function, which writes what its caller
+    sees, or its forty examples per shape missed the variant that tells) gets the hunt whatever its
     line's rate: a line every fusion runs still tells only in the shape its planted bug needs."""
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
     if reach.error:
         return Aim(best)
     planted = sorted((-reach.rate(phase, path, line), index, phase) for index, phase in enumerate(hunts)
                      if phase in reach.examples and phase not in defaults)
-    if ident is not None and reach.probed.get(ident) and planted:
-        return Aim(best, planted[0][2], -planted[0][0], Basis.UNPROBED)
+    unseen = ident is not None and ident in reach.probed and \
+        (reach.probed[ident] != "" or reach.telling_level(ident) is None)
+    if unseen and planted:
+        return Aim(best, planted[0][2], -planted[0][0], Basis.UNSEEN)
     infected, level = None, ""
     telling = reach.telling_level(ident) if ident is not None and reach.probed.get(ident) == "" else None
     if telling is not None:

@@ -540,8 +540,8 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
 
     Two rounds: every mutant, aimed by its line (``aim``); then each survivor whose probes show a
     planted shape changing what its module's functions return more often than the default phases
-    do, again, that shape first (``probes``), and each survivor no probe could watch whose function
-    a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a copy of each level
+    do, again, that shape first (``probes``), and each survivor no probe saw change a result whose
+    function a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a copy of each level
     runs beside the original on every call, so probing every mutant of a module would run its
     planner a hundred times per call."""
     equivalences = list(equivalences)
@@ -561,7 +561,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             probed = _probed(survivors, settings, sources)
             second = {m.ident: _aimed(probed, m, settings) for m in survivors}
             again = [(m, second[m.ident]) for m in survivors if second[m.ident].found is not None
-                     and second[m.ident].found.basis in (aim.Basis.RESULT, aim.Basis.UNPROBED)
+                     and second[m.ident].found.basis in (aim.Basis.RESULT, aim.Basis.UNSEEN)
                      and second[m.ident].found.phase]
             for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
                 _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
@@ -770,7 +770,7 @@ def _aim_line(outcome: Run) -> str:
             f"{len(probed)} survivors probed, {len(by_result)} run again aimed by what their module's functions "
             f"return (changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
             f"{len(again) - len(by_result)} by the hunt of a planted bug that replaces their function where no probe "
-            f"could watch it; {sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
+            f"saw a change; {sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
 
 
 def format_table(outcome: Run) -> str:
