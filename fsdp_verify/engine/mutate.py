@@ -541,9 +541,9 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     Two rounds: every mutant, aimed by its line (``aim``); then each survivor whose probes show a
     planted shape changing what its module's functions return more often than the default phases
     do, again, that shape first (``probes``), and each survivor no probe saw change a result whose
-    function a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a copy of each level
-    runs beside the original on every call, so probing every mutant of a module would run its
-    planner a hundred times per call."""
+    function a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a
+    copy of each level runs beside the original on every call, so probing every mutant of a module
+    would run its planner a hundred times per call."""
     equivalences = list(equivalences)
     warm_up()
     sources: dict[str, tuple[str, Optional[str]]] = {}
