@@ -586,13 +586,15 @@ def out_variant_between(case: Case, a: str, b: str) -> Optional[Case]:
 @plants("split", "intervening_collective")
 def collective_between(case: Case, a: str, b: str) -> Case:
     graph = case.graph
-    phase = _phase(case, b)
     launch = edit.fresh_name(graph, "foreign_all_reduce")
-    wait = f"{launch}_wait"
-    group = graph.node(a).args[-1]
-    nodes = [edit.call(launch, ALL_REDUCE, graph.node(a).args[0], "sum", group, meta=phase),
-             edit.call(wait, WAIT, NodeRef(launch), meta=phase)]
+    nodes = _all_reduced(launch, graph.node(a).args[0], "sum", graph.node(a).args[-1], _phase(case, b))
     return replace(case, graph=edit.insert_before(graph, b, nodes))
+
+
+def _all_reduced(launch: str, tensor: Any, op: str, group: Any, meta: dict) -> list[NodeSpec]:
+    """An all-reduce of ``tensor`` over ``group`` named ``launch``, and its wait (``launch``_wait)."""
+    return [edit.call(launch, ALL_REDUCE, tensor, op, group, meta=meta),
+            edit.call(f"{launch}_wait", WAIT, NodeRef(launch), meta=meta)]
 
 
 @plants("split", "phase_boundary")
@@ -1026,13 +1028,11 @@ def gain_all_reduced(case: Case, a: str, b: str) -> Optional[Case]:
     if found is None:
         return None
     scaled, gain, _ = found
-    graph, meta = case.graph, _phase(case, a)
-    launch = edit.fresh_name(graph, f"{a}_gain_synced")
-    wait = f"{launch}_wait"
-    nodes = [edit.call(launch, ALL_REDUCE, NodeRef(gain.name), "max", graph.node(a).args[-1], meta=meta),
-             edit.call(wait, WAIT, NodeRef(launch), meta=meta)]
+    graph = case.graph
+    nodes = _all_reduced(edit.fresh_name(graph, f"{a}_gain_synced"), NodeRef(gain.name), "max",
+                         graph.node(a).args[-1], _phase(case, a))
     graph = edit.insert_before(graph, scaled.name, nodes)
-    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(wait))))
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(nodes[-1].name))))
 
 
 @needs_cast(scaled=True)

@@ -371,27 +371,27 @@ def fuses_earliest_first() -> list[tuple]:
     return [(rewrite, "_fusion_order", _earliest_first), (fx.Graph, "lint", lambda graph: None)]
 
 
-def views_left_behind() -> list[tuple]:
-    """The all-gather fusion moves no view of a member's result past the fused launch, in a rewriter
-    that does not lint: where B's source is computed after A's first view, that view now reads A's
-    copy-out, defined after it."""
+def _views_left(name: str, correct) -> list[tuple]:
+    """``correct`` (a fusion of the reference) told that its anchor sits before every node, so it finds
+    no view of a member's result to move past the fused launch, in a rewriter that does not lint."""
     from fsdp_verify.reference import rewrite
 
     def fuse(graph: fx.Graph, bucket, members, anchor: fx.Node, order: dict) -> None:
-        _correct_fuse_ag(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
-    return [(rewrite, "_fuse_ag", fuse), (fx.Graph, "lint", lambda graph: None)]
+        correct(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
+    return [(rewrite, name, fuse), (fx.Graph, "lint", lambda graph: None)]
+
+
+def views_left_behind() -> list[tuple]:
+    """The all-gather fusion moves no view of a member's result past the fused launch: where B's
+    source is computed after A's first view, that view now reads A's copy-out, defined after it."""
+    return _views_left("_fuse_ag", _correct_fuse_ag)
 
 
 def rs_views_left_behind() -> list[tuple]:
-    """The reduce-scatter fusion moves no view of a member's result past the fused launch, in a
-    rewriter that does not lint: a short rank of an uneven shard narrows its reduced gradient right
-    after the wait, and where another member's gradient is ready later that view now reads the
-    copy-out defined after it."""
-    from fsdp_verify.reference import rewrite
-
-    def fuse(graph: fx.Graph, bucket, members, anchor: fx.Node, order: dict) -> None:
-        _correct_fuse_rs(graph, bucket, members, anchor, {**order, anchor: -1})  # no view sits before -1
-    return [(rewrite, "_fuse_rs", fuse), (fx.Graph, "lint", lambda graph: None)]
+    """The reduce-scatter fusion moves no view of a member's result past the fused launch: a short
+    rank of an uneven shard narrows its reduced gradient right after the wait, and where another
+    member's gradient is ready later that view now reads the copy-out defined after it."""
+    return _views_left("_fuse_rs", _correct_fuse_rs)
 
 
 def _capped(node: fx.Node, walk, depth: int = 0):
