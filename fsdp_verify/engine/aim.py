@@ -121,6 +121,10 @@ class Aim:
     basis: Basis = Basis.LINE
     default_infected: Optional[float] = None  # None: not probed, or no level's result ever changed
     level: str = ""  # the telling level's function
+    # UNSEEN only: the other planted bugs' hunts, by rate. With no probe's word on which shape tells,
+    # the line's rate is no guide either (the walk's keyword line runs most in the opaque-op shape and
+    # tells only in the scaled-cast shape), so the second round runs every hunt.
+    more: tuple[str, ...] = ()
 
 
 def _key(path: str) -> str:
@@ -180,7 +184,7 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     unseen = ident is not None and ident in reach.probed and \
         (reach.probed[ident] != "" or reach.telling_level(ident) is None)
     if unseen and planted:
-        return Aim(best, planted[0][2], -planted[0][0], Basis.UNSEEN)
+        return Aim(best, planted[0][2], -planted[0][0], Basis.UNSEEN, more=tuple(p[2] for p in planted[1:]))
     infected, level = None, ""
     telling = reach.telling_level(ident) if ident is not None and reach.probed.get(ident) == "" else None
     if telling is not None:

@@ -107,7 +107,7 @@ class MutantResult:
     default_infected: Optional[float] = None
     level: str = ""
     probed: str = ""
-    aimed: str = ""  # the phase added for it (``aim``): the planted shape that runs its line most
+    aimed: str = ""  # the phases added for it (``aim``), comma-joined: the planted shape that runs its line most
     aimed_by: str = ""  # what chose that phase: its line's reach, its function's result, a planted bug (aim.Basis)
     round: int = 1  # 2: a survivor run again, aimed by its probes (its times count both rounds)
     before: str = ""  # the changed lines, stripped: the equivalence file's key
@@ -696,15 +696,18 @@ class Aimed:
 
 def _aimed(reach: Optional[aim.Reach], mutant: Mutant, settings: Settings) -> Aimed:
     """The mutant's settings: the aimed phase first (it runs the mutant's line most), then the
-    others; the budget is split over all of them."""
+    others; the budget is split over all of them. A survivor aimed by every hunt of its function's
+    planted bugs (``Aim.more``) runs those alone."""
     if reach is None or reach.error:  # no map: nothing is said of the mutant's line
         return Aimed(settings)
     found = aim.aim(reach, mutant.path, mutant.line, [aim.phase_name(p.strategy, p.size) for p in settings.phases],
                     mutant.ident, _hunts(mutant) if settings.target == "reference" else ())
     if found.phase is None:
         return Aimed(settings, found)
-    strategy, size = found.phase.rsplit(":", 1)
-    return Aimed(replace(settings, phases=(Phase(strategy, size), *settings.phases)), found)
+    aimed = tuple(Phase(*name.rsplit(":", 1)) for name in (found.phase, *found.more))
+    if found.more:  # every hunt, and only hunts: round one gave the default phases their share
+        return Aimed(replace(settings, phases=aimed), found)
+    return Aimed(replace(settings, phases=(*aimed, *settings.phases)), found)
 
 
 def _hunts(mutant: Mutant) -> tuple[str, ...]:
@@ -741,7 +744,7 @@ def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
         if claim is not None:
             outcome, facts = Outcome.EQUIVALENT, facts | {"reason": claim.reason}
     aimed = {} if job.aimed is None else {
-        "default_rate": round(job.aimed.default_rate, 3), "aimed": job.aimed.phase or "",
+        "default_rate": round(job.aimed.default_rate, 3), "aimed": ", ".join(filter(None, (job.aimed.phase, *job.aimed.more))),
         "aimed_by": job.aimed.basis.value if job.aimed.phase else ""}
     return MutantResult(job.mutant, outcome, wall_seconds=round(time.monotonic() - job.started, 3),
                         cpu_seconds=round(usage.ru_utime + usage.ru_stime, 3), before=job.before,
@@ -804,7 +807,7 @@ def format_table(outcome: Run) -> str:
                           if r.default_infected is not None else f"; not probed: {r.probed}" if r.probed else
                           "; in no example of the map did it change what a function of its module returns")
                 lines.append(f"    its line ran in {100 * r.default_rate:.0f}% of the default phases' examples{result}"
-                             + (f"; aimed phase {r.aimed} (by its {r.aimed_by})" if r.aimed else
+                             + (f"; aimed phase{'s' * (',' in r.aimed)} {r.aimed} (by its {r.aimed_by})" if r.aimed else
                                 "; no planted shape runs it more often" if r.default_rate < aim.AIM_BELOW else ""))
             lines.extend("    " + line for line in r.diff.splitlines())
     return "\n".join(lines)

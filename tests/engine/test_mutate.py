@@ -322,3 +322,30 @@ def test_the_map_measures_a_phase_that_draws_the_spec_settings_and_the_cli_takes
     assert _phase("hazards+spec:tiny") == mutate.Phase("hazards+spec", "tiny")
     with pytest.raises(Exception):
         _phase("nonsense+spec")
+
+
+def test_a_survivor_no_probe_saw_change_runs_every_hunt_of_its_function() -> None:
+    """Four planted bugs replace the dtype walk's ``_walk``, each with its hunt. The mutant that reads
+    any ``dtype`` keyword as a cast tells only on a gain summed with ``dtype=float32`` (the scaled-cast
+    shape), but its line runs most in the opaque-op shape: aimed by that one hunt it survived both
+    rounds. With no probe's word, round two runs every hunt and nothing else."""
+    from fsdp_verify.engine import aim, hunts
+    path, module = "fsdp_verify/reference/rewrite.py", "fsdp_verify.reference.rewrite"
+    source = Path(path).read_text()
+    line = next(i for i, text in enumerate(source.splitlines(), 1)
+                if text.strip().startswith("if node.target is aten._to_copy.default and"))
+    found_hunts = hunts.hunts_for(module, source, line)
+    assert {"rule:scaled_cast_forms:tiny", "rule:cast_beside_opaque_op:tiny"} <= set(found_hunts)
+    key = aim._key(path)
+    examples = {"cases:default": 40, **{hunt: 20 for hunt in found_hunts}}
+    hits = {"cases:default": {key: {line: 8}}, **{hunt: {key: {line: 5 + i}} for i, hunt in enumerate(found_hunts)}}
+    ident = f"{path}:{line}:core/ReplaceComparisonOperator_Is_NotEq#1"
+    reach = aim.Reach(examples=examples, hits=hits, statements={key: [line]}, probed={ident: ""})
+    found = aim.aim(reach, path, line, ["cases:default"], ident, found_hunts)
+    assert found.basis is aim.Basis.UNSEEN
+    assert {found.phase, *found.more} == set(found_hunts) and found.phase == found_hunts[-1]  # most runs first
+    [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_NotEq$") if m.line == line]
+    mutant = replace(mutant, module=module)
+    settings = mutate.Settings(phases=(mutate.Phase("hazards", "tiny"), mutate.Phase("cases", "default")))
+    aimed = mutate._aimed(reach, mutant, settings)
+    assert {f"{p.strategy}:{p.size}" for p in aimed.settings.phases} == set(found_hunts)
