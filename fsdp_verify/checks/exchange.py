@@ -65,6 +65,14 @@ def _reordered(reports: dict, group: str, ranks: tuple) -> dict:
     return {**reports, ranks[-1]: edited}
 
 
+def _narrowed(reports: dict, group: str, ranks: tuple) -> dict:
+    """The last rank names the group without its last rank: a tuple that sorts before the true one,
+    where a reversed one sorts after (a validator comparing by order, or pairwise with ``zip``, passes it)."""
+    last = reports[ranks[-1]]
+    edited = {**last, "group_ranks": {**last["group_ranks"], group: list(ranks[:-1])}}
+    return {**reports, ranks[-1]: edited}
+
+
 def _redigested(reports: dict, group: str, ranks: tuple) -> dict:
     last = reports[ranks[-1]]
     digest = str(last["group_digests"].get(group))
@@ -87,6 +95,8 @@ EDITS = (
     Edit(_dropped, "its last rank's report dropped", "validator_accepts_missing_rank", MISSING),
     Edit(_added, "a report from a rank outside the group", "validator_accepts_extra_rank", MISSING),
     Edit(_reordered, "the group's ranks reversed in one report", "validator_accepts_rank_order", DISAGREE),
+    Edit(_narrowed, "the group's last rank left out of one report's ranks", "validator_accepts_other_ranks",
+         DISAGREE),
     Edit(_redigested, "one rank's digest changed", "validator_accepts_digest", DISAGREE),
 )
 

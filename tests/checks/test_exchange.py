@@ -12,6 +12,7 @@ from helpers.cases import two_block_case
 RULES = {"validator_ignores_missing_rank": {"validator_accepts_missing_rank"},
          "validator_ignores_extra_rank": {"validator_accepts_extra_rank"},
          "validator_ignores_rank_order": {"validator_accepts_rank_order"},
+         "validator_ranks_by_zip": {"validator_accepts_other_ranks"},
          "validator_ignores_digest": {"validator_accepts_digest"},
          "exchange_skipped": {"divergent_plans_accepted"},
          "rewrite_then_exchange": {"divergent_round_applied"}}

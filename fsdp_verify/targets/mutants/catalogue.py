@@ -166,6 +166,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            ("exchange",), lambda: exchange_bugs.validator(exchange_bugs.ignores_extra_rank)),
     Mutant("validator_ignores_rank_order", "the report validator compares the group's ranks as a set",
            ("exchange",), lambda: exchange_bugs.validator(exchange_bugs.ignores_rank_order)),
+    Mutant("validator_ranks_by_zip", "the report validator compares the group's ranks pairwise (zip), so a "
+           "report naming a prefix of them passes", ("exchange",),
+           lambda: exchange_bugs.validator(exchange_bugs.ranks_compared_pairwise)),
     Mutant("validator_ignores_digest", "the report validator compares ranks, never digests", ("exchange",),
            lambda: exchange_bugs.validator(exchange_bugs.ignores_digest)),
     Mutant("exchange_skipped", "the driver never exchanges plans: each rank rewrites with its own",
