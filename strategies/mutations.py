@@ -311,6 +311,19 @@ def unwaited_launch(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.insert_before(case.graph, output, nodes))
 
 
+@plants("skip", "unsupported_wait_users")
+def launch_without_users(case: Case, launch: str) -> Optional[Case]:
+    """A second launch of the same collective that nothing reads, not even a wait (a gather whose
+    result a trace dropped): a rule that reads the launch's one user before counting its users fails
+    on it. It sits just before the output, so no bucket span holds it."""
+    node = case.graph.node(launch)
+    name = f"{launch}_unread"
+    if name in {n.name for n in case.graph.nodes}:
+        return None
+    copy = NodeSpec(name, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta))
+    return replace(case, graph=edit.insert_before(case.graph, case.graph.nodes[-1].name, [copy]))
+
+
 def unused_name(launch: str) -> str:
     """The launch ``unused_gather`` inserts next to ``launch``."""
     return f"{launch}_unused"

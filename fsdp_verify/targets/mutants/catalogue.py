@@ -25,6 +25,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     fqn_trailing_space_accepted,
     fqn_type_unchecked,
     kinds_by_identity,
+    unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
     alternating_plans,
@@ -109,6 +110,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("degree_checked_above_only", "a degree below its group's size passes (only too large a one is "
            "skipped)", ("planner",), lambda: degree_rule_weakened(
                lambda degree, size: isinstance(degree, int) and 1 < degree < size), hunt="skip:group_size_mismatch"),
+    Mutant("unread_launch_without_consumer", "a launch nothing reads, not even a wait, passes the wait-users "
+           "rule and is skipped as no_consumer", ("planner",), unread_launch_without_consumer,
+           hunt="skip:unsupported_wait_users"),
     Mutant("float_degree_accepted", "a float degree equal to the group's size passes", ("planner",),
            lambda: degree_rule_weakened(lambda degree, size: isinstance(degree, float) and degree == size),
            hunt="skip:group_size_mismatch"),

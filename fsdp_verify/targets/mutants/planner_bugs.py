@@ -351,6 +351,19 @@ def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     return [(planner, "_identity_reason", identity_reason)]
 
 
+def unread_launch_without_consumer() -> list[Patch]:
+    """The wait-users rule counts only a second user: a launch nothing reads passes it and is skipped
+    by the next rule that looks, as having no consumer (the reason names the wrong defect)."""
+    original = planner._classify
+
+    def classify(node, scope, groups, order):
+        found = original(node, scope, groups, order)
+        if found[1] == "unsupported_wait_users" and not node.users:
+            return None, "no_consumer"
+        return found
+    return [(planner, "_classify", classify)]
+
+
 def kinds_by_identity() -> list[Patch]:
     """Tagged launches recognised by identity with the planner's own kind constants (``is``): right on
     graphs tagged from those interned constants, wrong on graphs loaded from disk."""
