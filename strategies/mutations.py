@@ -311,13 +311,18 @@ def unwaited_launch(case: Case, launch: str) -> Optional[Case]:
     return replace(case, graph=edit.insert_before(case.graph, output, nodes))
 
 
+def unread_name(launch: str) -> str:
+    """The launch ``launch_without_users`` adds for ``launch``."""
+    return f"{launch}_unread"
+
+
 @plants("skip", "unsupported_wait_users")
 def launch_without_users(case: Case, launch: str) -> Optional[Case]:
     """A second launch of the same collective that nothing reads, not even a wait (a gather whose
     result a trace dropped): a rule that reads the launch's one user before counting its users fails
     on it. It sits just before the output, so no bucket span holds it."""
     node = case.graph.node(launch)
-    name = f"{launch}_unread"
+    name = unread_name(launch)
     if name in {n.name for n in case.graph.nodes}:
         return None
     copy = NodeSpec(name, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta))
@@ -1160,8 +1165,13 @@ SINGLETON_MUTATIONS: dict[str, tuple[Callable, ...]] = {r: tuple(v) for r, v in 
 
 
 def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
-    """Whether ``variant`` can act on ``site`` (some defects only exist for some launch kinds)."""
+    """Whether ``variant`` can act on ``site`` (some defects only exist for some launch kinds). A
+    launch the spec annotator left without a bucket spec (a one-rank group's) is no site: the planner
+    skips it before any planted defect could show; so is a launch nothing reads (``launch_without_users``)."""
     launch = site[-1] if isinstance(site, tuple) else site
+    if not all("fsdp_bucket_spec" in case.graph.node(n).meta and edit.users_of(case.graph, n)
+               for n in (site if isinstance(site, tuple) else (site,))):
+        return False
     kinds = getattr(variant, "acts_on", None)
     return kinds is None or _kind(case, launch) in kinds
 

@@ -41,7 +41,8 @@ WORLD_SIZES = tuple(sorted(set(DEGREES)))
 FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_spans", "non_contiguous_sources",
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
-            "casts_beside_opaque_ops", "synced_gains", "partly_traced_sources", "uneven_shards", "padded_casts")
+            "casts_beside_opaque_ops", "synced_gains", "partly_traced_sources", "uneven_shards", "padded_casts",
+            "one_rank_groups")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -335,7 +336,11 @@ def case_features(case: Case) -> Counter:
                                           ("partly_traced_sources", _partly_traced_sources(case)),
                                           # ranks whose graphs differ: some pad a short shard
                                           ("uneven_shards", case.graph.uneven),
-                                          ("padded_casts", _padded_casts(case))) if has)
+                                          ("padded_casts", _padded_casts(case)),
+                                          # a group of one rank: its launches' degree 1 trips rule 5 alone
+                                          ("one_rank_groups", any(case.graph.degree(group) == 1
+                                                                  for group in case.graph.groups)))
+                                   if has)
 
 
 @dataclass

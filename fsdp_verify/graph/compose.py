@@ -66,6 +66,12 @@ def _infer(target: str, fn: Any, args: tuple, kwargs: dict) -> Any:
     return value
 
 
+def _annotated(degree: int, bucket_spec: dict) -> dict:
+    """The launch's ``fsdp_bucket_spec`` as the spec annotator writes it: only where the degree is
+    above 1 (spec 1.4 step 8), so a one-rank group's launches carry none."""
+    return {"fsdp_bucket_spec": bucket_spec} if degree > 1 else {}
+
+
 class Composer:
     """Append nodes in order; ``finish(outputs)`` returns the GraphSpec."""
 
@@ -156,8 +162,8 @@ class Composer:
         shape = tuple(param.shard_shape)
         meta = {"comm_type": kind, "comm_group": param.group, "param_node": param.placeholder,
                 "param_name": fqn, "state_idx": param.state_idx, "fsdp_degree": degree,
-                "fsdp_bucket_spec": {"input_shape": shape, "output_shape": (shape[0] * degree, *shape[1:]),
-                                     "dtype": dtype_from_name(param.dtype), "device": param.device}}
+                **_annotated(degree, {"input_shape": shape, "output_shape": (shape[0] * degree, *shape[1:]),
+                                      "dtype": dtype_from_name(param.dtype), "device": param.device})}
         meta.update(launch_meta or {})
         out = torch.empty((shard.shape[0] * degree, *shard.shape[1:]), dtype=shard.dtype, device="meta")
         launch = self._append(self.fresh(f"ag{'_bw' if backward else ''}_{fqn}"), "call_function", self._op(AG),
@@ -175,8 +181,8 @@ class Composer:
         full = tuple(gval.shape)
         meta = {"comm_type": "fsdp_reduce_scatter", "comm_group": param.group, "param_name": fqn,
                 "state_idx": param.state_idx, "fsdp_degree": degree,
-                "fsdp_bucket_spec": {"input_shape": full, "output_shape": (full[0] // degree, *full[1:]),
-                                     "dtype": gval.dtype, "device": param.device}}
+                **_annotated(degree, {"input_shape": full, "output_shape": (full[0] // degree, *full[1:]),
+                                      "dtype": gval.dtype, "device": param.device})}
         meta.update(launch_meta or {})
         out = torch.empty((full[0] // degree, *full[1:]), dtype=gval.dtype, device="meta")
         launch = self._append(self.fresh(f"rs_{fqn}"), "call_function", self._op(RS),

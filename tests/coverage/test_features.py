@@ -62,3 +62,21 @@ def test_a_reduce_scatter_past_its_exact_span_is_counted_as_wrapped_codes():
     narrow = Case(render(Blueprint(blocks=((ParamDraw((2, 3), dtype="bfloat16"), ParamDraw((3, 2))),))))
     assert case_features(wide)["wrapped_codes"] == 1
     assert not case_features(narrow)["wrapped_codes"]
+
+
+def test_a_one_rank_group_is_counted_unannotated_and_skipped_by_rule_5():
+    """Expert parallelism as wide as the FSDP group leaves the experts' FSDP group one rank wide: the
+    spec annotator writes no bucket spec for degree 1 (spec 1.4 step 8) and the planner skips the
+    launches as group_size_mismatch; a planner that takes degree 1 on a one-rank group is caught."""
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.targets import get_target
+    blocks = ((ParamDraw((2, 4)), ParamDraw((2, 4), expert=True)), (ParamDraw((2, 2)), ParamDraw((3,), expert=True)))
+    case = Case(render(Blueprint(blocks=blocks, degree=4, expert_degree=1)))
+    assert case_features(case)["one_rank_groups"] == 1 and not case_features(two_block_case())["one_rank_groups"]
+    experts = [n for n in case.graph.nodes if n.meta.get("comm_group") == "fsdp_expert"]
+    assert experts and all("fsdp_bucket_spec" not in n.meta and n.args[-2] == 1 for n in experts)
+    reasons = {d["reason"] for d in plan(case).decisions if d["action"] == "skip"}
+    assert reasons == {"group_size_mismatch"}
+    assert not check_all(get_target("reference"), case)[0]
+    findings, _ = check_all(get_target("mutant:one_rank_group_accepted"), case, only=("planner",))
+    assert findings

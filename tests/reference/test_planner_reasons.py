@@ -30,6 +30,7 @@ def test_skip_reason(reason, mutate):
     mutated = mutate(case, launch)
     assert mutated is not None
     added = {mutations.unused_gather: mutations.unused_name, mutations.unwaited_launch: mutations.unwaited_name,
+             mutations.launch_without_users: mutations.unread_name,
              mutations.tagged_placeholder: lambda name: case.graph.node(name).args[0].name}
     target = added[mutate](launch) if mutate in added else launch
     result = plan(mutated)

@@ -51,7 +51,9 @@ def test_graphs_that_reshard_after_forward_have_no_room():
 def test_the_draw_plants_the_shape_whatever_the_blueprint_drew():
     labels = []
 
-    @settings(max_examples=40, database=None, derandomize=True, deadline=None, phases=[Phase.generate],
+    # a hundred examples: on forty the share swung from above a quarter to one in forty when an
+    # unrelated draw (one-rank expert groups) moved the stream
+    @settings(max_examples=100, database=None, derandomize=True, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @given(mutated_graphs("tiny", reason="anchor_on_foreign_wait"))
     def draw(case):

@@ -25,6 +25,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     fqn_trailing_space_accepted,
     fqn_type_unchecked,
     kinds_by_identity,
+    one_rank_group_accepted,
     unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
@@ -113,6 +114,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("unread_launch_without_consumer", "a launch nothing reads, not even a wait, passes the wait-users "
            "rule and is skipped as no_consumer", ("planner",), unread_launch_without_consumer,
            hunt="skip:unsupported_wait_users"),
+    Mutant("one_rank_group_accepted", "a degree of 1 on a group of one rank passes rule 5 (only a degree that "
+           "differs from its group's size is skipped)", ("planner",),
+           one_rank_group_accepted),
     Mutant("float_degree_accepted", "a float degree equal to the group's size passes", ("planner",),
            lambda: degree_rule_weakened(lambda degree, size: isinstance(degree, float) and degree == size),
            hunt="skip:group_size_mismatch"),

@@ -351,6 +351,25 @@ def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     return [(planner, "_identity_reason", identity_reason)]
 
 
+def one_rank_group_accepted() -> list[Patch]:
+    """Rule 5 skips a degree only where it differs from the group's size, so degree 1 on a group of one
+    rank passes: the launch is judged by the later rules as a group of two would be."""
+    original = planner._identity_reason
+
+    def identity_reason(node, kind, groups):
+        found = original(node, kind, groups)
+        group = node.args[-1] if node.args else None
+        if found != "group_size_mismatch" or group not in groups or node.args[-2] != 1 or len(groups[group]) != 1:
+            return found
+        saved = node.args
+        node.args = (*saved[:-2], 2, saved[-1])
+        try:
+            return original(node, kind, {**groups, group: (*groups[group], -1)})
+        finally:
+            node.args = saved
+    return [(planner, "_identity_reason", identity_reason)]
+
+
 def unread_launch_without_consumer() -> list[Patch]:
     """The wait-users rule counts only a second user: a launch nothing reads passes it and is skipped
     by the next rule that looks, as having no consumer (the reason names the wrong defect)."""
