@@ -14,7 +14,7 @@ from fsdp_verify.graph.compose import Composer
 from fsdp_verify.graph.spec import GraphSpec
 from fsdp_verify.graph.values import dtype_from_name
 
-VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain", "pair")
+VIEW_KINDS = ("none", "flat", "t", "slice", "split", "expand", "chain", "pair", "index")
 # How a parameter's RS layout-preparation chain is tagged (spec 1.7): its own, owned by another
 # bucket id, through an op a chain may not hold, read by a node outside the chain, with a source
 # tagged forward explicitly (no chain), or with a source tagged backward after an untagged link.
@@ -124,6 +124,9 @@ def _view_chain(c: Composer, tensor: str, kind: str, backward: bool, packets: bo
     if kind == "chain":
         flat = c.call("aten.view.default", tensor, [-1], backward=backward)
         return c.call("aten.reshape.default", flat, [shape[0], -1], backward=backward)
+    if kind == "index":  # ``w[0]`` as a symbolic trace records it: no view to the spec (not getitem of a
+        # multi-output view op), so a real consumer; a rule taking any getitem for a view moves it
+        return c.call("operator.getitem", tensor, 0, backward=backward)
     if kind == "pair":  # one view reached through two view parents, one reader of two aliases
         flat = c.call("aten.view.default", tensor, [-1], backward=backward)
         again = c.call("aten.view_as.default", flat, tensor, backward=backward)

@@ -72,12 +72,14 @@ def _schema(node: fx.Node):
 
 def aliases_input(node: fx.Node, getitem_views: bool = True) -> bool:
     """The result shares storage with its first input (a view, or, with ``getitem_views``, getitem of
-    a multi-output view)."""
+    a multi-output view op: of the op itself, so ``split(w)[0][0]``, an index of what a getitem picked,
+    is a consumer, as is ``w[0]``)."""
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         source = node.args[0]
-        return getitem_views and isinstance(source, fx.Node) and aliases_input(source)
+        return (getitem_views and isinstance(source, fx.Node) and source.target is not operator.getitem
+                and aliases_input(source))
     schema = _schema(node)
     if schema is None or not schema.returns:
         return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import operator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -215,3 +216,40 @@ def test_device_canonical_equates_renamings_only():
     assert with_ids(f"{a}:bucket_0", f"{a}:bucket_0", f"{a}:bucket_0") != \
         with_ids(f"{b}:bucket_0", f"{b}:bucket_0", f"{a}:bucket_0")
     assert with_ids("foreign", "foreign") != with_ids("other", "other")  # not a signed id: not renamed
+
+
+def test_a_symbolic_trace_s_index_of_a_gathered_parameter_is_a_consumer_not_a_view():
+    """``w[0]`` in a symbolic trace is ``operator.getitem`` of a tensor: not getitem of a multi-output
+    view op, so the spec's view chain stops there and it is the first use. A planner taking every getitem
+    for a view reads a later first use and fuses past the dependency window."""
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.reference import predicates
+    from fsdp_verify.strategies import mutations
+    from fsdp_verify.targets import get_target
+    base = Case(render(Blueprint(blocks=((ParamDraw((2, 4), view="index"), ParamDraw((3, 2), view="index")),))))
+    module = build_module(base.graph)
+    index = next(n for n in module.graph.nodes if n.target is operator.getitem)
+    assert not predicates.is_view(index)
+    a, b = next(p for p in mutations.sibling_pairs(base.graph) if mutations.fits(mutations.late_source, base, p))
+    case = mutations.late_source(base, a, b)
+    assert check_all(get_target("reference"), case)[0] == []
+    findings, _ = check_all(get_target("mutant:any_getitem_is_a_view"), case, only=("planner",))
+    assert {f.rule for f in findings} == {"plan_buckets"}
+
+
+def test_an_index_of_a_split_piece_is_a_consumer_to_the_reference_and_the_checkers_alike():
+    """``split(w)[0][0]``: the first getitem picks a view (getitem of a multi-output view op), the second
+    indexes a tensor. The checkers' view rule followed getitems recursively and took both for views,
+    where the spec's rule (and the reference) stops at the second."""
+    from fsdp_verify.checks.graph_facts import aliases_input, real_consumers
+    from fsdp_verify.reference import predicates
+    from fsdp_verify.reference.planner import consumers_of
+    module = build_module(Case(render(Blueprint(blocks=((ParamDraw((4, 2), view="split"),),)))).graph)
+    piece = next(n for n in module.graph.nodes if n.target is operator.getitem)
+    with module.graph.inserting_after(piece):
+        index = module.graph.call_function(operator.getitem, (piece, 0))
+    piece.replace_all_uses_with(index, delete_user_cb=lambda user: user is not index)
+    assert aliases_input(piece) and predicates.is_view(piece)
+    assert not aliases_input(index) and not predicates.is_view(index)
+    wait = piece.args[0].args[0]
+    assert index in real_consumers(wait) and index in consumers_of(wait)

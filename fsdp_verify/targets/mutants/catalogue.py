@@ -41,6 +41,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     input_distance_exclusive,
     rs_prep_not_excluded,
     schemaless_calls_are_views,
+    any_getitem_is_a_view,
     parameters_counted_per_collective,
     skip_listed_twice,
     size_from_shard_by_shift,
@@ -65,6 +66,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("schemaless_calls_are_views", "a call with no operator schema (a Python operator) is taken for a view, "
            "so a reduce-scatter read by one looks read by the output only", ("planner",),
            schemaless_calls_are_views, hunt="skip:non_output_rs_consumer"),
+    Mutant("any_getitem_is_a_view", "every getitem of a node is taken for a view, so a symbolic trace's w[0] of "
+           "a gathered parameter is no consumer and the dependency window reads a later first use", ("planner",),
+           any_getitem_is_a_view),
     Mutant("foreign_collective_ignored", "a foreign collective inside a span is ignored", ("planner", "ordering"),
            lambda: _suppress("intervening_collective")),
     Mutant("foreign_free_ignored", "a free of a non-member inside a span is ignored", ("planner", "ordering"),

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections import Counter
 from typing import Callable
+
+from torch import fx
 
 from fsdp_verify.reference import planner
 from fsdp_verify.targets.mutants.base import Patch
@@ -423,6 +426,21 @@ def prep_owner_by_identity() -> list[Patch]:
         owner = launch.all_input_nodes[0].meta.get("fsdp_reduce_scatter_prepare") if chain else None
         return chain if all(node.meta.get("fsdp_bucket_prepare") is owner for node in chain) else []
     return [(predicates, "rs_layout_preparation", by_identity)]
+
+
+def any_getitem_is_a_view() -> list[Patch]:
+    """``is_view`` that takes every ``getitem`` of a node for a view, not only one of a multi-output view
+    op: a symbolic trace's ``w[0]`` of a gathered parameter is then no consumer, so the first use the
+    dependency window reads comes later than it is."""
+    from fsdp_verify.reference import predicates
+    original = predicates.is_view
+
+    def is_view(node: fx.Node) -> bool:
+        if node.op == "call_function" and node.target is operator.getitem and node.args \
+                and isinstance(node.args[0], fx.Node):
+            return True
+        return original(node)
+    return [(predicates, "is_view", is_view)]
 
 
 def schemaless_calls_are_views() -> list[Patch]:
