@@ -145,9 +145,15 @@ def run_target(target: Target, case: Case, watch: bool = True,
 
 
 def _target_failure(ctx: CheckContext) -> list[Finding]:
-    """A target that raised: the planner oracle judges whether refusing was right; otherwise a finding."""
-    findings = registered()["planner"].run(ctx)
-    refusal = spec_refusal(ctx)
+    """A target that raised: the planner oracle judges whether refusing was right; otherwise a finding.
+    Where the plans it returned fail when read (their own ``to_dict`` raises, as a planner whose
+    digest indexes a second member does on a bucket of one), nothing can be judged of them, and the
+    raise is the finding: the harness must not crash on what a target did."""
+    try:
+        findings = registered()["planner"].run(ctx)
+        refusal = spec_refusal(ctx)
+    except Exception:  # noqa: BLE001 - the target's own plan objects failed; its raise is reported below
+        findings, refusal = [], None
     if refusal is Refusal.DISAGREEMENT:
         ctx.metrics.setdefault("planner", {})["disagreements_stopped"] = 1  # said in the summary
     elif refusal is None:

@@ -149,6 +149,22 @@ def test_target_error_is_a_finding_with_the_traceback():
     assert "Traceback" in target[0].details["traceback"]
 
 
+def test_a_target_whose_plans_fail_when_read_is_a_finding_not_a_harness_crash(monkeypatch):
+    """A mutant of ``group_digest`` indexing a bucket's second member raises on every bucket of one,
+    in the target's exchange and again when the planner oracle reads the plans: the raise is the
+    finding (the oracle's crash on the target's plan objects once made every case unjudgeable)."""
+    from fsdp_verify.reference import planner
+    original = planner.BucketPlan.group_digest
+
+    def group_digest(self, group):
+        assert all(len(b.members) > 1 for b in self.buckets if b.members[0].group == group), "a bucket of one"
+        return original(self, group)
+    monkeypatch.setattr(planner.BucketPlan, "group_digest", group_digest)
+    case = Case(render(Blueprint(blocks=((ParamDraw((2, 4)),), (ParamDraw((2, 2)), ParamDraw((2, 2)))))))
+    findings, _ = check_all(get_target("reference"), case)
+    assert [(f.checker, f.rule) for f in findings] == [("target", "raised")]
+
+
 def test_invalid_arguments_must_be_refused_with_the_spec_message():
     case = two_block_case().with_args(policy={"cap_bytes": 0})
     findings, ctx = check_all(get_target("reference"), case)
