@@ -281,6 +281,16 @@ def bad_dim0(case: Case, launch: str) -> Case:
     return _spec_meta(case, launch, output_shape=bucket_spec.get("input_shape"))
 
 
+@plants("skip", "invalid_dim0_layout")
+def dim0_too_large(case: Case, launch: str) -> Case:
+    """The larger shape's dim 0 twice what the degree makes it: a layout rule that compares shapes by
+    order (``<``) passes a shape too large, where ``bad_dim0``'s too small one is refused either way."""
+    bucket_spec = case.graph.node(launch).meta.get("fsdp_bucket_spec", {})
+    field = "input_shape" if _kind(case, launch) == RS_KIND else "output_shape"
+    shape = tuple(bucket_spec.get(field) or ())
+    return _spec_meta(case, launch, **{field: (shape[0] * 2, *shape[1:]) if shape else shape})
+
+
 @plants("skip", "unsupported_wait_users")
 def double_wait(case: Case, launch: str) -> Case:
     wait = _wait_of(case.graph, launch)

@@ -47,6 +47,7 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.unknown_device: "unknown_device/device_rejected",
     M.device_object: "unknown_device/device_not_str",
     M.bad_dim0: "invalid_dim0_layout/dim0_not_degree_times_shard",
+    M.dim0_too_large: "invalid_dim0_layout/dim0_not_degree_times_shard",
     M.double_wait: "unsupported_wait_users/several_users",
     M.launch_without_users: "unsupported_wait_users/no_users",
     M.unwaited_launch: "unsupported_wait_users/single_user_not_wait",

@@ -26,6 +26,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     fqn_type_unchecked,
     kinds_by_identity,
     one_rank_group_accepted,
+    dim0_layout_by_order,
     unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
@@ -118,6 +119,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("unread_launch_without_consumer", "a launch nothing reads, not even a wait, passes the wait-users "
            "rule and is skipped as no_consumer", ("planner",), unread_launch_without_consumer,
            hunt="skip:unsupported_wait_users"),
+    Mutant("dim0_layout_by_order", "rule 11 compares shapes by order, so a larger shape whose dim 0 is too large "
+           "passes", ("planner",), dim0_layout_by_order, hunt="skip:invalid_dim0_layout"),
     Mutant("one_rank_group_accepted", "a degree of 1 on a group of one rank passes rule 5 (only a degree that "
            "differs from its group's size is skipped)", ("planner",),
            one_rank_group_accepted),

@@ -354,6 +354,21 @@ def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     return [(planner, "_identity_reason", identity_reason)]
 
 
+def dim0_layout_by_order() -> list[Patch]:
+    """Rule 11 compares the larger shape with the expected one by order (``<``), not equality: a shape
+    too small is refused, one too large passes."""
+    original = planner._layout_reason
+
+    def layout_reason(kind, degree, spec):
+        found = original(kind, degree, spec)
+        if found != "invalid_dim0_layout":
+            return found
+        smaller, larger = ((spec["output_shape"], spec["input_shape"]) if kind == planner.RS_KIND
+                           else (spec["input_shape"], spec["output_shape"]))
+        return found if tuple(larger) < (smaller[0] * degree, *smaller[1:]) else None
+    return [(planner, "_layout_reason", layout_reason)]
+
+
 def one_rank_group_accepted() -> list[Patch]:
     """Rule 5 skips a degree only where it differs from the group's size, so degree 1 on a group of one
     rank passes: the launch is judged by the later rules as a group of two would be."""
