@@ -149,17 +149,19 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
     Where the plans it returned fail when read (their own ``to_dict`` raises, as a planner whose
     digest indexes a second member does on a bucket of one), nothing can be judged of them, and the
     raise is the finding: the harness must not crash on what a target did."""
+    unjudged = ""
     try:
         findings = registered()["planner"].run(ctx)
         refusal = spec_refusal(ctx)
-    except Exception:  # noqa: BLE001 - the target's own plan objects failed; its raise is reported below
-        findings, refusal = [], None
+    except Exception as exc:  # noqa: BLE001 - the target's own plan objects failed; its raise is reported below
+        findings, refusal, unjudged = [], None, f"{type(exc).__name__}: {exc}"
     if refusal is Refusal.DISAGREEMENT:
         ctx.metrics.setdefault("planner", {})["disagreements_stopped"] = 1  # said in the summary
     elif refusal is None:
         findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
                                           f"{ctx.run.error_type}: {ctx.run.error_message}",
-                                details={"traceback": ctx.run.error}, rule="raised"))
+                                details={"traceback": ctx.run.error,
+                                         **({"plans_unreadable": unjudged} if unjudged else {})}, rule="raised"))
     return findings
 
 

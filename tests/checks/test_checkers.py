@@ -163,6 +163,7 @@ def test_a_target_whose_plans_fail_when_read_is_a_finding_not_a_harness_crash(mo
     case = Case(render(Blueprint(blocks=((ParamDraw((2, 4)),), (ParamDraw((2, 2)), ParamDraw((2, 2)))))))
     findings, _ = check_all(get_target("reference"), case)
     assert [(f.checker, f.rule) for f in findings] == [("target", "raised")]
+    assert "a bucket of one" in findings[0].details["plans_unreadable"]  # said, not swallowed
 
 
 def test_invalid_arguments_must_be_refused_with_the_spec_message():
