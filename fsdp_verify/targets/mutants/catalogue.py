@@ -25,7 +25,6 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     fqn_trailing_space_accepted,
     fqn_type_unchecked,
     kinds_by_identity,
-    one_rank_group_accepted,
     dim0_layout_by_order,
     unread_launch_without_consumer,
     _shapes_swapped,
@@ -123,7 +122,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "passes", ("planner",), dim0_layout_by_order, hunt="skip:invalid_dim0_layout"),
     Mutant("one_rank_group_accepted", "a degree of 1 on a group of one rank passes rule 5 (only a degree that "
            "differs from its group's size is skipped)", ("planner",),
-           one_rank_group_accepted),
+           lambda: degree_rule_weakened(lambda degree, size: degree == size == 1)),
     Mutant("float_degree_accepted", "a float degree equal to the group's size passes", ("planner",),
            lambda: degree_rule_weakened(lambda degree, size: isinstance(degree, float) and degree == size),
            hunt="skip:group_size_mismatch"),

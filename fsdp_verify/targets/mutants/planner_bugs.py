@@ -337,7 +337,8 @@ def fqn_trailing_space_accepted() -> list[Patch]:
 
 def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     """Rule 5 of spec 2.5 passes a degree ``accepts(degree, group size)`` lets through: the launch is
-    judged by the later rules as if its degree were the group's size."""
+    judged by the later rules as if its degree were the group's size (a group of one rank as if it
+    had a second)."""
     original = planner._identity_reason
 
     def identity_reason(node, kind, groups):
@@ -345,10 +346,11 @@ def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
         group = node.args[-1] if node.args else None
         if found != "group_size_mismatch" or group not in groups or not accepts(node.args[-2], len(groups[group])):
             return found
+        ranks = tuple(groups[group]) + (-1,) * max(0, 2 - len(groups[group]))
         saved = node.args
-        node.args = (*saved[:-2], len(groups[group]), saved[-1])
+        node.args = (*saved[:-2], len(ranks), saved[-1])
         try:
-            return original(node, kind, groups)
+            return original(node, kind, {**groups, group: ranks})
         finally:
             node.args = saved
     return [(planner, "_identity_reason", identity_reason)]
@@ -367,25 +369,6 @@ def dim0_layout_by_order() -> list[Patch]:
                            else (spec["input_shape"], spec["output_shape"]))
         return found if tuple(larger) < (smaller[0] * degree, *smaller[1:]) else None
     return [(planner, "_layout_reason", layout_reason)]
-
-
-def one_rank_group_accepted() -> list[Patch]:
-    """Rule 5 skips a degree only where it differs from the group's size, so degree 1 on a group of one
-    rank passes: the launch is judged by the later rules as a group of two would be."""
-    original = planner._identity_reason
-
-    def identity_reason(node, kind, groups):
-        found = original(node, kind, groups)
-        group = node.args[-1] if node.args else None
-        if found != "group_size_mismatch" or group not in groups or node.args[-2] != 1 or len(groups[group]) != 1:
-            return found
-        saved = node.args
-        node.args = (*saved[:-2], 2, saved[-1])
-        try:
-            return original(node, kind, {**groups, group: (*groups[group], -1)})
-        finally:
-            node.args = saved
-    return [(planner, "_identity_reason", identity_reason)]
 
 
 def unread_launch_without_consumer() -> list[Patch]:
