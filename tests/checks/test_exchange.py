@@ -81,3 +81,25 @@ def test_a_validator_that_writes_into_the_reports_it_is_given_changes_no_one_els
     findings, ctx = check_all(Scribbler(), case, only=("exchange",))
     assert not [f for f in findings if f.severity == "error"], findings
     assert {rank: ctx.reports(rank) for rank in ctx.original} == {rank: clean.reports(rank) for rank in clean.original}
+
+
+def test_a_report_holding_what_marshal_refuses_is_still_copied_deeply():
+    """``_copied`` rebuilds by hand what marshal refuses (an enum, a dict subclass), and either way
+    no write to the copy reaches the original."""
+    import collections
+    import enum
+
+    from fsdp_verify.checks.exchange import _copied
+
+    class Kind(enum.IntEnum):
+        GATHER = 1
+
+    plain = {"buckets": [{"members": [1, 2]}], "ranks": (0, 1)}
+    odd = {"buckets": [{"members": [1, 2], "kind": Kind.GATHER}], "order": collections.OrderedDict(a=[1])}
+    for report in (plain, odd):
+        copied = _copied(report)
+        assert copied == report and type(copied["ranks" if "ranks" in report else "order"]) is \
+            type(report["ranks" if "ranks" in report else "order"])
+        copied["buckets"][0]["members"].append(3)
+        assert report["buckets"][0]["members"] == [1, 2]
+    assert _copied(odd)["buckets"][0]["kind"] is Kind.GATHER
