@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,17 +21,15 @@ COMMAND = ["fuzz", "--target", "mutant:avg_twice", "--budget", "60", "--seed", "
 
 
 def run_sample(folder: Path) -> tuple[str, Path]:
-    """The summary the sample command prints in ``folder``, and the case it saved."""
-    from fsdp_verify.commands.cli import main
-    out = io.StringIO()
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        with contextlib.redirect_stdout(out):
-            main(COMMAND)
-    finally:
-        os.chdir(cwd)
-    lines = [line for line in out.getvalue().splitlines() if not line.startswith("progress ")]
+    """The summary the sample command prints in ``folder``, and the case it saved. It runs in a fresh
+    process, as a user's command does: Hypothesis mixes literals of the loaded local modules into
+    its draws, so the same command run inside another process (a test worker that imported every
+    module) shrinks along another path."""
+    done = subprocess.run([sys.executable, "-m", "fsdp_verify", *COMMAND], cwd=folder, capture_output=True,
+                          text=True, check=False)
+    if done.returncode not in (0, 1):
+        raise RuntimeError(f"the sample command exited {done.returncode}: {done.stderr[-2000:]}")
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("progress ")]
     return "\n".join(lines) + "\n", next((folder / "found").glob("*.json"))
 
 
