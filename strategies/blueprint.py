@@ -75,6 +75,7 @@ class Blueprint:
     device: str = "cuda:0"
     prep_chains: bool = False
     prep: str = "own"  # how the last parameter's prep chain is tagged (PREP_KINDS); the others own theirs
+    prep_in_halves: bool = False  # own chains in spec 4.3's shape: the gradient's halves reshaped, concatenated
     batch: int = 4
     block_names: tuple[str, ...] = ()  # module FQNs of the blocks (default blocks.0, blocks.1, ...)
 
@@ -164,11 +165,19 @@ def _unpacked(c: Composer, draw: ParamDraw, gathered: str, backward: bool) -> st
     return c.call("prims.convert_element_type.default", gathered, dtype_from_name(draw.dtype), backward=backward)
 
 
-def _prep_chain(c: Composer, grad: str, fqn: str, kind: str) -> tuple[str, dict]:
-    """The RS input and launch meta of a tagged prep chain of ``kind`` (PREP_KINDS)."""
+def _prep_chain(c: Composer, grad: str, fqn: str, kind: str, halves: bool = False) -> tuple[str, dict]:
+    """The RS input and launch meta of a tagged prep chain of ``kind`` (PREP_KINDS); ``halves``: an
+    own chain of two branches, each half of the gradient (a slice, outside the chain) reshaped
+    without a phase tag, as a pass inserts it, then concatenated (a walk must follow both)."""
     owner = f"prep:{fqn}"
     tags = {"fsdp_bucket_prepare": owner}
-    if kind == "other_op":
+    rows = c.shape(grad)[0] if c.shape(grad) else 0
+    if halves and kind == "own" and rows >= 2:
+        half, rest = rows // 2, list(c.shape(grad)[1:])
+        pieces = [c.call("aten.reshape.default", c.call("aten.slice.Tensor", grad, 0, start, end, backward=True),
+                         [end - start, *rest], meta=tags) for start, end in ((0, half), (half, rows))]
+        grad = c.call("aten.cat.default", pieces, backward=True, meta=tags)
+    elif kind == "other_op":
         grad = c.call("aten.clone.default", grad, backward=True, meta=tags)
     elif kind == "shared":
         grad = c.call("aten.reshape.default", grad, list(c.shape(grad)), backward=True, meta=tags)
@@ -231,7 +240,8 @@ def render(bp: Blueprint) -> GraphSpec:
             continue
         source, launch_meta = grads[fqn], {}
         if bp.prep_chains:
-            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == trained[-1] else "own")
+            source, launch_meta = _prep_chain(c, source, fqn, bp.prep if fqn == trained[-1] else "own",
+                                              bp.prep_in_halves)
         outputs.append(c.reduce_scatter(source, fqn, reduce_op=draw.reduce_op, launch_meta=launch_meta)[1])
     fqns = [fqn for fqn, _ in params]
     return c.finish(outputs, attrs={"state_fqns": fqns, "num_state_inputs": len(fqns),

@@ -7,6 +7,8 @@ the simplest graph: one block, one parameter, small shapes, float32, one group, 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -140,6 +142,7 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         overload=draw(st.sampled_from(("", "default"))),
         device=draw(st.sampled_from(("cuda:0", "cuda:0", "cpu", "meta"))),
         prep_chains=prep_chains, prep=draw(st.sampled_from(PREP_KINDS)) if prep_chains else "own",
+        prep_in_halves=prep_chains and draw(st.booleans()),
         block_names=names)
 
 
@@ -187,6 +190,9 @@ SKIP_WEIGHTS = {"unsupported_parallel_mode": 20, "outside_module_plan": 2, "unkn
 # dtype walk runs on stand-ins were met in 0-14 of 3,000 tiny examples. A gain all-reduced over the
 # group weighs double too: as one of eleven scaled-cast forms it was met in 0 of 3,000. So does a cast
 # scaled twice: met in 5 of 3,000, and in none once one-rank expert groups joined the draw.
+# The split reasons of four variants each weigh double: one variant in four of the effect rule (a free
+# no member owns) was met in 0 of 3,000 tiny examples once the phase rule had four variants too.
+SPLIT_WEIGHTS = {"effect_or_storage_release": 2, "phase_boundary": 2}
 FUSION_WEIGHTS = {"cast_beside_opaque_op": 2, "scaled_cast_forms": 2, "gain_all_reduced": 2, "cast_scaled_twice": 2}
 
 
@@ -223,7 +229,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
                  "fusion": mutations.FUSION_MUTATIONS}[kind]
         reason = reason or draw(st.sampled_from([r for r in sorted(table)
-                                                 for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion" else 1)]))
+                                                 for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion"
+                                                                else SPLIT_WEIGHTS.get(r, 1))]))
         variant = draw(st.sampled_from(table[reason]))
         if getattr(variant, "gathered_ahead", False) and (blueprint.reshard_after_forward or len(blueprint.blocks) < 2):
             # the shape needs gathers issued ahead of their consumers: drawn as such, not left to
@@ -235,7 +242,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             blueprint = _with_cast_pair(blueprint)
             case = replace(case, graph=render(blueprint))
         elif cast is not None:  # the shape acts on a (scaled) cast: one in a few dozen params
-            blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED)
+            blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED,
+                                   matrix=getattr(variant, "needs_matrix", False))
             case = replace(case, graph=render(blueprint))
         sites = mutations.sibling_pairs(case.graph)
     sites = [site for site in sites if mutations.fits(variant, case, site)]
@@ -253,10 +261,22 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
 
 
-def _with_cast(blueprint: Blueprint, scaled: bool) -> Blueprint:
+def _with_cast(blueprint: Blueprint, scaled: bool, matrix: bool = False) -> Blueprint:
     """``blueprint`` with the first parameter of a block of two or more gathered as a half-precision
-    cast (of another dtype than its own), times its gain when ``scaled`` (as drawn, when one is)."""
+    cast (of another dtype than its own), times its gain when ``scaled`` (as drawn, when one is);
+    ``matrix``: of the first such block whose parameter has rows of two or more elements, if any
+    (a shape acting on per-row gains was met once in hundreds of examples otherwise)."""
     blocks = list(blueprint.blocks)
+    if matrix and not any(param.wire and param.scaled == scaled for block in blocks for param in block):
+        rows = [index for index, block in enumerate(blocks) if len(block[0].shard_shape) >= 2
+                and math.prod(block[0].shard_shape[1:]) >= 2 and len(block) > 1 and not block[0].frozen]
+        if rows:  # that block first: the loop below casts it
+            blocks = [blocks[rows[0]], *blocks[:rows[0]], *blocks[rows[0] + 1:]]
+            return _with_cast(replace(blueprint, blocks=tuple(blocks)), scaled)
+        for index, block in enumerate(blocks):  # none drawn: the first castable parameter gets two columns
+            if len(block) > 1 and not block[0].frozen:
+                blocks[index] = (replace(block[0], shard_shape=(block[0].shard_shape[0], 2), view="flat"), *block[1:])
+                return _with_cast(replace(blueprint, blocks=tuple(blocks)), scaled)
     for index, block in enumerate(blocks):
         if any(param.wire and param.scaled == scaled for param in block):
             return blueprint

@@ -57,12 +57,14 @@ class Cast(enum.Enum):
     PAIR = "pair"  # its first two parameters gather a uint8 and a half-precision cast
 
 
-def needs_cast(scaled: bool = False, pair: bool = False) -> Callable[[Callable], Callable]:
+def needs_cast(scaled: bool = False, pair: bool = False, matrix: bool = False) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
     its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
-    two, each its own cast)."""
+    two, each its own cast; ``matrix``: a block whose first parameter has rows of two or more
+    elements, where one is drawn)."""
     def declare(fn: Callable) -> Callable:
         fn.needs_cast = Cast.PAIR if pair else Cast.SCALED if scaled else Cast.PLAIN
+        fn.needs_matrix = matrix
         return fn
     return declare
 
@@ -635,8 +637,96 @@ def phase_flip_between(case: Case, a: str, b: str) -> Case:
 
 
 
+# RS preparation chains (spec 1.7): a chain is crossable only where it is the launch's own. Bucket
+# ids as a previous round writes them (spec 4.3: a signature prefix and the bucket's index), so an
+# owner and a launch's id differ only in the index, and sort either way.
+_PREP, _PREP_OWNER = "fsdp_bucket_prepare", "fsdp_reduce_scatter_prepare"
+_ROUND = "5e1f0c2a9b3d"
+
+
+def _bucket_id(index: int) -> str:
+    return f"{_ROUND}:bucket_{index}"
+
+
+def _gradient(case: Case, b: str) -> Optional[NodeSpec]:
+    """b's gradient, when b is a reduce-scatter whose gradient no blueprint chain prepares yet."""
+    node = case.graph.node(b)
+    if _kind(case, b) != RS_KIND or not node.args or not isinstance(node.args[0], NodeRef):
+        return None
+    gradient = case.graph.node(node.args[0].name)
+    return None if _PREP_OWNER in gradient.meta else gradient
+
+
+def _prepared(case: Case, b: str, owner: str, launch_id: str, source_meta: Optional[dict] = None) -> Optional[Case]:
+    """b's gradient through a one-node chain (``contiguous``, untagged by phase, as a pass inserts
+    it) owned by ``owner``, b tagged with bucket id ``launch_id``."""
+    gradient = _gradient(case, b)
+    if gradient is None:
+        return None
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{b}_prepared")
+    chain = edit.call(name, "aten.contiguous.default", NodeRef(gradient.name),
+                      meta={_PREP: owner, _PREP_OWNER: owner, **(source_meta or {})})
+    graph = edit.insert_before(graph, b, [chain])
+    node = graph.node(b)
+    graph = edit.update_node(graph, b, args=(NodeRef(name), *node.args[1:]), meta={"fsdp_bucket_id": launch_id})
+    return replace(case, graph=graph)
+
+
+@plants("split", "phase_boundary")
+@acts_on(RS_KIND)
+def chain_of_an_earlier_bucket(case: Case, a: str, b: str) -> Optional[Case]:
+    """b's gradient prepared by a chain of another bucket, whose id sorts before b's: no chain of
+    b's (spec 1.7 rule 5), so its node, of no phase, splits the span."""
+    return _prepared(case, b, owner=_bucket_id(1), launch_id=_bucket_id(2))
+
+
+@plants("split", "phase_boundary")
+@acts_on(RS_KIND)
+def chain_of_a_later_bucket(case: Case, a: str, b: str) -> Optional[Case]:
+    """As ``chain_of_an_earlier_bucket``, the other bucket's id sorting after b's."""
+    return _prepared(case, b, owner=_bucket_id(2), launch_id=_bucket_id(1))
+
+
+@plants("split", "phase_boundary")
+@acts_on(RS_KIND)
+def chain_source_tagged_forward(case: Case, a: str, b: str) -> Optional[Case]:
+    """b's own chain, its source tagged forward explicitly: no chain (spec 1.7 rule 3), so the
+    source is a forward node in a backward span."""
+    return _prepared(case, b, owner=_bucket_id(1), launch_id=_bucket_id(1),
+                     source_meta={"autograd_backward": False})
+
+
+
 
 # -- fusions the rewriter must get right: (case, a, b) -> case that still buckets a with b ---------
+
+@acts_on(RS_KIND)
+def chain_in_two_pieces(case: Case, a: str, b: str) -> Optional[Case]:
+    """b's own chain in spec 4.3's shape, of one member: its gradient's two halves (slices, outside
+    the chain) each reshaped, concatenated, made contiguous; the reshapes carry no phase, as a pass
+    inserts them. The whole chain is b's preparation, so a and b still fuse. A walk that stops at
+    the first input outside the chain (one half's slice) misses the other half's reshape, which
+    then splits the span as a phase boundary."""
+    gradient = _gradient(case, b)
+    shape = (case.graph.node(b).meta.get("fsdp_bucket_spec") or {}).get("input_shape")
+    if gradient is None or not shape or shape[0] < 2:
+        return None
+    graph, half, rest = case.graph, shape[0] // 2, list(shape[1:])
+    low, high, low_view, high_view, joined, source = (
+        edit.fresh_name(graph, f"{b}_{part}") for part in ("low", "high", "low_rows", "high_rows", "joined", "prepared"))
+    owner, phase = _bucket_id(1), {"autograd_backward": True}
+    chain = [edit.call(low, "aten.slice.Tensor", NodeRef(gradient.name), 0, 0, half, meta=phase),
+             edit.call(high, "aten.slice.Tensor", NodeRef(gradient.name), 0, half, shape[0], meta=phase),
+             edit.call(low_view, "aten.reshape.default", NodeRef(low), [half, *rest], meta={_PREP: owner}),
+             edit.call(high_view, "aten.reshape.default", NodeRef(high), [shape[0] - half, *rest], meta={_PREP: owner}),
+             edit.call(joined, "aten.cat.default", [NodeRef(low_view), NodeRef(high_view)], meta={_PREP: owner, **phase}),
+             edit.call(source, "aten.contiguous.default", NodeRef(joined), meta={_PREP: owner, _PREP_OWNER: owner, **phase})]
+    graph = edit.insert_before(graph, b, chain)
+    node = graph.node(b)
+    graph = edit.update_node(graph, b, args=(NodeRef(source), *node.args[1:]), meta={"fsdp_bucket_id": owner})
+    return replace(case, graph=graph)
+
 
 @acts_on(*AG_KINDS)
 def source_after_view(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1025,7 +1115,7 @@ def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, [0], target="aten.sum.dim_IntList")
 
 
-@needs_cast(scaled=True)
+@needs_cast(scaled=True, matrix=True)
 @acts_on(*AG_KINDS)
 def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``squeeze_copy(amax(abs(p), [0], True))`` (a functionalized graph's squeeze) of a
@@ -1162,7 +1252,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                                 cast_through_opaque_packet,
                                                                                 cast_of_unfollowable_value),
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
-                                                      "every_member_cast": (every_member_cast,)}
+                                                      "every_member_cast": (every_member_cast,),
+                                                      "rs_chain_in_two_pieces": (chain_in_two_pieces,)}
 
 
 # -- sites ---------------------------------------------------------------------------------
@@ -1231,4 +1322,5 @@ ARG_MUTATIONS: dict[str, dict] = {
     "policy_cap_zero": {"policy": {"cap_bytes": 0}},
     "policy_bool": {"policy": {"max_input_distance": True}},
     "policy_negative": {"policy": {"max_consumer_distance": -1}},
+    "policy_input_negative": {"policy": {"max_input_distance": -1}},
 }

@@ -172,6 +172,19 @@ def _span(site: Site) -> list[fx.Node]:
     return [n for n in site.nodes[site.index[site.current[0]] + 1:site.index[site.node]] if n not in prep]
 
 
+def _unowned_chain(site: Site) -> bool:
+    """A member's source tagged as a preparation that is not its own (spec 1.7: another bucket's
+    owner, or a source tagged forward) lies in the span, of the other phase."""
+    span = set(_span(site))
+    for member in _members(site):
+        inputs = member.all_input_nodes
+        if (member.meta.get("comm_type") == RS and len(inputs) == 1 and inputs[0] in span
+                and inputs[0].meta.get("fsdp_reduce_scatter_prepare") and not rs_prep_chain(member)
+                and _backward(inputs[0]) != _backward(site.node)):
+            return True
+    return False
+
+
 def _size(node: fx.Node) -> int:
     spec = node.meta["fsdp_bucket_spec"]
     return max(math.prod(spec["input_shape"]), math.prod(spec["output_shape"])) * spec["dtype"].itemsize
@@ -240,6 +253,7 @@ _SPLITS: list[tuple[str, str, Callable[[Site], bool]]] = [
     ("effect_or_storage_release", "barrier", lambda s: _effect(s) is not None),
     ("intervening_collective", "foreign_launch_in_span",
      lambda s: any(is_launch(n) and n not in s.current for n in _span(s))),
+    ("phase_boundary", "unowned_chain_in_span", lambda s: _unowned_chain(s)),
     ("phase_boundary", "other_phase_node_in_span",
      lambda s: any(n.op == "call_function" and _backward(n) != _backward(s.node) for n in _span(s))),
     ("oversized", "own_size_over_cap",

@@ -71,6 +71,9 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.out_variant_between: "effect_or_storage_release/writes_argument",
     M.collective_between: "intervening_collective/foreign_launch_in_span",
     M.phase_flip_between: "phase_boundary/other_phase_node_in_span",
+    M.chain_of_an_earlier_bucket: "phase_boundary/unowned_chain_in_span",
+    M.chain_of_a_later_bucket: "phase_boundary/unowned_chain_in_span",
+    M.chain_source_tagged_forward: "phase_boundary/unowned_chain_in_span",
     M.oversized: "oversized/own_size_over_cap",
 }
 SKIPS = [v for variants in M.SKIP_MUTATIONS.values() for v in variants]

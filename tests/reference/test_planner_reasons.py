@@ -54,7 +54,8 @@ def _pair(case, kind="fsdp_all_gather"):
     for reason, variants in mutations.SPLIT_MUTATIONS.items() for variant in variants])
 def test_split_reason(reason, mutate):
     case = two_block_case(reshard_after_forward=True)
-    a, b = _pair(case)
+    a, b = _pair(case, "fsdp_reduce_scatter" if getattr(mutate, "acts_on", ()) == {"fsdp_reduce_scatter"}
+                 else "fsdp_all_gather")
     mutated = mutate(case, a, b)
     result = plan(mutated)
     decision = decision_for(result, b, "split")
@@ -97,3 +98,26 @@ def test_prep_chain_nodes_are_crossable_only_when_recognised():
     from fsdp_verify.graph import edit
     broken = replace(case, graph=edit.update_node(case.graph, b, meta={"fsdp_bucket_id": "someone_else"}))
     assert decision_for(plan(broken), b, "split")["reason"] == "phase_boundary"
+
+
+def test_a_chain_in_two_pieces_is_the_launchs_preparation_whole():
+    """Spec 4.3's chain shape of one member (halves reshaped, concatenated, made contiguous): every
+    tagged node is returned, though the walk meets an input outside the chain (a slice) before
+    the other half, and the pair still fuses; the harness passes the rewrite."""
+    from fsdp_verify.checks.graph_facts import by_name
+    from fsdp_verify.graph.builder import build_module, localize
+    from fsdp_verify.reference.predicates import rs_layout_preparation
+    from fsdp_verify.targets import get_target
+    from fsdp_verify.engine.run_case import check_all
+
+    case = two_block_case()
+    a, b = _pair(case, "fsdp_reduce_scatter")
+    mutated = mutations.chain_in_two_pieces(case, a, b)
+    module = build_module(localize(mutated.graph, 0))
+    chain = rs_layout_preparation(by_name(module)[b])
+    assert sorted(node.name for node in chain) == sorted(
+        n.name for n in mutated.graph.nodes if n.meta.get("fsdp_bucket_prepare")), chain
+    assert len(chain) == 4
+    assert decision_for(plan(mutated), b, "split") is None
+    findings, _ = check_all(get_target("reference"), mutated)
+    assert not [f for f in findings if f.severity == "error"], findings

@@ -21,6 +21,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     barrier_without_writes,
     cap_exclusive,
     cap_zero_accepted,
+    input_distance_floor_lowered,
     degree_rule_weakened,
     fqn_trailing_space_accepted,
     fqn_type_unchecked,
@@ -36,6 +37,9 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     module_plans_built,
     module_prefix_without_dot,
     prep_owner_by_identity,
+    prep_owner_by_prefix,
+    prep_forward_source_accepted,
+    prep_walk_stops_at_boundary,
     reduce_op_as_node,
     window_exclusive,
     input_distance_exclusive,
@@ -81,6 +85,14 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("prep_owner_by_identity", "the RS preparation walk compares chain tags by identity, so on graphs "
            "whose tags are new string objects the chain is judged as span nodes", ("planner",),
            prep_owner_by_identity),
+    Mutant("prep_owner_by_prefix", "the RS preparation walk takes a chain of another bucket of the same round "
+           "(its owner shares the launch's signature prefix) for the launch's own", ("planner",),
+           prep_owner_by_prefix, hunt="rule:phase_boundary"),
+    Mutant("prep_forward_source_accepted", "the RS preparation walk refuses a source tagged forward only "
+           "where it has other users too", ("planner",), prep_forward_source_accepted,
+           hunt="rule:phase_boundary"),
+    Mutant("prep_walk_stops_at_boundary", "the RS preparation walk stops at the first node outside the chain, "
+           "losing a second branch", ("planner",), prep_walk_stops_at_boundary, hunt="rule:rs_chain_in_two_pieces"),
     Mutant("dependency_conflict_ignored", "a consumer before the latest input is ignored", ("planner",),
            lambda: _suppress("dependency_conflict")),
     Mutant("device_index_grouping", "grouping depends on the rank's device index", ("planner",),
@@ -135,6 +147,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
                      {**planner.plan_fsdp_buckets.__kwdefaults__, "pp_degree": 2})]),
     # -- argument validation (spec 2.1-2.3): the planner oracle probes every case with broken arguments
     Mutant("cap_zero_accepted", "the policy admits a byte cap of 0", ("planner",), cap_zero_accepted),
+    Mutant("input_distance_floor_lowered", "the policy admits an input distance of -1", ("planner",),
+           input_distance_floor_lowered),
     Mutant("fqn_type_unchecked", "an explicit module FQN that is no string raises TypeError", ("planner",),
            fqn_type_unchecked),
     Mutant("fqn_trailing_space_accepted", "an explicit module FQN with trailing whitespace is accepted",

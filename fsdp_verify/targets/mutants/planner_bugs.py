@@ -316,6 +316,16 @@ def cap_zero_accepted() -> list[Patch]:
     return [(planner.BucketPolicy, "__post_init__", post_init)]
 
 
+def input_distance_floor_lowered() -> list[Patch]:
+    """The policy admits ``max_input_distance=-1`` (its floor taken one below the consumer distance's)."""
+    def post_init(self) -> None:
+        for name, floor in (("cap_bytes", 1), ("max_input_distance", -1), ("max_consumer_distance", 0)):
+            value = getattr(self, name)
+            if value is not None and (not planner._plain_int(value) or value < floor):
+                raise ValueError(planner.POLICY_ERROR.format(name))
+    return [(planner.BucketPolicy, "__post_init__", post_init)]
+
+
 def fqn_type_unchecked() -> list[Patch]:
     """An explicit FQN is checked for wildcards before its type: an int raises TypeError."""
     def invalid(fqn) -> bool:
@@ -424,6 +434,69 @@ def prep_owner_by_identity() -> list[Patch]:
         owner = launch.all_input_nodes[0].meta.get("fsdp_reduce_scatter_prepare") if chain else None
         return chain if all(node.meta.get("fsdp_bucket_prepare") is owner for node in chain) else []
     return [(predicates, "rs_layout_preparation", by_identity)]
+
+
+def prep_owner_by_prefix() -> list[Patch]:
+    """The RS preparation walk takes a chain for the launch's own where the owner and the launch's
+    bucket id share their signature prefix (``<signature[:12]>:``): a chain another bucket of the
+    same round prepared is then crossed."""
+    from fsdp_verify.model import spec_params
+    from fsdp_verify.reference import predicates
+    original = predicates.rs_layout_preparation
+
+    def by_prefix(launch):
+        chain = original(launch)
+        inputs = launch.all_input_nodes
+        owner = inputs[0].meta.get("fsdp_reduce_scatter_prepare") if len(inputs) == 1 else None
+        bucket = launch.meta.get("fsdp_bucket_id")
+        if chain or not isinstance(owner, str) or not isinstance(bucket, str) or \
+                owner.partition(":")[0] != bucket.partition(":")[0]:
+            return chain
+        with spec_params.use(dataclasses.replace(spec_params.active(), rs_owner_is_bucket_id=False)):
+            return original(launch)
+    return [(predicates, "rs_layout_preparation", by_prefix)]
+
+
+def prep_forward_source_accepted() -> list[Patch]:
+    """The RS preparation walk refuses a source tagged forward only where it also has other users
+    (the two guards of spec 1.7 joined as one): a private source tagged forward starts a chain."""
+    from fsdp_verify.reference import predicates
+    original = predicates.rs_layout_preparation
+
+    def joined(launch):
+        inputs = launch.all_input_nodes
+        source = inputs[0] if len(inputs) == 1 else None
+        if source is None or source.meta.get("autograd_backward") is not False or set(source.users) != {launch}:
+            return original(launch)
+        del source.meta["autograd_backward"]  # read as untagged for the walk, then put back
+        try:
+            return original(launch)
+        finally:
+            source.meta["autograd_backward"] = False
+    return [(predicates, "rs_layout_preparation", joined)]
+
+
+def prep_walk_stops_at_boundary() -> list[Patch]:
+    """The RS preparation walk stops at the first node outside the chain it pops, not only skips it:
+    a chain of two branches (spec 4.3's halves) loses the branch still on the stack."""
+    from fsdp_verify.reference import predicates
+    original = predicates.rs_layout_preparation
+
+    def stopping(launch):
+        chain = original(launch)
+        if not chain:
+            return chain
+        owner = chain[0].meta.get("fsdp_bucket_prepare")
+        kept, stack, seen = [], [chain[0]], set()
+        while stack:
+            node = stack.pop()
+            if node in seen or node.meta.get("fsdp_bucket_prepare") != owner:
+                break
+            seen.add(node)
+            kept.append(node)
+            stack.extend(node.all_input_nodes)
+        return kept
+    return [(predicates, "rs_layout_preparation", stopping)]
 
 
 def any_getitem_is_a_view() -> list[Patch]:
