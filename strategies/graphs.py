@@ -190,10 +190,13 @@ SKIP_WEIGHTS = {"unsupported_parallel_mode": 20, "outside_module_plan": 2, "unkn
 # dtype walk runs on stand-ins were met in 0-14 of 3,000 tiny examples. A gain all-reduced over the
 # group weighs double too: as one of eleven scaled-cast forms it was met in 0 of 3,000. So does a cast
 # scaled twice: met in 5 of 3,000, and in none once one-rank expert groups joined the draw.
+# Gains reduced per row (three forms a dtype walk reads by the shard's real shape) weigh double too,
+# and so does a cast far up its member's chain: met in 0 of 3,000 once the per-row gains joined.
+FUSION_WEIGHTS = {"cast_beside_opaque_op": 2, "scaled_cast_forms": 2, "gain_all_reduced": 2, "cast_scaled_twice": 2,
+                  "per_row_gains": 2, "cast_far_up_the_chain": 2}
 # The split reasons of four variants each weigh double: one variant in four of the effect rule (a free
 # no member owns) was met in 0 of 3,000 tiny examples once the phase rule had four variants too.
 SPLIT_WEIGHTS = {"effect_or_storage_release": 2, "phase_boundary": 2}
-FUSION_WEIGHTS = {"cast_beside_opaque_op": 2, "scaled_cast_forms": 2, "gain_all_reduced": 2, "cast_scaled_twice": 2}
 
 
 def rule_kind(reason: str) -> str:
@@ -243,7 +246,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             case = replace(case, graph=render(blueprint))
         elif cast is not None:  # the shape acts on a (scaled) cast: one in a few dozen params
             blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED,
-                                   matrix=getattr(variant, "needs_matrix", False))
+                                   rows=getattr(variant, "needs_rows", None))
             case = replace(case, graph=render(blueprint))
         sites = mutations.sibling_pairs(case.graph)
     sites = [site for site in sites if mutations.fits(variant, case, site)]
@@ -261,22 +264,23 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
 
 
-def _with_cast(blueprint: Blueprint, scaled: bool, matrix: bool = False) -> Blueprint:
+def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows] = None) -> Blueprint:
     """``blueprint`` with the first parameter of a block of two or more gathered as a half-precision
     cast (of another dtype than its own), times its gain when ``scaled`` (as drawn, when one is);
-    ``matrix``: of the first such block whose parameter has rows of two or more elements, if any
-    (a shape acting on per-row gains was met once in hundreds of examples otherwise)."""
+    ``rows``: of the first such block whose parameter's shard has those rows, or, where none has,
+    of the first parameter reshaped so (a shape acting on per-row gains was met once in hundreds of
+    examples otherwise)."""
     blocks = list(blueprint.blocks)
-    if matrix and not any(param.wire and param.scaled == scaled for block in blocks for param in block):
-        rows = [index for index, block in enumerate(blocks) if len(block[0].shard_shape) >= 2
-                and math.prod(block[0].shard_shape[1:]) >= 2 and len(block) > 1 and not block[0].frozen]
-        if rows:  # that block first: the loop below casts it
-            blocks = [blocks[rows[0]], *blocks[:rows[0]], *blocks[rows[0] + 1:]]
-            return _with_cast(replace(blueprint, blocks=tuple(blocks)), scaled)
-        for index, block in enumerate(blocks):  # none drawn: the first castable parameter gets two columns
-            if len(block) > 1 and not block[0].frozen:
-                blocks[index] = (replace(block[0], shard_shape=(block[0].shard_shape[0], 2), view="flat"), *block[1:])
-                return _with_cast(replace(blueprint, blocks=tuple(blocks)), scaled)
+    if rows is not None and not any(param.wire and param.scaled == scaled for block in blocks for param in block):
+        castable = [index for index, block in enumerate(blocks) if len(block) > 1 and not block[0].frozen]
+        fitting = [index for index in castable if _has_rows(blocks[index][0].shard_shape, rows)]
+        if fitting:  # that block first: the loop below casts it
+            blocks = [blocks[fitting[0]], *blocks[:fitting[0]], *blocks[fitting[0] + 1:]]
+        elif castable:
+            index = castable[0]
+            shape = (blocks[index][0].shard_shape[0], 2 if rows is mutations.Rows.WIDE else 1)
+            blocks[index] = (replace(blocks[index][0], shard_shape=shape, view="flat"), *blocks[index][1:])
+        return _with_cast(replace(blueprint, blocks=tuple(blocks)), scaled)
     for index, block in enumerate(blocks):
         if any(param.wire and param.scaled == scaled for param in block):
             return blueprint
@@ -285,6 +289,13 @@ def _with_cast(blueprint: Blueprint, scaled: bool, matrix: bool = False) -> Blue
             blocks[index] = (replace(block[0], wire=wire, scaled=scaled), *block[1:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint
+
+
+def _has_rows(shape: tuple[int, ...], rows: mutations.Rows) -> bool:
+    """Whether a shard of ``shape`` has two or more dims and rows of the kind ``rows`` names."""
+    if len(shape) < 2:
+        return False
+    return math.prod(shape[1:]) >= 2 if rows is mutations.Rows.WIDE else math.prod(shape[1:]) == 1
 
 
 def _with_cast_pair(blueprint: Blueprint) -> Blueprint:

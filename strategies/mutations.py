@@ -57,14 +57,21 @@ class Cast(enum.Enum):
     PAIR = "pair"  # its first two parameters gather a uint8 and a half-precision cast
 
 
-def needs_cast(scaled: bool = False, pair: bool = False, matrix: bool = False) -> Callable[[Callable], Callable]:
+class Rows(enum.Enum):
+    """The rows a mutation needs its cast parameter's shard to have (``needs_cast``)."""
+
+    WIDE = "wide"  # two or more elements each: a per-row reduction stays dimensioned when squeezed
+    SINGLE = "single"  # one element each, of two or more dims: a squeeze of it is 0-dim
+
+
+def needs_cast(scaled: bool = False, pair: bool = False, rows: Optional[Rows] = None) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
     its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
-    two, each its own cast; ``matrix``: a block whose first parameter has rows of two or more
-    elements, where one is drawn)."""
+    two, each its own cast; ``rows``: a block whose first parameter's shard has such rows, drawn so
+    where none is)."""
     def declare(fn: Callable) -> Callable:
         fn.needs_cast = Cast.PAIR if pair else Cast.SCALED if scaled else Cast.PLAIN
-        fn.needs_matrix = matrix
+        fn.needs_rows = rows
         return fn
     return declare
 
@@ -1102,7 +1109,7 @@ def gain_by_mean(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, target="aten.mean.default")
 
 
-@needs_cast(scaled=True)
+@needs_cast(scaled=True, rows=Rows.WIDE)
 @acts_on(*AG_KINDS)
 def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is per column, ``sum(abs(p), [0])`` of a 2-D or wider shard: dimensioned, so torch
@@ -1115,7 +1122,7 @@ def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, [0], target="aten.sum.dim_IntList")
 
 
-@needs_cast(scaled=True, matrix=True)
+@needs_cast(scaled=True, rows=Rows.WIDE)
 @acts_on(*AG_KINDS)
 def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``squeeze_copy(amax(abs(p), [0], True))`` (a functionalized graph's squeeze) of a
@@ -1125,6 +1132,24 @@ def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     param = _scaled_param(case, _scaled(case, a, b))[1]
     if param is None or len(param.shard_shape) < 2 or math.prod(param.shard_shape[1:]) < 2:
         return None
+    return _squeezed_gain(case, a, b)
+
+
+@needs_cast(scaled=True, rows=Rows.SINGLE)
+@acts_on(*AG_KINDS)
+def gain_squeezed_to_a_scalar(case: Case, a: str, b: str) -> Optional[Case]:
+    """As ``gain_squeezed_per_channel``, of a shard whose rows hold one element each: the squeeze
+    drops every dim, so the gain is 0-dim and the product keeps the cast's half precision. Stand-ins
+    cannot tell the two apart (the squeeze keeps or drops dims by the real sizes); a walk that takes
+    the open rank for dimensioned hands the member back in float32."""
+    param = _scaled_param(case, _scaled(case, a, b))[1]
+    if param is None or len(param.shard_shape) < 2 or math.prod(param.shard_shape[1:]) != 1:
+        return None
+    return _squeezed_gain(case, a, b)
+
+
+def _squeezed_gain(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain as ``squeeze_copy(amax(abs(p), [0], True))``."""
     planted = _gain_reduced(case, a, b, [0], True)
     gain = _scaled(planted, a, b)[1]
     amax = gain.args[0]
@@ -1236,10 +1261,10 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_by_positional_keepdim,
                                                                             gain_summed_with_every_keyword,
                                                                             gain_by_mean,
-                                                                            gain_per_channel,
-                                                                            gain_squeezed_per_channel,
                                                                             cast_scaled_by_python_operator,
                                                                             gain_as_constant),
+                                                      "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,
+                                                                        gain_squeezed_to_a_scalar),
                                                       "gain_all_reduced": (gain_all_reduced,),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,

@@ -15,8 +15,14 @@ from make_sample import COMMAND, run_sample  # noqa: E402
 TIMING = re.compile(r"^(seconds|examples/s|cpu by stage) ")
 
 
+# Shrink steps vary by one between runs of the same command (measured: 40 or 41 under one
+# PYTHONHASHSEED): their count is compared as a count, not its value.
+SHRINK_STEPS = re.compile(r"\(\+\d+ shrink steps\)")
+
+
 def _stable(text: str) -> list[str]:
-    return [line for line in text.strip().splitlines() if not TIMING.match(line)]
+    return [SHRINK_STEPS.sub("(+N shrink steps)", line) for line in text.strip().splitlines()
+            if not TIMING.match(line)]
 
 
 def _readme_sample() -> str:

@@ -60,6 +60,8 @@ class DtypeWalk:
 
     params: dict[str, torch.dtype]
     seen: dict[fx.Node, tuple[torch.dtype, bool] | None] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)  # parameter -> shard shape (``param_shapes``)
+    real: dict[fx.Node, torch.Tensor | None] = field(default_factory=dict)  # ``_real``'s answers
 
 
 def moved_dtype(source: fx.Node, spec_dtype: torch.dtype, walk: DtypeWalk | None = None) -> torch.dtype:
@@ -68,7 +70,8 @@ def moved_dtype(source: fx.Node, spec_dtype: torch.dtype, walk: DtypeWalk | None
     one; else the dtype is followed back to a cast or to a parameter."""
     if source.op == "placeholder" and "val" not in source.meta:  # the parameter itself: its own spec
         return spec_dtype
-    found = _traced(source, walk or DtypeWalk(param_dtypes(source.graph.nodes)))
+    nodes = source.graph.nodes
+    found = _traced(source, walk or DtypeWalk(param_dtypes(nodes), shapes=param_shapes(nodes)))
     return found[0] if found else spec_dtype
 
 
@@ -82,6 +85,18 @@ def param_dtypes(nodes: Iterable[fx.Node]) -> dict[str, torch.dtype]:
         if isinstance(node.meta.get("param_node"), str) and isinstance(dtype, torch.dtype):
             seen.setdefault(node.meta["param_node"], set()).add(dtype)
     return {name: dtypes.pop() for name, dtypes in seen.items() if len(dtypes) == 1}
+
+
+def param_shapes(nodes: Iterable[fx.Node]) -> dict[str, tuple[int, ...]]:
+    """Each parameter placeholder's shard shape, as the input shape of the all-gathers that name it
+    (``param_node``); one whose gathers disagree, or name no static shape, is left out."""
+    seen: dict[str, set] = {}
+    for node in nodes:
+        shape = (node.meta.get("fsdp_bucket_spec") or {}).get("input_shape")
+        if (isinstance(node.meta.get("param_node"), str) and node.meta.get("comm_type") in AG_KINDS
+                and isinstance(shape, (list, tuple)) and all(type(dim) is int and dim >= 0 for dim in shape)):
+            seen.setdefault(node.meta["param_node"], set()).add(tuple(shape))
+    return {name: shapes.pop() for name, shapes in seen.items() if len(shapes) == 1}
 
 
 # Ops whose result has their (first) tensor input's dtype and rank. A pad is one: a short rank of an
@@ -201,9 +216,59 @@ def _evaluated(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | Non
         return None
     if out.dim() == 0 and any(walk.seen[a][1] is False for a in node.args if isinstance(a, fx.Node)):
         probe = _run(node, walk, (_PROBE_SIZE,) * _PROBE_RANK)
-        if probe is None or probe.dim() != 0:
-            return None
+        if probe is None or probe.dim() != 0:  # the stand-ins cannot tell; the real shapes may
+            real = _real(node, walk)
+            return None if real is None else (real.dtype, real.dim() == 0)
     return out.dtype, out.dim() == 0
+
+
+def _real(node: fx.Node, walk: DtypeWalk) -> torch.Tensor | None:
+    """``node``'s op run on meta tensors of the real shapes: every input it reads must lead back,
+    through ops the walk may run, to a traced value or to a parameter whose shard shape its gathers
+    name (``walk.shapes``); else None. Asked only where the stand-ins leave the rank open: a squeeze
+    of ``amax(abs(p), [0], True)`` is 0-dim exactly when every row of the shard holds one element,
+    and taking it for dimensioned packs a half-precision cast times it in float32. Its own stack,
+    as ``_traced``'s, so a chain of any length is followed."""
+    stack, entered = [node], set()
+    while stack:
+        top = stack[-1]
+        if top in walk.real:
+            stack.pop()
+            continue
+        value = top.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            walk.real[top] = _meta_like(value)
+        elif top.name in walk.shapes and top.name in walk.params:
+            walk.real[top] = torch.empty(walk.shapes[top.name], dtype=walk.params[top.name], device="meta")
+        elif top.op == "call_function" and _evaluable(top):
+            waiting = [a for a in top.args if isinstance(a, fx.Node) and a not in walk.real]
+            if waiting and top not in entered:  # an input still waiting once entered is a cycle: unknown
+                entered.add(top)
+                stack.extend(waiting)
+                continue
+            args = [walk.real.get(a) if isinstance(a, fx.Node) else a for a in top.args]
+            walk.real[top] = None if any(a is None for a in args) else _call(top, args)
+        else:
+            walk.real[top] = None
+        stack.pop()
+    return walk.real[node]
+
+
+def _meta_like(value: torch.Tensor) -> torch.Tensor | None:
+    """A meta tensor of a traced value's shape and dtype (None for a symbolic shape)."""
+    try:
+        return torch.empty(tuple(int(dim) for dim in value.shape), dtype=value.dtype, device="meta")
+    except Exception:  # noqa: BLE001 - a symbolic size: unknown
+        return None
+
+
+def _call(node: fx.Node, args: list) -> torch.Tensor | None:
+    """``node``'s op on ``args`` (meta tensors) with its keywords on meta, or None where it does not fit."""
+    try:
+        out = node.target(*args, **_on_meta(node.kwargs))
+    except Exception:  # noqa: BLE001 - an op these tensors do not fit: unknown
+        return None
+    return out if isinstance(out, torch.Tensor) else None
 
 
 def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor | None:
@@ -393,7 +458,7 @@ def _apply(graph_module: fx.GraphModule, plan: BucketPlan, kinds: tuple[str, ...
     nodes = list(graph.nodes)
     order = {node: index for index, node in enumerate(nodes)}
     by_name = {node.name: node for node in nodes}
-    walk = DtypeWalk(param_dtypes(nodes))  # shared by every member: no bucket is fused yet
+    walk = DtypeWalk(param_dtypes(nodes), shapes=param_shapes(nodes))  # shared by every member: no bucket is fused yet
     jobs = []
     for bucket in buckets:
         members = [_Member(candidate, by_name, walk) for candidate in bucket.members]

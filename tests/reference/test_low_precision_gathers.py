@@ -270,17 +270,23 @@ def test_the_walk_runs_unknown_ops_on_stand_ins_and_gives_up_where_they_do_not_f
     assert moved_dtype(relu, torch.float32) == torch.bfloat16  # once the spec dtype: an unknown op
     beside = graph.call_function(torch.ops.aten.add.Tensor, (graph.call_function(torch.ops.aten.relu.default, (p,)), cast))
     assert moved_dtype(beside, torch.float16) == torch.float32  # fp16 + bf16
-    summed = graph.call_function(torch.ops.aten.sum.dim_IntList, (cast, [0]))  # 0-dim only on the stand-in
+    # 0-dim on the one-element stand-in and dimensioned on the probe: the rank is open there, and
+    # the real shape decides (p's traced value: one dim, so the sum is 0-dim and keeps bf16)
+    summed = graph.call_function(torch.ops.aten.sum.dim_IntList, (cast, [0]))
     scaled = graph.call_function(torch.ops.aten.mul.Tensor, (cast, summed))
-    assert moved_dtype(summed, torch.float32) == torch.float32, "a stand-in's rank is not the real one: unknown"
-    assert moved_dtype(scaled, torch.float32) == torch.float32
+    assert moved_dtype(summed, torch.float32) == torch.bfloat16
+    assert moved_dtype(scaled, torch.float32) == torch.bfloat16
+    untraced = graph.placeholder("untraced")  # no traced value, no gather naming its shape: unknown
+    other = graph.call_function(torch.ops.prims.convert_element_type.default, (untraced, torch.bfloat16))
+    open_rank = graph.call_function(torch.ops.aten.sum.dim_IntList, (other, [0]))
+    assert moved_dtype(open_rank, torch.float32) == torch.float32, "a stand-in's rank is not the real one: unknown"
     padded = graph.call_function(torch.ops.aten.constant_pad_nd.default, (relu, [0, 1]))
     assert moved_dtype(padded, torch.float32) == torch.bfloat16
 
 
 def test_full_reductions_are_read_as_torch_computes_them():
     """A reduction over every dim is 0-dim whatever its keywords; a sum of integers widens to int64;
-    prims name their dims ``dims``, which is no full reduction."""
+    prims name their dims ``dims``, which is no full reduction (the real shape, traced, says so)."""
     from torch import fx
     from fsdp_verify.reference.rewrite import DtypeWalk, _traced
     graph = fx.Graph()
@@ -294,7 +300,7 @@ def test_full_reductions_are_read_as_torch_computes_them():
     assert _traced(graph.call_function(torch.ops.aten.sum.dim_IntList, (p,), {"dim": []}), walk) == (torch.float32, True)
     assert _traced(graph.call_function(torch.ops.aten.sum.default, (q,)), walk) == (torch.int64, True)
     assert _traced(graph.call_function(torch.ops.aten.amax.default, (p, [], True)), walk) == (torch.float32, False)
-    assert _traced(graph.call_function(torch.ops.prims.sum.default, (p,), {"dims": [0]}), walk) is None
+    assert _traced(graph.call_function(torch.ops.prims.sum.default, (p,), {"dims": [0]}), walk) == (torch.float32, False)
 
 
 def test_an_int8_gather_beside_a_float32_one_packs_in_float32():
@@ -492,3 +498,27 @@ def test_every_device_an_aten_or_prims_schema_takes_by_keyword_is_named_device()
              if schema.name.split("::")[0] in ("aten", "prims")
              for arg in schema.arguments if "Device" in str(arg.type) and arg.name != "device"}
     assert other <= {("aten::eq", "device"), ("aten::ne", "device")}, other  # compare two devices, no tensor
+
+
+def test_a_gain_squeezed_from_rows_of_one_element_keeps_the_cast_dtype():
+    """``squeeze_copy(amax(abs(p), [0], True))`` is 0-dim exactly when the shard's rows hold one
+    element each: stand-ins cannot tell, so the walk runs the chain on the shard's real shape (its
+    gathers' input shape). A half-precision cast times that scalar stays half precision, and the
+    rewrite hands the consumer that dtype; rows of three elements keep a dimension (float32)."""
+    from fsdp_verify.graph.builder import build_module, localize
+    from fsdp_verify.reference.rewrite import moved_dtype
+    from fsdp_verify.checks.graph_facts import by_name
+    from fsdp_verify.strategies import mutations as M
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.model.case import Case
+
+    for shape, variant, moved in (((4, 1), M.gain_squeezed_to_a_scalar, torch.bfloat16),
+                                  ((4, 3), M.gain_squeezed_per_channel, torch.float32)):
+        blocks = ((ParamDraw(shape, wire="bfloat16", scaled=True), ParamDraw((3,))),)
+        case = Case(render(Blueprint(blocks=blocks)))
+        a, b = next((a, b) for a, b in M.sibling_pairs(case.graph)
+                    if case.graph.node(a).meta["comm_type"] == "fsdp_all_gather")
+        mutated = variant(case, a, b)
+        launch = by_name(build_module(localize(mutated.graph, 0)))[a]
+        assert moved_dtype(launch.args[0], torch.float32) == moved
+        assert not _errors("reference", mutated)[0]

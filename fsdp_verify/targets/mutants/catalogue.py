@@ -320,7 +320,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:scaled_cast_forms"),
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
-           rewrite_bugs.probe_skipped, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.probe_skipped, hunt="rule:per_row_gains"),
     Mutant("window_exclusive", "the dependency window splits only where a source comes after a first consumer, "
            "so a member whose source is another member's first consumer joins it", ("planner",), window_exclusive,
            hunt="rule:dependency_conflict"),
@@ -331,7 +331,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            plan_edit=reduce_op_as_node, hunt="rule:capacity"),
     Mutant("probe_of_ones", "the second stand-ins hold one element per dim, so a squeezed per-column gain is "
            "taken for 0-dim and its float32 product is packed in half precision", ("layout", "numerics"),
-           rewrite_bugs.probe_of_ones, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.probe_of_ones, hunt="rule:per_row_gains"),
+    Mutant("real_shapes_ignored", "the dtype walk never runs an op on the real shard shapes, so a cast times a "
+           "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.real_shapes_ignored,
+           hunt="rule:per_row_gains"),
     Mutant("device_key_by_identity", "the dtype walk finds the device keyword by identity, so on a graph whose "
            "keyword names are new strings a copy of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_key_by_identity, hunt="rule:cast_beside_opaque_op"),

@@ -624,6 +624,14 @@ def probe_of_ones() -> list[tuple]:
     return [(rewrite, "_PROBE_SIZE", 1)]
 
 
+def real_shapes_ignored() -> list[tuple]:
+    """The dtype walk never runs an op on the real shard shapes: where the stand-ins leave a result's
+    rank open (a squeeze of a per-row reduction), the cast after it takes its input for dimensioned,
+    so a half-precision cast times a gain squeezed to a scalar is packed in float32."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_real", lambda node, walk: None)]
+
+
 def device_key_by_identity() -> list[tuple]:
     """The walk finds an op's ``device`` keyword by identity, as if every keyword name were the
     interned literal: on a graph whose names are new strings (loaded from disk, or built) the copy
