@@ -204,14 +204,14 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     constant = next(i for i, text in enumerate(lines, 1) if text.startswith("_PROBE_SIZE ="))
     assert hunts.named_at(source, helper) == ("_on_meta",) and hunts.named_at(source, constant) == ("_PROBE_SIZE",)
     assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op:tiny",)
-    assert hunts.hunts_for(module, source, constant) == ("rule:scaled_cast_forms:tiny",)
+    assert hunts.hunts_for(module, source, constant) == ("rule:per_row_gains:tiny",)
     planner = Path("fsdp_verify/reference/planner.py").read_text()
     method = next(i for i, text in enumerate(planner.splitlines(), 1) if "def size_bytes" in text) + 1
     assert "rule:capacity:tiny" in hunts.hunts_for("fsdp_verify.reference.planner", planner, method)  # by qualname
     assert hunts.named_at("x = 1\nfor i in range(2):\n    pass\n", 3) == ()  # neither a definition nor a constant
     key = aim._key(path)
     shapes = {"rule:cast_beside_opaque_op:tiny": {helper: 5}, "rule:cast_scaled_twice:tiny": {helper: 20},
-              "rule:scaled_cast_forms:tiny": {helper: 20}}
+              "rule:scaled_cast_forms:tiny": {helper: 20}, "rule:per_row_gains:tiny": {}}
     reach = aim.Reach(examples={"cases:default": 40, **{shape: 20 for shape in shapes}},
                       hits={"cases:default": {key: {}}, **{shape: {key: hit} for shape, hit in shapes.items()}},
                       statements={key: sorted({helper, constant})})
@@ -220,7 +220,7 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     assert (found.phase, found.basis, found.phase_rate) == ("rule:cast_beside_opaque_op:tiny", aim.Basis.CATALOGUE, 0.25)
     assert aim.aim(reach, path, constant, ["cases:default"]).phase is None  # no phase runs an import-time line
     found = aim.aim(reach, path, constant, ["cases:default"], hunts=hunts.hunts_for(module, source, constant))
-    assert (found.phase, found.basis) == ("rule:scaled_cast_forms:tiny", aim.Basis.CATALOGUE)
+    assert (found.phase, found.basis) == ("rule:per_row_gains:tiny", aim.Basis.CATALOGUE)
     assert aim.aim(reach, path, helper, ["cases:default"], hunts=("rule:not_measured:tiny",)).basis is aim.Basis.LINE
     mutant = mutate.Mutant(path, module, "core/ReplaceComparisonOperator_Eq_Is", 3, helper)
     aimed = mutate._aimed(reach, mutant, mutate.Settings(phases=(mutate.Phase("cases", "default"),)))
@@ -339,13 +339,13 @@ def test_a_survivor_no_probe_saw_change_runs_every_hunt_of_its_function() -> Non
     key = aim._key(path)
     examples = {"cases:default": 40, **{hunt: 20 for hunt in found_hunts}}
     hits = {"cases:default": {key: {line: 8}}, **{hunt: {key: {line: 5 + i}} for i, hunt in enumerate(found_hunts)}}
-    ident = f"{path}:{line}:core/ReplaceComparisonOperator_Is_NotEq#1"
+    [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_NotEq$") if m.line == line]
+    mutant = replace(mutant, module=module)
+    ident = mutant.ident  # its occurrence number moves with every ``is`` written above it
     reach = aim.Reach(examples=examples, hits=hits, statements={key: [line]}, probed={ident: ""})
     found = aim.aim(reach, path, line, ["cases:default"], ident, found_hunts)
     assert found.basis is aim.Basis.UNSEEN
     assert {found.phase, *found.more} == set(found_hunts) and found.phase == found_hunts[-1]  # most runs first
-    [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_NotEq$") if m.line == line]
-    mutant = replace(mutant, module=module)
     settings = mutate.Settings(phases=(mutate.Phase("hazards", "tiny"), mutate.Phase("cases", "default")))
     aimed = mutate._aimed(reach, mutant, settings)
     assert {f"{p.strategy}:{p.size}" for p in aimed.settings.phases} == set(found_hunts)
