@@ -10,7 +10,7 @@ signature does not match the graph is rejected before anything changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import torch
 from torch import fx
@@ -124,20 +124,28 @@ def _traced(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
     (``walk.seen``): arithmetic that shares inputs would otherwise be walked exponentially often.
     The walk keeps its own stack, so a chain of any length is followed: a bound on its depth would
     fall back to the spec dtype past it, wrong for a cast far up the chain."""
+    return _post_order(node, walk.seen, _read_by, lambda top: _walk(top, walk))
+
+
+def _post_order(node: fx.Node, answers: dict, reads: Callable[[fx.Node], list[fx.Node]],
+                answer: Callable[[fx.Node], Any]) -> Any:
+    """``answers[node]``, each node answered once after the inputs it ``reads`` (``answer`` then finds
+    theirs in ``answers``), on a stack of its own: a chain of any length is followed. An input still
+    unanswered when its reader is entered again is a cycle: the reader answers without it."""
     stack, entered = [node], set()
     while stack:
         top = stack[-1]
-        if top in walk.seen:
+        if top in answers:
             stack.pop()
             continue
-        waiting = [n for n in _read_by(top) if n not in walk.seen]
-        if waiting and top not in entered:  # an input still waiting once entered is a cycle: unknown
+        waiting = [n for n in reads(top) if n not in answers]
+        if waiting and top not in entered:
             entered.add(top)
             stack.extend(waiting)
             continue
-        walk.seen[top] = _walk(top, walk)
+        answers[top] = answer(top)
         stack.pop()
-    return walk.seen[node]
+    return answers[node]
 
 
 def _read_by(node: fx.Node) -> list[fx.Node]:
@@ -229,29 +237,26 @@ def _real(node: fx.Node, walk: DtypeWalk) -> torch.Tensor | None:
     of ``amax(abs(p), [0], True)`` is 0-dim exactly when every row of the shard holds one element,
     and taking it for dimensioned packs a half-precision cast times it in float32. Its own stack,
     as ``_traced``'s, so a chain of any length is followed."""
-    stack, entered = [node], set()
-    while stack:
-        top = stack[-1]
-        if top in walk.real:
-            stack.pop()
-            continue
+    def reads(top: fx.Node) -> list[fx.Node]:
+        return [a for a in top.args if isinstance(a, fx.Node)] if _runs_real(top, walk) else []
+
+    def answer(top: fx.Node) -> torch.Tensor | None:
         value = top.meta.get("val")
         if isinstance(value, torch.Tensor):
-            walk.real[top] = _meta_like(value)
-        elif top.name in walk.shapes and top.name in walk.params:
-            walk.real[top] = torch.empty(walk.shapes[top.name], dtype=walk.params[top.name], device="meta")
-        elif top.op == "call_function" and _evaluable(top):
-            waiting = [a for a in top.args if isinstance(a, fx.Node) and a not in walk.real]
-            if waiting and top not in entered:  # an input still waiting once entered is a cycle: unknown
-                entered.add(top)
-                stack.extend(waiting)
-                continue
-            args = [walk.real.get(a) if isinstance(a, fx.Node) else a for a in top.args]
-            walk.real[top] = None if any(a is None for a in args) else _call(top, args)
-        else:
-            walk.real[top] = None
-        stack.pop()
-    return walk.real[node]
+            return _meta_like(value)
+        if top.name in walk.shapes and top.name in walk.params:
+            return torch.empty(walk.shapes[top.name], dtype=walk.params[top.name], device="meta")
+        if not _runs_real(top, walk):
+            return None
+        args = [walk.real.get(a) if isinstance(a, fx.Node) else a for a in top.args]
+        return None if any(a is None for a in args) else _call(top, args)
+    return _post_order(node, walk.real, reads, answer)
+
+
+def _runs_real(node: fx.Node, walk: DtypeWalk) -> bool:
+    """Whether ``_real`` runs ``node``'s op (no traced value or known shard shape answers it)."""
+    return (not isinstance(node.meta.get("val"), torch.Tensor) and node.name not in walk.shapes
+            and node.op == "call_function" and _evaluable(node))
 
 
 def _meta_like(value: torch.Tensor) -> torch.Tensor | None:
