@@ -280,13 +280,7 @@ def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor
     """``node``'s op on stand-ins (``_standin``; ``shape`` for the dimensioned ones, one element
     where empty), or None where the stand-ins do not fit it (a shape argument) or it gives no tensor."""
     standins = [_standin(arg, walk, shape) if isinstance(arg, fx.Node) else arg for arg in node.args]
-    if any(standin is None for standin in standins):
-        return None
-    try:
-        out = node.target(*standins, **_on_meta(node.kwargs))
-    except Exception:  # noqa: BLE001 - an op the stand-ins do not fit: unknown
-        return None
-    return out if isinstance(out, torch.Tensor) else None
+    return None if any(standin is None for standin in standins) else _call(node, standins)
 
 
 def _on_meta(kwargs: Mapping[str, Any]) -> dict[str, Any]:
