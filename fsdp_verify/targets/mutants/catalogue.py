@@ -257,6 +257,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("views_left_behind", "the all-gather fusion moves no view of a member's result past the fused launch "
            "and does not lint: a view before the insertion point reads the copy-out defined after it",
            ("dependencies",), rewrite_bugs.views_left_behind, hunt="rule:view_moved_past_source"),
+    Mutant("anchor_one_late", "the fused all-gather goes one node after the latest input + 1, so a consumer "
+           "right after B's source reads A's copy-out before it is defined (no lint)", ("dependencies",),
+           rewrite_bugs.anchor_one_late, hunt="rule:view_moved_past_source"),
     Mutant("rs_views_left_behind", "the reduce-scatter fusion moves no view of a member's result past the fused "
            "launch and does not lint: a short rank's narrowing view reads the copy-out defined after it",
            ("dependencies",), rewrite_bugs.rs_views_left_behind, hunt="uneven"),

@@ -394,6 +394,20 @@ def rs_views_left_behind() -> list[tuple]:
     return _views_left("_fuse_rs", _correct_fuse_rs)
 
 
+def anchor_one_late() -> list[tuple]:
+    """The fused launch goes one node after P (latest input + 2, not + 1), in a rewriter that does not
+    lint: where A's first real consumer directly follows B's source (a view of A, then B's copy, then
+    the consumer), that consumer now comes before the fused launch and reads A's copy-out, defined
+    after it."""
+    from fsdp_verify.reference import rewrite
+
+    def late(bucket, members, nodes: list, order: dict) -> fx.Node:
+        first_launch = min(order[m.launch] for m in members)
+        latest_input = max(m.ready for m in bucket.members)
+        return nodes[min(max(first_launch, latest_input + 2), len(nodes) - 1)]
+    return [(rewrite, "_anchor", late), (fx.Graph, "lint", lambda graph: None)]
+
+
 def _capped(node: fx.Node, walk, depth: int = 0):
     """The dtype walk as it once was: recursive, giving up (None: the spec dtype) past 32 steps."""
     from fsdp_verify.reference import rewrite
