@@ -253,7 +253,7 @@ _SPLITS: list[tuple[str, str, Callable[[Site], bool]]] = [
     ("effect_or_storage_release", "barrier", lambda s: _effect(s) is not None),
     ("intervening_collective", "foreign_launch_in_span",
      lambda s: any(is_launch(n) and n not in s.current for n in _span(s))),
-    ("phase_boundary", "unowned_chain_in_span", lambda s: _unowned_chain(s)),
+    ("phase_boundary", "unowned_chain_in_span", _unowned_chain),
     ("phase_boundary", "other_phase_node_in_span",
      lambda s: any(n.op == "call_function" and _backward(n) != _backward(s.node) for n in _span(s))),
     ("oversized", "own_size_over_cap",
