@@ -7,8 +7,6 @@ the simplest graph: one block, one parameter, small shapes, float32, one group, 
 
 from __future__ import annotations
 
-import math
-
 from dataclasses import dataclass, replace
 from typing import Optional
 
@@ -273,7 +271,7 @@ def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows
     blocks = list(blueprint.blocks)
     if rows is not None and not any(param.wire and param.scaled == scaled for block in blocks for param in block):
         castable = [index for index, block in enumerate(blocks) if len(block) > 1 and not block[0].frozen]
-        fitting = [index for index in castable if _has_rows(blocks[index][0].shard_shape, rows)]
+        fitting = [index for index in castable if rows.fits(blocks[index][0].shard_shape)]
         if fitting:  # that block first: the loop below casts it
             blocks = [blocks[fitting[0]], *blocks[:fitting[0]], *blocks[fitting[0] + 1:]]
         elif castable:
@@ -289,13 +287,6 @@ def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows
             blocks[index] = (replace(block[0], wire=wire, scaled=scaled), *block[1:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint
-
-
-def _has_rows(shape: tuple[int, ...], rows: mutations.Rows) -> bool:
-    """Whether a shard of ``shape`` has two or more dims and rows of the kind ``rows`` names."""
-    if len(shape) < 2:
-        return False
-    return math.prod(shape[1:]) >= 2 if rows is mutations.Rows.WIDE else math.prod(shape[1:]) == 1
 
 
 def _with_cast_pair(blueprint: Blueprint) -> Blueprint:

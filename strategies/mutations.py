@@ -63,6 +63,12 @@ class Rows(enum.Enum):
     WIDE = "wide"  # two or more elements each: a per-row reduction stays dimensioned when squeezed
     SINGLE = "single"  # one element each, of two or more dims: a squeeze of it is 0-dim
 
+    def fits(self, shape: tuple[int, ...]) -> bool:
+        """Whether a shard of ``shape`` has two or more dims and rows of this kind."""
+        if len(shape) < 2:
+            return False
+        return math.prod(shape[1:]) >= 2 if self is Rows.WIDE else math.prod(shape[1:]) == 1
+
 
 def needs_cast(scaled: bool = False, pair: bool = False, rows: Optional[Rows] = None) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
@@ -704,8 +710,6 @@ def chain_source_tagged_forward(case: Case, a: str, b: str) -> Optional[Case]:
                      source_meta={"autograd_backward": False})
 
 
-
-
 # -- fusions the rewriter must get right: (case, a, b) -> case that still buckets a with b ---------
 
 @acts_on(RS_KIND)
@@ -1130,9 +1134,7 @@ def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     dims of one element, so it comes out 0-dim from one-element stand-ins; only stand-ins whose dims
     hold two elements show that it keeps the rest."""
     param = _scaled_param(case, _scaled(case, a, b))[1]
-    if param is None or len(param.shard_shape) < 2 or math.prod(param.shard_shape[1:]) < 2:
-        return None
-    return _squeezed_gain(case, a, b)
+    return None if param is None or not Rows.WIDE.fits(param.shard_shape) else _squeezed_gain(case, a, b)
 
 
 @needs_cast(scaled=True, rows=Rows.SINGLE)
@@ -1143,9 +1145,7 @@ def gain_squeezed_to_a_scalar(case: Case, a: str, b: str) -> Optional[Case]:
     cannot tell the two apart (the squeeze keeps or drops dims by the real sizes); a walk that takes
     the open rank for dimensioned hands the member back in float32."""
     param = _scaled_param(case, _scaled(case, a, b))[1]
-    if param is None or len(param.shard_shape) < 2 or math.prod(param.shard_shape[1:]) != 1:
-        return None
-    return _squeezed_gain(case, a, b)
+    return None if param is None or not Rows.SINGLE.fits(param.shard_shape) else _squeezed_gain(case, a, b)
 
 
 def _squeezed_gain(case: Case, a: str, b: str) -> Optional[Case]:
