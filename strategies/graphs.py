@@ -8,7 +8,7 @@ the simplest graph: one block, one parameter, small shapes, float32, one group, 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Optional
+from typing import Callable, Optional
 
 from hypothesis import strategies as st
 
@@ -34,6 +34,9 @@ class Size:
     min_params: int = 1
     uniform: bool = False  # draw one block and repeat it (identical layers; keeps huge graphs cheap to draw)
     wide: bool = True  # now and then a parameter past a half-precision reduce-scatter's exact span
+    wide_one_in: int = 16  # how rarely: one parameter in this many
+    prefix_one_in: int = 4  # one multi-block graph in this many names its blocks blocks.1, blocks.10, ...
+    regather: Optional[bool] = None  # every parameter gathered again for backward (None: drawn for each)
 
 
 SIZES = {
@@ -48,6 +51,21 @@ SIZES = {
 
 def _size(size: Size | str) -> Size:
     return SIZES[size] if isinstance(size, str) else size
+
+
+# A focus is the mix with the odds of one rare draw raised, for a bug class that hides there: a
+# planted bug of the class is hunted with it (seconds, not minutes), and a user can fuzz with it. It
+# draws no shape the mix does not draw.
+FOCUSES = {
+    "wide": {"wide_one_in": 2},  # codes that repeat: a half-precision reduce-scatter past its exact span
+    "prefix_scopes": {"prefix_one_in": 1, "min_blocks": 2},  # scopes whose names share a prefix without a dot
+    "backward_gathers": {"regather": True, "min_params": 2},  # buckets of all-gathers for backward
+}
+
+
+def focused(size: Size | str, focus: str) -> Size:
+    """``size`` with the draws of ``focus`` (a key of FOCUSES) made common."""
+    return replace(_size(size), **FOCUSES[focus])
 
 
 @st.composite
@@ -66,7 +84,7 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     # One in sixteen is wide: more elements than a half-precision reduce-scatter's exact span, so
     # its identity codes repeat (the shape a misplacement by the code period hides in). Drawn for
     # every parameter too; shrinking goes to narrow.
-    if draw(st.integers(0, 15)) == 15 and size.wide:
+    if draw(st.integers(0, size.wide_one_in - 1)) == size.wide_one_in - 1 and size.wide:
         shape = (draw(st.integers(1, 3)), draw(st.integers(48, 160)))
     view = draw(st.sampled_from(VIEW_KINDS))
     regather = draw(st.booleans()) if forced_regather is None else forced_regather
@@ -128,12 +146,14 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         # One block in six casts every gather to one dtype, as a module's mixed-precision policy does
         # (each parameter may still draw its own cast, or none).
         wire = draw(st.sampled_from(WIRES)) if draw(st.integers(0, 5)) == 5 else ""
-        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size, wire=wire))
+        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size, wire=wire,
+                                             forced_regather=size.regather))
                             for _ in range(count)))
     prep_chains = draw(st.integers(0, 4)) == 0
     # Sometimes blocks named so that one FQN is a prefix of another without a dot boundary
     # (blocks.1, blocks.10, blocks.11): a scope matched by a bare prefix takes the wrong block.
-    names = PREFIX_SHARING_NAMES[:len(blocks)] if len(blocks) > 1 and draw(st.integers(0, 3)) == 0 else ()
+    names = PREFIX_SHARING_NAMES[:len(blocks)] if len(blocks) > 1 and draw(st.integers(0, size.prefix_one_in - 1)) == 0 \
+        else ()
     return Blueprint(
         blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
         reshard_after_forward=not draw(st.integers(0, 4)) == 0,
@@ -198,7 +218,8 @@ SPLIT_WEIGHTS = {"effect_or_storage_release": 2, "phase_boundary": 2}
 
 
 def rule_kind(reason: str) -> str:
-    """Which table of ``mutations`` plants a defect for ``reason``."""
+    """Which table of ``mutations`` plants a defect for ``reason`` (``REASON`` or ``REASON/VARIANT``)."""
+    reason = reason.partition("/")[0]
     for kind, table in (("skip", mutations.SKIP_MUTATIONS), ("split", mutations.SPLIT_MUTATIONS),
                         ("singleton", mutations.SINGLETON_MUTATIONS), ("fusion", mutations.FUSION_MUTATIONS)):
         if reason in table:
@@ -213,7 +234,11 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
                    reason: Optional[str] = None, **kwargs) -> Case:
     """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args), or
     one fusion the rewriter must handle with care; ``reason`` pins the skip, split or singleton
-    reason (a planted bug in one rule is hunted with it)."""
+    reason (a planted bug in one rule is hunted with it); ``REASON/VARIANT`` pins one variant of it,
+    for a bug only that variant's shape tells (one variant in nine is nine times the examples)."""
+    pinned = None
+    if reason is not None and "/" in reason:
+        reason, pinned = _pinned_variant(reason)
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
     kind = rule_kind(reason) if reason else \
@@ -224,7 +249,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     if kind == "skip":
         reason = reason or draw(st.sampled_from([r for r in sorted(mutations.SKIP_MUTATIONS)
                                                  for _ in range(SKIP_WEIGHTS.get(r, 1))]))
-        variant = draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+        variant = pinned or draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
         table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
@@ -232,7 +257,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         reason = reason or draw(st.sampled_from([r for r in sorted(table)
                                                  for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion"
                                                                 else SPLIT_WEIGHTS.get(r, 1))]))
-        variant = draw(st.sampled_from(table[reason]))
+        variant = pinned or draw(st.sampled_from(table[reason]))
         if getattr(variant, "gathered_ahead", False) and (blueprint.reshard_after_forward or len(blueprint.blocks) < 2):
             # the shape needs gathers issued ahead of their consumers: drawn as such, not left to
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
@@ -260,6 +285,17 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         return replace(case, label="fsdp_graphs")
     where = "/".join(site) if isinstance(site, tuple) else site
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
+
+
+def _pinned_variant(hunt: str) -> tuple[str, Callable]:
+    """``REASON/VARIANT`` as the reason and the variant's function; an unknown one names the choices."""
+    reason, _, name = hunt.partition("/")
+    table = {"skip": mutations.SKIP_MUTATIONS, "split": mutations.SPLIT_MUTATIONS,
+             "singleton": mutations.SINGLETON_MUTATIONS, "fusion": mutations.FUSION_MUTATIONS}[rule_kind(reason)]
+    for variant in table[reason]:
+        if variant.__name__ == name:
+            return reason, variant
+    raise ValueError(f"{reason!r} has no variant {name!r}: pick one of {sorted(v.__name__ for v in table[reason])}")
 
 
 def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows] = None) -> Blueprint:

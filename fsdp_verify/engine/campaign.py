@@ -133,6 +133,7 @@ def _strategy(config: Config, target: Optional[Any] = None):
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
     from fsdp_verify.strategies import (captured_graphs, cases, hazard_graphs, mutated_graphs, spec_settings,
                                         with_target_options)
+    from fsdp_verify.strategies.graphs import FOCUSES, focused
     from fsdp_verify.strategies.uneven import uneven_cases
     if config.strategy == "captured":
         graphs = captured_graphs()
@@ -142,6 +143,8 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = mutated_graphs(config.size)
     elif config.strategy == "uneven":
         graphs = uneven_cases(cases(config.size))
+    elif config.strategy in FOCUSES:
+        graphs = cases(focused(config.size, config.strategy))
     elif config.strategy.startswith(("skip:", "rule:")):
         graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
     else:

@@ -32,7 +32,9 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
         if mutant.hunt in HUNT_STRATEGIES:
             phase = f"{mutant.hunt}:{SHAPE_SIZE}"
         elif mutant.hunt.startswith(("rule:", "skip:")):
-            phase = f"rule:{mutant.hunt.split(':', 1)[1]}:{SHAPE_SIZE}"  # a skip hunt draws as its rule does
+            # a skip hunt draws as its rule does; the map measures reasons, not a pinned variant of one
+            reason = mutant.hunt.split(":", 1)[1].partition("/")[0]
+            phase = f"rule:{reason}:{SHAPE_SIZE}"
         else:
             continue
         for owner, name in _replaced(mutant):

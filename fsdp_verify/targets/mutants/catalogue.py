@@ -74,10 +74,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "a gathered parameter is no consumer and the dependency window reads a later first use", ("planner",),
            any_getitem_is_a_view),
     Mutant("foreign_collective_ignored", "a foreign collective inside a span is ignored", ("planner", "ordering"),
-           lambda: _suppress("intervening_collective")),
+           lambda: _suppress("intervening_collective"), hunt="rule:intervening_collective"),
     Mutant("foreign_free_ignored", "a free of a non-member inside a span is ignored", ("planner", "ordering"),
            lambda: [(planner, "_owned_free", lambda node, candidate, combined: True)],
-           hunt="rule:effect_or_storage_release"),
+           hunt="rule:effect_or_storage_release/foreign_free_between"),
     Mutant("phase_flip_ignored", "a phase flip inside a span is ignored", ("planner", "ordering"),
            lambda: _suppress("phase_boundary")),
     Mutant("rs_prep_not_excluded", "an RS bucket's own preparation chains are judged as span nodes", ("planner",),
@@ -90,7 +90,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            prep_owner_by_prefix, hunt="rule:phase_boundary"),
     Mutant("prep_forward_source_accepted", "the RS preparation walk refuses a source tagged forward only "
            "where it has other users too", ("planner",), prep_forward_source_accepted,
-           hunt="rule:phase_boundary"),
+           hunt="rule:phase_boundary/chain_source_tagged_forward"),
     Mutant("prep_walk_stops_at_boundary", "the RS preparation walk stops at the first node outside the chain, "
            "losing a second branch", ("planner",), prep_walk_stops_at_boundary, hunt="rule:rs_chain_in_two_pieces"),
     Mutant("dependency_conflict_ignored", "a consumer before the latest input is ignored", ("planner",),
@@ -98,7 +98,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("device_index_grouping", "grouping depends on the rank's device index", ("planner",),
            rank_patches=_device_dependent),
     Mutant("members_unsorted", "bucket members kept in graph order, not (state_idx, name)", ("planner",),
-           _graph_order_members),
+           _graph_order_members, hunt="backward_gathers"),
     # Every simulated rank shares the harness's hash seed, so only real rank processes disagree.
     Mutant("members_follow_hash_seed", "bucket members in the iteration order of a set of their names "
            "(PYTHONHASHSEED decides it: ranks disagree)", ("real_ranks",), _hash_order_members, needs="real"),
@@ -111,7 +111,8 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "ranks' own rewrites do not run together", ("real_ranks",),
            damage=rewrite_bugs.bucket_padded_by_rank_env, needs="real"),
     Mutant("offsets_off_by_one", "plan offsets of later members are off by one", ("layout",), plan_type=_OffByOnePlan),
-    Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one),
+    Mutant("cap_off_by_one", "the byte cap admits one byte too many", ("planner",), _cap_off_by_one,
+           hunt="rule:capacity/capacity_boundary"),
     Mutant("cap_exclusive", "a bucket exactly at the byte cap is split", ("planner",), cap_exclusive,
            hunt="rule:capacity_exact"),
     # Killed only on groups of 3, 5 or 6 ranks: every power of two gives the right size.
@@ -121,7 +122,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "type, and refuse the empty FQN", ("module_plans",), lambda: module_plans_built(root_skipped=False)),
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
     Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
-           ("planner",), module_prefix_without_dot),
+           ("planner",), module_prefix_without_dot, hunt="prefix_scopes"),
     # Killed only on groups of 3 or more ranks (a degree between 1 and the size): the degree rule's
     # hunt plants one (degree_off_by_one) in one case in five.
     Mutant("degree_checked_above_only", "a degree below its group's size passes (only too large a one is "
@@ -166,7 +167,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("nested_blocks_by_prefix", "module plans drop a block whose FQN merely starts with an earlier "
            "block's", ("module_plans",), lambda: module_plans_built(dot_boundary=False)),
     Mutant("repeated_parameter_accepted", "a repeated parameter may join a bucket", ("planner",),
-           lambda: _suppress("repeated_parameter_instance")),
+           lambda: _suppress("repeated_parameter_instance"), hunt="rule:repeated_parameter_instance"),
     # -- plan content: the grouping is right, what the plan reports is not
     Mutant("constant_group_digest", "every group digest is one constant", ("planner",),
            plan_type=_ConstantDigestPlan),
@@ -205,7 +206,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("exchange_first_group_only", "the driver validates only its first group and subgroup", ("exchange",),
            lambda: [(driver, "exchange_and_validate", exchange_bugs.first_group_only)]),
     Mutant("rewrite_then_exchange", "the driver rewrites every rank, then validates the round's plans",
-           ("exchange",), lambda: [(driver, "bucket_world", exchange_bugs.rewrite_then_exchange)]),
+           ("exchange",), lambda: [(driver, "bucket_world", exchange_bugs.rewrite_then_exchange)], hunt="uneven"),
     # Killed where ranks' graphs differ so that their plans do (uneven shards), or on the exchange's
     # own disagreeing worlds (one case in four).
     Mutant("disagreement_unbucketed", "a round whose ranks disagree is left out on every rank instead of raising",
@@ -236,7 +237,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="cases"),  # hazards split the fused buckets it needs: 286 examples there, 60 here
     # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
     Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
-           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="cases"),
+           ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="wide"),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),
@@ -289,10 +290,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            rewrite_bugs.precision_ignored, hunt="rule:cast_dtype_by_keyword"),
     Mutant("cast_keyword_ignored", "a cast naming its dtype by keyword is not followed, so its member is packed "
            "and handed back in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.cast_keyword_ignored,
-           hunt="rule:cast_dtype_by_keyword"),
+           hunt="rule:cast_dtype_by_keyword/cast_dtype_by_keyword"),
     Mutant("opaque_op_taken_for_reduction", "an op the dtype walk does not know is taken for a 0-dim reduction, "
            "so relu of a parameter plus its bf16 cast is packed as bf16", ("layout", "numerics"),
-           rewrite_bugs.opaque_op_taken_for_reduction, hunt="rule:cast_beside_opaque_op"),
+           rewrite_bugs.opaque_op_taken_for_reduction, hunt="rule:cast_beside_opaque_op/cast_beside_opaque_op"),
     Mutant("opaque_ops_fall_back", "an op outside the dtype walk's tables is unknown, so relu of a bf16 cast is "
            "packed and handed back in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.opaque_ops_fall_back,
            hunt="rule:cast_beside_opaque_op"),
@@ -304,16 +305,16 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:scaled_cast_partly_traced"),
     Mutant("reduction_keywords_unknown", "a full reduction with a keyword (sum(x, dtype=float32)) is unknown to "
            "the dtype walk, so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.reduction_keywords_unknown, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.reduction_keywords_unknown, hunt="rule:scaled_cast_forms/gain_by_keyword_reduction"),
     Mutant("dtype_keyword_read_as_cast", "any op with a dtype keyword is read as a cast keeping its input's rank, "
            "so a bf16 cast times a gain summed with dtype=float32 is packed as float32", ("layout", "numerics"),
-           rewrite_bugs.dtype_keyword_read_as_cast, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.dtype_keyword_read_as_cast, hunt="rule:scaled_cast_forms/gain_summed_with_dtype"),
     Mutant("python_operators_unknown", "operator.mul (a symbolic trace's cast * gain) is not followed, so the "
            "scaled cast is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.python_operators_unknown, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.python_operators_unknown, hunt="rule:scaled_cast_forms/cast_scaled_by_python_operator"),
     Mutant("bare_reductions_unknown", "amax(x) with its dims left to their default is unknown to the dtype walk, "
            "so the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.bare_reductions_unknown, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.bare_reductions_unknown, hunt="rule:scaled_cast_forms/gain_by_bare_reduction"),
     Mutant("standins_empty", "the dtype walk's stand-ins hold no element, so amax(x, dim=[]) fails on them and "
            "the scaled cast it gains is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.standins_empty, hunt="rule:scaled_cast_forms"),
@@ -323,10 +324,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:scaled_cast_forms"),
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
-           rewrite_bugs.probe_skipped, hunt="rule:per_row_gains"),
+           rewrite_bugs.probe_skipped, hunt="rule:per_row_gains/gain_per_channel"),
     Mutant("window_exclusive", "the dependency window splits only where a source comes after a first consumer, "
            "so a member whose source is another member's first consumer joins it", ("planner",), window_exclusive,
-           hunt="rule:dependency_conflict"),
+           hunt="rule:dependency_conflict/source_is_first_consumer"),
     Mutant("input_distance_exclusive", "a pair whose sources are exactly the input distance limit apart splits, "
            "where the limit is inclusive", ("planner",), input_distance_exclusive, hunt="rule:input_distance_exact"),
     Mutant("reduce_op_as_node", "a reduce-scatter member's reduce op is its source node, not the op's name: "
@@ -334,31 +335,35 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            plan_edit=reduce_op_as_node, hunt="rule:capacity"),
     Mutant("probe_of_ones", "the second stand-ins hold one element per dim, so a squeezed per-column gain is "
            "taken for 0-dim and its float32 product is packed in half precision", ("layout", "numerics"),
-           rewrite_bugs.probe_of_ones, hunt="rule:per_row_gains"),
+           rewrite_bugs.probe_of_ones, hunt="rule:per_row_gains/gain_squeezed_per_channel"),
     Mutant("real_shapes_ignored", "the dtype walk never runs an op on the real shard shapes, so a cast times a "
            "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.real_shapes_ignored,
-           hunt="rule:per_row_gains"),
+           hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),
     Mutant("device_key_by_identity", "the dtype walk finds the device keyword by identity, so on a graph whose "
            "keyword names are new strings a copy of a bf16 cast to the device is packed in the parameter's dtype",
-           ("layout", "numerics"), rewrite_bugs.device_key_by_identity, hunt="rule:cast_beside_opaque_op"),
+           ("layout", "numerics"), rewrite_bugs.device_key_by_identity,
+           hunt="rule:cast_beside_opaque_op/cast_copied_to_device"),
     Mutant("collectives_not_followed", "the dtype walk does not follow a collective or its wait, so a bf16 cast "
            "scaled by an all-reduced gain is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.collectives_not_followed, hunt="rule:gain_all_reduced"),
     Mutant("device_objects_refused", "the dtype walk runs no op with a device object among its keywords, so a "
            "traced graph's move of a bf16 cast to the device is packed in the parameter's dtype",
-           ("layout", "numerics"), rewrite_bugs.device_objects_refused, hunt="rule:cast_beside_opaque_op"),
+           ("layout", "numerics"), rewrite_bugs.device_objects_refused,
+           hunt="rule:cast_beside_opaque_op/cast_moved_by_device_object"),
     Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
            "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.factories_unevaluated, hunt="rule:scaled_cast_forms"),
+           rewrite_bugs.factories_unevaluated,
+           hunt="rule:scaled_cast_forms/gain_as_constant"),
     Mutant("first_operand_decides", "arithmetic takes its first operand's dtype, so a bf16 cast plus relu of its "
            "float32 parameter is packed as bf16", ("layout", "numerics"), rewrite_bugs.first_operand_decides,
-           hunt="rule:cast_beside_opaque_op"),
+           hunt="rule:cast_beside_opaque_op/cast_before_opaque_op"),
     Mutant("packets_not_evaluated", "an op called as its packet (aten.relu) is not run on stand-ins, so relu of a "
            "bf16 cast is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.packets_not_evaluated,
-           hunt="rule:cast_beside_opaque_op"),
+           hunt="rule:cast_beside_opaque_op/cast_through_opaque_packet"),
     Mutant("casts_of_unknown_values_unknown", "a cast of a value the dtype walk cannot follow (cat([p])) is unknown "
            "too, so its member is packed in the parameter's dtype", ("layout", "numerics"),
-           rewrite_bugs.casts_of_unknown_values_unknown, hunt="rule:cast_beside_opaque_op"),
+           rewrite_bugs.casts_of_unknown_values_unknown,
+           hunt="rule:cast_beside_opaque_op/cast_of_unfollowable_value"),
     Mutant("uint8_exceeds_bf16", "an integer is taken to fit a float only below 1/eps, so a uint8 gather beside a "
            "bf16 one is packed in float32", ("conformance",), rewrite_bugs.uint8_exceeds_bf16,
            hunt="rule:every_member_cast"),
@@ -376,10 +381,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("fused_spec_from_shard", "a fused all-gather's fsdp_bucket_spec says it outputs its input shape",
            ("conformance",), damage=rewrite_bugs.fused_spec_from_shard),
     Mutant("copy_out_tagged_forward", "a backward all-gather bucket's copy-out nodes lose their phase flag",
-           ("conformance",), damage=rewrite_bugs.copy_out_tagged_forward),
+           ("conformance",), damage=rewrite_bugs.copy_out_tagged_forward, hunt="backward_gathers"),
     # -- order (values unchanged: only the ordering oracle can tell)
     Mutant("fused_launch_early", "a fused all-gather is placed one step early, across an effect", ("ordering",),
-           damage=order_bugs.fused_launch_early),
+           damage=order_bugs.fused_launch_early, hunt="rule:effect_or_storage_release"),
     Mutant("fused_launch_hoisted", "a fused all-gather is hoisted to the top of the graph", ("ordering",),
            damage=order_bugs.fused_launch_hoisted),
     Mutant("owned_free_moved_later", "a member free is moved later, past a computation", ("ordering",),
