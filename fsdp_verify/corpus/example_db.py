@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 from urllib.parse import urlparse
 
 from hypothesis.database import (
@@ -78,7 +79,12 @@ def _redis_client(spec: DbSpec):
     except ImportError:
         raise ValueError(f"--db {spec.text}: the redis database needs the redis package: "
                          f"pip install 'fsdp-verify[redis]'") from None
-    return redis.Redis(host=spec.host, port=spec.port, db=spec.number, socket_connect_timeout=5)
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    # One quick retry, not redis-py's default of three with exponential backoff: each call to a
+    # server that went away cost 2.5-4.5 s, on every save and fetch of every example.
+    return redis.Redis(host=spec.host, port=spec.port, db=spec.number, socket_connect_timeout=5,
+                       retry=Retry(NoBackoff(), 1))
 
 
 def check_reachable(texts: Sequence[str]) -> None:
@@ -109,17 +115,26 @@ class SurvivesOutages(ExampleDatabase):
     """A remote database (redis) that may go away mid-run. While it cannot be reached its fetches
     find nothing and its saves are dropped, with one warning per outage; the local folder that
     ``open_database`` pairs with every remote keeps every example meanwhile. When it answers again
-    (said once too), later saves reach it."""
+    (said once too), later saves reach it. While it is down it is tried again at most once every
+    RETRY_AFTER seconds: a try of a server that is gone may take seconds, and a campaign calls it
+    for every example."""
 
-    def __init__(self, inner: ExampleDatabase, name: str, errors: tuple[type[BaseException], ...]) -> None:
+    RETRY_AFTER = 5.0
+
+    def __init__(self, inner: ExampleDatabase, name: str, errors: tuple[type[BaseException], ...],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.inner, self.name, self.errors = inner, name, errors
+        self.inner, self.name, self.errors, self.clock = inner, name, errors, clock
         self.down = False
+        self.tried = 0.0  # when it was last tried while down
 
     def _call(self, work, default):
+        if self.down and self.clock() - self.tried < self.RETRY_AFTER:
+            return default
         try:
             result = work()
         except self.errors as exc:
+            self.tried = self.clock()
             if not self.down:
                 self.down = True
                 warnings.warn(f"example database {self.name} cannot be reached ({type(exc).__name__}: {exc}); "

@@ -57,7 +57,8 @@ def redis_url():
         server.wait(10)
 
 
-def test_redis_going_away_mid_run_warns_once_keeps_the_local_folder_and_reconnects(tmp_path):
+def test_redis_going_away_mid_run_warns_once_keeps_the_local_folder_and_reconnects(tmp_path, monkeypatch):
+    monkeypatch.setattr(example_db.SurvivesOutages, "RETRY_AFTER", 0.0)  # tried on every call: see below
     url, server = _start_redis()
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     db = example_db.open_database([url, str(tmp_path / "local")])
@@ -78,6 +79,37 @@ def test_redis_going_away_mid_run_warns_once_keeps_the_local_folder_and_reconnec
     finally:
         server.kill()
         server.wait(10)
+
+
+def test_a_database_that_is_down_is_tried_again_only_after_a_while():
+    """A try of a server that is gone may take seconds; a campaign saves and fetches every example."""
+    class Gone(example_db.ExampleDatabase):
+        calls = 0
+
+        def _touch(self):
+            Gone.calls += 1
+            raise ConnectionError("refused")
+
+        def fetch(self, key):
+            self._touch()
+
+        def save(self, key, value):
+            self._touch()
+
+        def delete(self, key, value):
+            self._touch()
+
+    now = [100.0]
+    db = example_db.SurvivesOutages(Gone(), "redis://gone", (ConnectionError,), clock=lambda: now[0])
+    with pytest.warns(RuntimeWarning, match="cannot be reached"):
+        db.save(b"k", b"v")
+    for _ in range(5):
+        db.save(b"k", b"v")
+        assert list(db.fetch(b"k")) == []
+    assert Gone.calls == 1
+    now[0] += db.RETRY_AFTER
+    db.save(b"k", b"v")
+    assert Gone.calls == 2
 
 
 def test_a_campaign_whose_redis_is_gone_runs_on_the_local_folder(tmp_path):
