@@ -16,7 +16,7 @@ from fsdp_verify.model import names
 from fsdp_verify.model import spec_params
 
 if TYPE_CHECKING:
-    from fsdp_verify.engine import campaign
+    from fsdp_verify.model.budget import Budget
     from fsdp_verify.corpus import files as corpus
 
 DB_HELP = ("Hypothesis example database (repeatable, multiplexed): a folder, redis://host:port/db, or "
@@ -72,10 +72,10 @@ class MutantNames:
         return iter(self._names())
 
 
-def budget(text: str) -> "campaign.Budget":
-    from fsdp_verify.engine import campaign
+def budget(text: str) -> "Budget":
+    from fsdp_verify.model.budget import Budget
     try:
-        budget = campaign.Budget.parse(text)
+        budget = Budget.parse(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     if (budget.seconds is not None and budget.seconds <= 0) or (budget.examples is not None and budget.examples < 1):

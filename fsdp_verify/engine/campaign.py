@@ -10,7 +10,6 @@ import multiprocessing
 import os
 import queue
 import signal
-import re
 import time
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -27,6 +26,7 @@ from fsdp_verify.corpus import files as corpus
 from fsdp_verify.corpus import example_db
 from fsdp_verify.corpus.known import CLASS_KEY, SIGNATURE_KEY, read_known
 from fsdp_verify.model import names
+from fsdp_verify.model.budget import Budget
 from fsdp_verify.corpus import profiles
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import fx_sources
@@ -59,29 +59,6 @@ def bug_signature(findings: list) -> Signature:
     return root_cause(findings)
 
 
-@dataclass(frozen=True)
-class Budget:
-    """Stop after ``seconds`` of wall clock or ``examples`` cases, whichever is given."""
-
-    seconds: Optional[float] = None
-    examples: Optional[int] = None
-
-    def describe(self) -> str:
-        """``90s`` or ``500 examples``."""
-        return f"{self.seconds:g}s" if self.seconds is not None else f"{self.examples} examples"
-
-    @staticmethod
-    def parse(text: str) -> "Budget":
-        """``90s``, ``5m``, ``1h`` (time) or ``500`` (examples)."""
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-        if not match:
-            raise ValueError(f"budget {text!r}: use a duration like 90s, 5m, 1h or an example count like 500")
-        value, unit = float(match.group(1)), match.group(2)
-        if not unit:
-            return Budget(examples=int(value))
-        return Budget(seconds=value * {"s": 1, "m": 60, "h": 3600}[unit])
-
-
 @dataclass
 class Config:
     """What one campaign (or one worker of it) does."""
@@ -99,9 +76,10 @@ class Config:
     deadline: Optional[float] = None  # seconds per target run; runs the target in a killable child
     strategy: str = "cases"  # "cases" (the full mix), "hazards" (several per graph), "mutations" (one
     # each), "captured" (models compiled through torch.compile; default_strategy gives it to inductor),
-    # "uneven" (the mix, every case with uneven shards: ranks whose graphs differ),
-    # "skip:REASON" or "rule:REASON" (one defect for that skip, split or singleton rule: how the
-    # self-test hunts a bug in one rule)
+    # "uneven" (the mix, every case with uneven shards: ranks whose graphs differ), a focus of
+    # strategies.graphs.FOCUSES ("wide", ...: the mix with one rare draw made common),
+    # "skip:REASON" or "rule:REASON[/VARIANT]" (one defect for that skip, split, singleton or fusion
+    # rule: how the self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.model.spec_params)
