@@ -1295,7 +1295,8 @@ def fits(variant: Callable, case: Case, site: str | tuple[str, str]) -> bool:
     launch the spec annotator left without a bucket spec (a one-rank group's) is no site: the planner
     skips it before any planted defect could show; so is a launch nothing reads (``launch_without_users``)."""
     launch = site[-1] if isinstance(site, tuple) else site
-    if not all("fsdp_bucket_spec" in case.graph.node(n).meta and edit.users_of(case.graph, n)
+    read = edit.read_names(case.graph)
+    if not all("fsdp_bucket_spec" in case.graph.node(n).meta and n in read
                for n in (site if isinstance(site, tuple) else (site,))):
         return False
     kinds = getattr(variant, "acts_on", None)

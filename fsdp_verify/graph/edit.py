@@ -68,6 +68,18 @@ def users_of(spec: GraphSpec, name: str) -> list[str]:
     return [node.name for node in spec.nodes if name in node.inputs()]
 
 
+_READ: list = [None, frozenset()]  # the last graph asked about, and what it reads
+
+
+def read_names(spec: GraphSpec) -> frozenset[str]:
+    """The names some node of ``spec`` reads. A draw asks this of one graph for each of its sites;
+    the last answer is kept by identity (a GraphSpec is never changed, only replaced)."""
+    if _READ[0] is not spec:
+        _READ[1] = frozenset(ref for node in spec.nodes for ref in node.inputs())
+        _READ[0] = spec
+    return _READ[1]
+
+
 def tagged_launches(spec: GraphSpec, kinds: tuple[str, ...] | None = None) -> list[NodeSpec]:
     """Nodes whose ``comm_type`` is an FSDP collective kind (or one of ``kinds``), in graph order."""
     wanted = kinds or ("fsdp_all_gather", "fsdp_all_gather_backward", "fsdp_reduce_scatter")

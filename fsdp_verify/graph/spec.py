@@ -79,7 +79,10 @@ class NodeSpec:
 
     def inputs(self) -> list[str]:
         """Names of the nodes this node reads, in argument order."""
-        return [ref.name for ref in node_refs(self.args) + node_refs(dict(self.kwargs))]
+        refs = node_refs(self.args)
+        if self.kwargs:
+            refs += node_refs(list(self.kwargs.values()))
+        return [ref.name for ref in refs]
 
 
 @dataclass(frozen=True)
