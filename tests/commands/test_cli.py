@@ -1,4 +1,5 @@
-"""The command line end to end, through subprocesses: every command and exit code."""
+"""The command line end to end, through subprocesses: every command and exit code (refusals of bad
+input run ``main`` in this process: the same code, without a subprocess's start)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ EXE = [sys.executable, "-m", "fsdp_verify"]
 
 def cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run([*EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
+
+
+def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The command run by ``main`` in this process: for refusals, whose path is the same code as
+    in a subprocess (which the tests above and below run) without a 3 s start that imports torch."""
+    from fsdp_verify.commands.cli import main
+    try:
+        code = main(list(args))
+    except SystemExit as exc:  # argparse's refusals
+        code = exc.code
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
 
 
 def test_help_and_targets():
@@ -62,8 +75,8 @@ def test_help_imports_neither_torch_nor_hypothesis():
 
 
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
-def test_unknown_target_exits_2_with_the_list(name):
-    out = cli("fuzz", "--target", name, "--budget", "1")
+def test_unknown_target_exits_2_with_the_list(name, capsys):
+    out = cli_here(capsys, "fuzz", "--target", name, "--budget", "1")
     assert out.returncode == 2
     assert "fsdp-verify: error:" in out.stderr
     if name == "nope":
@@ -161,10 +174,10 @@ def _valid_doc() -> dict:
     ("bad_node", lambda d: json.dumps(_set_node_args(d, [{"$pickle": "x"}])), "unknown value tag '$pickle'"),
     ("array", lambda d: "[1, 2]", "must hold a JSON object"),
 ])
-def test_malformed_corpus_files_exit_2_naming_file_field_and_reason(tmp_path, name, mutate, message):
+def test_malformed_corpus_files_exit_2_naming_file_field_and_reason(tmp_path, name, mutate, message, capsys):
     path = _write(tmp_path / "bad", f"{name}.json", mutate(_valid_doc()))
     _write(tmp_path / "bad", "good.json", json.dumps(_valid_doc()))
-    out = cli("replay", str(tmp_path / "bad"))
+    out = cli_here(capsys, "replay", str(tmp_path / "bad"), "--in-process")
     assert out.returncode == 2, out.stdout + out.stderr
     assert str(path) in out.stderr and message in out.stderr
     assert "1 cases replayed" in out.stdout  # the good file is still replayed: nothing is lost
@@ -185,14 +198,14 @@ def _set_node_args(doc: dict, args: list) -> dict:
     return doc
 
 
-def test_replay_missing_path_exits_2(tmp_path):
-    out = cli("replay", str(tmp_path / "nothing"))
+def test_replay_missing_path_exits_2(tmp_path, capsys):
+    out = cli_here(capsys, "replay", str(tmp_path / "nothing"))
     assert out.returncode == 2 and "no such file" in out.stderr
 
 
-def test_show_malformed_case_exits_2(tmp_path):
+def test_show_malformed_case_exits_2(tmp_path, capsys):
     path = _write(tmp_path, "x.json", "{}")
-    out = cli("show", str(path))
+    out = cli_here(capsys, "show", str(path))
     assert out.returncode == 2 and str(path) in out.stderr
 
 
