@@ -53,20 +53,22 @@ def _fresh_isolation_children():
 # collection order, so a long one collected late ran on one worker while the other sat idle at the
 # end. Only the order changes: seeded streams do not depend on it (the constants above are frozen).
 _LONGEST_FIRST = (
-    "tests/execute/compiled/test_endtoend.py::test_on_two_real_ranks",  # 39
-    "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 33
-    "tests/commands/test_hypofuzz.py",  # 25
-    "tests/test_findings_repros.py",  # 9 (F13's scheduler script; the real compiles are nightly)
-    "tests/engine/test_selftest.py::test_planted_bug_is_killed[rs_swaps_at_code_span]",  # 24
-    "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 19
-    "tests/corpus/test_example_db.py",  # 17, 13
-    "tests/test_readme.py",  # 17
-    "tests/strategies/test_strategies.py::test_planted_failure_shrinks_to_a_small_graph",  # 16
-    "tests/commands/test_cli.py::test_found_failure_is_saved_replayed_and_drawn",  # 15
-    "tests/report/test_html_report.py::test_a_large_graph_is_cut",  # 13
-    "tests/execute/compiled/test_endtoend.py",  # 11
-    "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 11
-    "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 10
+    "tests/strategies/test_strategies.py::test_2000_examples_reach_every_reason_and_sub_condition",  # 41
+    "tests/execute/compiled/test_endtoend.py::test_on_two_real_ranks",  # 41
+    "tests/commands/test_hypofuzz.py",  # 32
+    "tests/engine/test_campaign.py::test_two_distinct_bugs_give_two_saved_minimal_cases",  # 26
+    "tests/test_readme.py",  # 23
+    "tests/execute/compiled/test_endtoend.py",  # 20
+    "tests/strategies/test_strategies.py::test_planted_failure_shrinks_to_a_small_graph",  # 19
+    "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 19
+    "tests/commands/test_cli.py::test_gate_passes_for_reference_and_fails_for_a_broken_candidate",  # 18
+    "tests/engine/test_selftest.py::test_planted_bug_is_killed[wire_is_parameter_dtype]",  # 18
+    "tests/execute/ranks/test_torchrun.py",  # 15, 13
+    "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 14
+    "tests/engine/test_mutate.py::test_the_reach_map_aims_by_line",  # 13
+    "tests/strategies/test_property.py",  # 13
+    "tests/commands/test_cli.py::test_found_failure_is_saved_replayed_and_drawn",  # 12
+    "tests/test_findings_repros.py",  # 10 (F13's scheduler script; the real compiles are nightly)
 )
 
 
