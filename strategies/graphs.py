@@ -37,6 +37,7 @@ class Size:
     wide_one_in: int = 16  # how rarely: one parameter in this many
     prefix_one_in: int = 4  # one multi-block graph in this many names its blocks blocks.1, blocks.10, ...
     regather: Optional[bool] = None  # every parameter gathered again for backward (None: drawn for each)
+    dtypes: tuple[str, ...] = DTYPES  # the parameters' dtypes drawn from
 
 
 SIZES = {
@@ -60,6 +61,9 @@ FOCUSES = {
     "wide": {"wide_one_in": 2},  # codes that repeat: a half-precision reduce-scatter past its exact span
     "prefix_scopes": {"prefix_one_in": 1, "min_blocks": 2},  # scopes whose names share a prefix without a dot
     "backward_gathers": {"regather": True, "min_params": 2},  # buckets of all-gathers for backward
+    # parameters wider than any half-precision gather of theirs: a wire their own dtype holds is
+    # then wider than needed (a rule's hunt may add it: ``rule:every_member_cast@full_precision``)
+    "full_precision": {"dtypes": ("float32", "float64")},
 }
 
 
@@ -75,7 +79,7 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     dims = draw(st.integers(1, size.max_dims))
     shape = tuple(draw(st.lists(st.integers(1, size.max_dim), min_size=dims, max_size=dims)))
     if draw(st.integers(0, 9)) == 0:
-        dtype = draw(st.sampled_from(DTYPES))
+        dtype = draw(st.sampled_from(size.dtypes))
     expert = expert_ok and draw(st.booleans())
     # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
     # The choice is drawn for every parameter so that each one spans the same number of choices,
@@ -141,7 +145,7 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         if size.uniform and blocks:
             blocks.append(blocks[0])
             continue
-        dtype = draw(st.sampled_from(DTYPES))
+        dtype = draw(st.sampled_from(size.dtypes))
         count = draw(st.integers(size.min_params, size.max_params))
         # One block in six casts every gather to one dtype, as a module's mixed-precision policy does
         # (each parameter may still draw its own cast, or none).

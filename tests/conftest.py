@@ -62,7 +62,6 @@ _LONGEST_FIRST = (
     "tests/strategies/test_strategies.py::test_planted_failure_shrinks_to_a_small_graph",  # 19
     "tests/engine/test_campaign.py::test_a_worker_killed_mid_campaign",  # 19
     "tests/commands/test_cli.py::test_gate_passes_for_reference_and_fails_for_a_broken_candidate",  # 18
-    "tests/engine/test_selftest.py::test_planted_bug_is_killed[wire_is_parameter_dtype]",  # 18
     "tests/execute/ranks/test_torchrun.py",  # 15, 13
     "tests/graph/test_fx_sources.py::test_a_campaign_keeps_the_loader_bounded",  # 14
     "tests/engine/test_mutate.py::test_the_reach_map_aims_by_line",  # 13

@@ -78,8 +78,8 @@ class Config:
     # each), "captured" (models compiled through torch.compile; default_strategy gives it to inductor),
     # "uneven" (the mix, every case with uneven shards: ranks whose graphs differ), a focus of
     # strategies.graphs.FOCUSES ("wide", ...: the mix with one rare draw made common),
-    # "skip:REASON" or "rule:REASON[/VARIANT]" (one defect for that skip, split, singleton or fusion
-    # rule: how the self-test hunts a bug in one rule)
+    # "skip:REASON" or "rule:REASON[/VARIANT][@FOCUS]" (one defect for that skip, split, singleton or
+    # fusion rule, on a focus's blueprints if named: how the self-test hunts a bug in one rule)
     shrink: bool = True  # False: keep the first failing example as found (fast kill checks)
     stop_on: tuple[str, ...] = ()  # stop once a saved failure names one of these checkers
     spec: tuple[tuple[str, Any], ...] = ()  # pinned [I] settings (fsdp_verify.model.spec_params)
@@ -124,7 +124,9 @@ def _strategy(config: Config, target: Optional[Any] = None):
     elif config.strategy in FOCUSES:
         graphs = cases(focused(config.size, config.strategy))
     elif config.strategy.startswith(("skip:", "rule:")):
-        graphs = mutated_graphs(config.size, reason=config.strategy.split(":", 1)[1])
+        # REASON[/VARIANT][@FOCUS]: a focus draws the blueprint the rule plants its defect in
+        reason, _, focus = config.strategy.split(":", 1)[1].partition("@")
+        graphs = mutated_graphs(focused(config.size, focus) if focus else config.size, reason=reason)
     else:
         graphs = cases(config.size, modules=config.modules)
     if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it

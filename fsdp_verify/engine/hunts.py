@@ -32,8 +32,8 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
         if mutant.hunt in HUNT_STRATEGIES:
             phase = f"{mutant.hunt}:{SHAPE_SIZE}"
         elif mutant.hunt.startswith(("rule:", "skip:")):
-            # a skip hunt draws as its rule does; the map measures reasons, not a pinned variant of one
-            reason = mutant.hunt.split(":", 1)[1].partition("/")[0]
+            # a skip hunt draws as its rule does; the map measures reasons, not a variant or focus of one
+            reason = mutant.hunt.split(":", 1)[1].partition("@")[0].partition("/")[0]
             phase = f"rule:{reason}:{SHAPE_SIZE}"
         else:
             continue

@@ -60,6 +60,8 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
     params = [p for b in drawn for block in b.blocks for p in block]
     if focus == "wide":  # past bf16's exact span on 2 ranks (255 // 2 elements)
         assert sum(p.shard_shape[-1] >= 48 and len(p.shard_shape) == 2 for p in params) >= len(params) // 3
+    elif focus == "full_precision":
+        assert not {p.dtype for p in params} & {"float16", "bfloat16"}  # a frozen int8 or float8 one may be left
     elif focus == "prefix_scopes":
         assert all(b.block_names == PREFIX_SHARING_NAMES[:len(b.blocks)] for b in drawn)
     else:
@@ -68,9 +70,11 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
 
 def test_every_planted_bug_s_hunt_is_a_strategy_or_a_rule_that_exists():
     for mutant in MUTANTS.values():
-        kind, _, reason = mutant.hunt.partition(":")
+        kind, _, rest = mutant.hunt.partition(":")
         if kind in ("rule", "skip"):
+            reason, _, focus = rest.partition("@")
             rule_kind(reason)  # raises on an unknown reason
+            assert not focus or focus in FOCUSES, mutant.name
             if "/" in reason:
                 labels = _labels(mutated_graphs("tiny", reason=reason))
                 assert any(label != "fsdp_graphs" for label in labels), mutant.name

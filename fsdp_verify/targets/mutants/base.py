@@ -35,7 +35,8 @@ class Mutant(ReferenceTarget):
     other checker (or by a crash) separately, so a checker that cannot fire shows up. ``hunt`` is
     the campaign strategy the self-test hunts it with (``skip:REASON`` / ``rule:REASON`` for a bug in
     one skip, split, singleton or fusion rule, ``rule:REASON/VARIANT`` where one variant of its shapes
-    tells it, a focus such as ``wide`` where a rare draw of the mix does).
+    tells it, ``@FOCUS`` after either to draw the blueprints from a focus, a focus such as ``wide``
+    where a rare draw of the mix does).
     ``needs="real"``: a bug only real rank processes can show (its plan depends on process-local
     state that is the same for every simulated rank): the self-test hunts it with ``--ranks real``,
     and a simulated self-test lists it as not hunted, never as killed or survived.

@@ -366,13 +366,13 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:cast_beside_opaque_op/cast_of_unfollowable_value"),
     Mutant("uint8_exceeds_bf16", "an integer is taken to fit a float only below 1/eps, so a uint8 gather beside a "
            "bf16 one is packed in float32", ("conformance",), rewrite_bugs.uint8_exceeds_bf16,
-           hunt="rule:every_member_cast"),
+           hunt="rule:every_member_cast@full_precision"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
     Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
            ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
-           hunt="rule:every_member_cast"),
+           hunt="rule:every_member_cast@full_precision"),
     Mutant("wire_wider_than_needed", "a fused all-gather of members that move several dtypes packs in float64, "
            "exact but wider than the narrowest dtype that holds each", ("conformance",),
            lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_in_float64)], hunt="cases"),
