@@ -239,7 +239,7 @@ def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_resta
     monkeypatch.setenv("FSDP_TEST_DIE_MARKER", str(tmp_path / "died"))
     monkeypatch.setenv("FSDP_TEST_DIE_CORPUS", str(corpus_dir))
     # unshrunk, so the failure is saved at once and the death comes however slow the machine is
-    config = _config(corpus_dir, "helpers.targets:dies_once", budget=campaign.Budget(examples=80), max_failures=3,
+    config = _config(corpus_dir, "helpers.targets:dies_once", budget=campaign.Budget(examples=40), max_failures=3,
                      deadline=None, shrink=False)
     result = campaign.run_parallel(config, 2)
     assert (tmp_path / "died").exists()
