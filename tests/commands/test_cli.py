@@ -23,16 +23,18 @@ def cli(*args: str, cwd: Path | None = None, timeout: int = 600) -> subprocess.C
     return subprocess.run([*EXE, *args], capture_output=True, text=True, cwd=cwd, timeout=timeout)
 
 
-def cli_here(capsys, *args: str) -> subprocess.CompletedProcess:
-    """The command run by ``main`` in this process: for refusals, whose path is the same code as
-    in a subprocess (which the tests above and below run) without a 3 s start that imports torch."""
+def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """The command run by ``main`` in this process: the same code as in a subprocess (the entry point
+    and the commands that run work are tested through one) without the seconds each interpreter
+    spends importing torch."""
     from fsdp_verify.commands.cli import main
+    capsys.readouterr()
     try:
         code = main(list(args))
     except SystemExit as exc:  # argparse's refusals
         code = exc.code
-    out, err = capsys.readouterr()
-    return subprocess.CompletedProcess(list(args), code, out, err)
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, captured.out, captured.err)
 
 
 def test_help_and_targets():
@@ -76,7 +78,7 @@ def test_help_imports_neither_torch_nor_hypothesis():
 
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
 def test_unknown_target_exits_2_with_the_list(name, capsys):
-    out = cli_here(capsys, "fuzz", "--target", name, "--budget", "1")
+    out = in_process(capsys, "fuzz", "--target", name, "--budget", "1")
     assert out.returncode == 2
     assert "fsdp-verify: error:" in out.stderr
     if name == "nope":
@@ -106,16 +108,6 @@ def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     data = json.loads(summary.read_text())
     assert data["examples"] >= 6 and data["failures"] == []
     assert "<testsuite" in junit.read_text()
-
-
-def in_process(capsys, *args: str) -> subprocess.CompletedProcess:
-    """The same command in this process (the fuzz step above is the subprocess): saves the seconds
-    each interpreter spends importing torch."""
-    from fsdp_verify.commands.cli import main
-    capsys.readouterr()
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(args, code, captured.out, captured.err)
 
 
 def test_found_failure_is_saved_replayed_and_drawn(tmp_path, capsys):
@@ -177,7 +169,7 @@ def _valid_doc() -> dict:
 def test_malformed_corpus_files_exit_2_naming_file_field_and_reason(tmp_path, name, mutate, message, capsys):
     path = _write(tmp_path / "bad", f"{name}.json", mutate(_valid_doc()))
     _write(tmp_path / "bad", "good.json", json.dumps(_valid_doc()))
-    out = cli_here(capsys, "replay", str(tmp_path / "bad"), "--in-process")
+    out = in_process(capsys, "replay", str(tmp_path / "bad"), "--in-process")
     assert out.returncode == 2, out.stdout + out.stderr
     assert str(path) in out.stderr and message in out.stderr
     assert "1 cases replayed" in out.stdout  # the good file is still replayed: nothing is lost
@@ -199,13 +191,13 @@ def _set_node_args(doc: dict, args: list) -> dict:
 
 
 def test_replay_missing_path_exits_2(tmp_path, capsys):
-    out = cli_here(capsys, "replay", str(tmp_path / "nothing"))
+    out = in_process(capsys, "replay", str(tmp_path / "nothing"))
     assert out.returncode == 2 and "no such file" in out.stderr
 
 
 def test_show_malformed_case_exits_2(tmp_path, capsys):
     path = _write(tmp_path, "x.json", "{}")
-    out = cli_here(capsys, "show", str(path))
+    out = in_process(capsys, "show", str(path))
     assert out.returncode == 2 and str(path) in out.stderr
 
 
