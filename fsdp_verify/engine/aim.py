@@ -107,6 +107,9 @@ class Basis(enum.Enum):
     # or the map's examples never met the shape that tells), whatever its line's rate: the second
     # round's only evidence of where it tells
     UNSEEN = "planted bug, no probe saw a change"
+    # the same, for a survivor whose result the default phases changed often: it outlived a round of
+    # those changes, so they tell nothing of it; where its function's planted bugs show is next
+    HARMLESS = "planted bug, the defaults' changes told nothing"
 
 
 @dataclass(frozen=True)
@@ -121,7 +124,7 @@ class Aim:
     basis: Basis = Basis.LINE
     default_infected: Optional[float] = None  # None: not probed, or no level's result ever changed
     level: str = ""  # the telling level's function
-    # UNSEEN only: the other planted bugs' hunts, by rate. With no probe's word on which shape tells,
+    # UNSEEN and HARMLESS only: the other planted bugs' hunts, by rate. With no probe's word on which shape tells,
     # the line's rate is no guide either (the walk's keyword line runs most in the opaque-op shape and
     # tells only in the scaled-cast shape), so the second round runs every hunt.
     more: tuple[str, ...] = ()
@@ -175,7 +178,10 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     evaluated op calls runs most where the keyword it looks for never appears. A mutant the map tried
     to probe and saw change no result (it could not watch the function, which writes what its caller
     sees, or its forty examples per shape missed the variant that tells) gets the hunt whatever its
-    line's rate: a line every fusion runs still tells only in the shape its planted bug needs."""
+    line's rate: a line every fusion runs still tells only in the shape its planted bug needs. So
+    does a probed one whose result the defaults change in AIM_BELOW or more of their examples: it
+    survived a round of them (the fused gather one node late changes the graph in a tenth of the mix
+    and breaks it only where a view sits right after its source)."""
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
     if reach.error:
         return Aim(best)
@@ -193,6 +199,9 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
         shapes = sorted((-reach.infection(phase, ident), phase) for phase in reach.examples if phase not in defaults)
         if infected < AIM_BELOW and shapes and -shapes[0][0] > infected:
             return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level)
+        if infected >= AIM_BELOW and planted:
+            return Aim(best, planted[0][2], -planted[0][0], Basis.HARMLESS, infected, level,
+                       more=tuple(p[2] for p in planted[1:]))
     if best >= AIM_BELOW:
         return Aim(best, default_infected=infected, level=level)
     if planted:

@@ -540,8 +540,9 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
 
     Two rounds: every mutant, aimed by its line (``aim``); then each survivor whose probes show a
     planted shape changing what its module's functions return more often than the default phases
-    do, again, that shape first (``probes``), and each survivor no probe saw change a result whose
-    function a planted bug replaces, again, that bug's hunt first. Probing is for survivors only: a
+    do, again, that shape first (``probes``), and each survivor no probe saw change a result, or
+    whose result the default phases changed often to no effect, whose function a planted bug
+    replaces, again, that bug's hunts alone. Probing is for survivors only: a
     copy of each level runs beside the original on every call, so probing every mutant of a module
     would run its planner a hundred times per call."""
     equivalences = list(equivalences)
@@ -561,7 +562,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             probed = _probed(survivors, settings, sources)
             second = {m.ident: _aimed(probed, m, settings) for m in survivors}
             again = [(m, second[m.ident]) for m in survivors if second[m.ident].found is not None
-                     and second[m.ident].found.basis in (aim.Basis.RESULT, aim.Basis.UNSEEN)
+                     and second[m.ident].found.basis in _AGAIN
                      and second[m.ident].found.phase]
             for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
                 _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
@@ -574,6 +575,11 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             interrupted = True
     results = [done[m.ident] for m in mutants if m.ident in done]
     return Run(results, interrupted, total or len(mutants), reach, probed)
+
+
+# The second round's bases: a shape changes the survivor's result more than the defaults do, or the
+# hunts of its function's planted bugs where no probe saw a change or the defaults' changes told nothing.
+_AGAIN = (aim.Basis.RESULT, aim.Basis.UNSEEN, aim.Basis.HARMLESS)
 
 
 def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivalences: list[Equivalence],
@@ -765,6 +771,7 @@ def _aim_line(outcome: Run) -> str:
     by_hunt = sum(r.aimed_by == aim.Basis.CATALOGUE.value and r.round == 1 for r in outcome.results)
     again = [r for r in outcome.results if r.round == 2]
     by_result = [r for r in again if r.aimed_by == aim.Basis.RESULT.value]
+    harmless = [r for r in again if r.aimed_by == aim.Basis.HARMLESS.value]
     probed = [r for r in outcome.results if r.round == 2 or (r.outcome is Outcome.SURVIVED and not r.probed)]
     return (f"aimed phases: {by_line} of {len(outcome.results)} mutants by their line, {by_hunt} by the hunt of a "
             f"planted bug that replaces their function or constant (run in under "
@@ -772,8 +779,9 @@ def _aim_line(outcome: Run) -> str:
             f"{sum(reach.examples.values())} examples over {len(reach.examples)} phases. Second round: "
             f"{len(probed)} survivors probed, {len(by_result)} run again aimed by what their module's functions "
             f"return (changed in under {100 * aim.AIM_BELOW:.0f}% of the default phases' examples), "
-            f"{len(again) - len(by_result)} by the hunt of a planted bug that replaces their function where no probe "
-            f"saw a change; {sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
+            f"{len(again) - len(by_result) - len(harmless)} by the hunts of a planted bug that replaces their "
+            f"function where no probe saw a change, {len(harmless)} where the default phases' changes told nothing; "
+            f"{sum(r.outcome is Outcome.KILLED for r in again)} of them killed")
 
 
 def format_table(outcome: Run) -> str:

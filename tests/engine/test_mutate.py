@@ -235,7 +235,8 @@ def test_a_survivor_no_probe_saw_change_gets_its_planted_bug_s_hunt_whatever_its
     fifth of the mix's examples, too often for an aim by line, and a mutant that never moves a view
     survived 60 s. In round two the hunt of the planted bug that replaces ``_fuse_ag`` comes first; so
     it does for a probed survivor whose probes never saw a result change (the packet namespace
-    mutants of ``_evaluable``: the map's forty examples of the opaque-op shape missed the packet)."""
+    mutants of ``_evaluable``: the map's forty examples of the opaque-op shape missed the packet), and
+    for one whose result the mix changes often to no effect (``_anchor`` one node late)."""
     from fsdp_verify.engine import aim, hunts
     path, module = "fsdp_verify/reference/rewrite.py", "fsdp_verify.reference.rewrite"
     source = Path(path).read_text()
@@ -252,7 +253,12 @@ def test_a_survivor_no_probe_saw_change_gets_its_planted_bug_s_hunt_whatever_its
     assert aim.aim(reach, path, loop, ["cases:default"], ident, found_hunts).phase is None  # round one: 22% runs it
     changed = replace(reach, probed={ident: ""}, infected={"rule:view_moved_past_source:tiny": {ident: {0: 3}},
                                                            "cases:default": {ident: {0: 8}}})
-    assert aim.aim(changed, path, loop, ["cases:default"], ident, found_hunts).phase is None  # the mix changes it
+    # the mix changes its result in a fifth of its examples, and it survived them: they tell nothing
+    found = aim.aim(changed, path, loop, ["cases:default"], ident, found_hunts)
+    assert (found.phase, found.basis, found.default_infected) == ("rule:view_moved_past_source:tiny",
+                                                                  aim.Basis.HARMLESS, 0.2)
+    assert set(found.more) == set(found_hunts) - {found.phase}  # every hunt of its function, only those
+    assert aim.aim(changed, path, loop, ["cases:default"], ident).phase is None  # no planted bug: nothing to add
     unchanged = replace(reach, probed={ident: ""})  # probed, and no example changed what it returns
     assert aim.aim(unchanged, path, loop, ["cases:default"], ident, found_hunts).basis is aim.Basis.UNSEEN
     unwatched = replace(reach, probed={ident: "writes what its caller sees (calls node.meta.update, in _new)"})
