@@ -156,8 +156,8 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
     prep_chains = draw(st.integers(0, 4)) == 0
     # Sometimes blocks named so that one FQN is a prefix of another without a dot boundary
     # (blocks.1, blocks.10, blocks.11): a scope matched by a bare prefix takes the wrong block.
-    names = PREFIX_SHARING_NAMES[:len(blocks)] if len(blocks) > 1 and draw(st.integers(0, size.prefix_one_in - 1)) == 0 \
-        else ()
+    shared = len(blocks) > 1 and draw(st.integers(0, size.prefix_one_in - 1)) == 0
+    names = PREFIX_SHARING_NAMES[:len(blocks)] if shared else ()
     return Blueprint(
         blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
         reshard_after_forward=not draw(st.integers(0, 4)) == 0,

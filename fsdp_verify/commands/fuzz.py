@@ -31,11 +31,11 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
     fuzz.add_argument("--strategy", choices=names.STRATEGIES, default=None,
                       help="cases (the default, torch-inductor aside): valid, mutated, hazard and traced graphs; "
                            "hazards: several planted hazards per graph (finds planner bugs fastest); captured (the "
-                           "default for torch-inductor): SimpleFSDP-style models compiled through torch.compile; uneven: every case "
-                           "shards unevenly; wide, prefix_scopes, backward_gathers, full_precision: the mix with one rare "
-                           "shape made common (parameters past a half-precision reduce-scatter's exact span, block "
-                           "names that share a prefix without a dot, every parameter gathered again for backward, "
-                           "no half-precision parameters)")
+                           "default for torch-inductor): SimpleFSDP-style models compiled through torch.compile; "
+                           "uneven: every case shards unevenly; wide, prefix_scopes, backward_gathers, "
+                           "full_precision: the mix with one rare shape made common (parameters past a "
+                           "half-precision reduce-scatter's exact span, block names that share a prefix without "
+                           "a dot, every parameter gathered again for backward, no half-precision parameters)")
     fuzz.add_argument("--spec-param", action="append", type=options.spec_param, metavar="NAME=VALUE",
                       help="pin one of the spec's [I] settings for planner and oracles alike (repeatable): "
                            + ", ".join(sorted(spec_params.CHOICES)))

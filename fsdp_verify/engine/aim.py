@@ -124,9 +124,9 @@ class Aim:
     basis: Basis = Basis.LINE
     default_infected: Optional[float] = None  # None: not probed, or no level's result ever changed
     level: str = ""  # the telling level's function
-    # UNSEEN and HARMLESS only: the other planted bugs' hunts, by rate. With no probe's word on which shape tells,
-    # the line's rate is no guide either (the walk's keyword line runs most in the opaque-op shape and
-    # tells only in the scaled-cast shape), so the second round runs every hunt.
+    # UNSEEN and HARMLESS only: the other planted bugs' hunts, by rate. With no probe's word on which
+    # shape tells, the line's rate is no guide either (the walk's keyword line runs most in the
+    # opaque-op shape and tells only in the scaled-cast shape), so the second round runs every hunt.
     more: tuple[str, ...] = ()
 
 
