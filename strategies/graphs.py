@@ -221,11 +221,15 @@ FUSION_WEIGHTS = {"cast_beside_opaque_op": 2, "scaled_cast_forms": 2, "gain_all_
 SPLIT_WEIGHTS = {"effect_or_storage_release": 2, "phase_boundary": 2}
 
 
+# The tables of ``mutations`` that plant a defect for a rule, by the kind of rule.
+_TABLES = {"skip": mutations.SKIP_MUTATIONS, "split": mutations.SPLIT_MUTATIONS,
+           "singleton": mutations.SINGLETON_MUTATIONS, "fusion": mutations.FUSION_MUTATIONS}
+
+
 def rule_kind(reason: str) -> str:
     """Which table of ``mutations`` plants a defect for ``reason`` (``REASON`` or ``REASON/VARIANT``)."""
     reason = reason.partition("/")[0]
-    for kind, table in (("skip", mutations.SKIP_MUTATIONS), ("split", mutations.SPLIT_MUTATIONS),
-                        ("singleton", mutations.SINGLETON_MUTATIONS), ("fusion", mutations.FUSION_MUTATIONS)):
+    for kind, table in _TABLES.items():
         if reason in table:
             return kind
     raise ValueError(f"no mutation plants {reason!r}: pick one of {sorted(mutations.SKIP_MUTATIONS)}, "
@@ -237,8 +241,8 @@ def rule_kind(reason: str) -> str:
 def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...] = MUTATION_KINDS,
                    reason: Optional[str] = None, **kwargs) -> Case:
     """A valid graph with one targeted defect (a skip, split or singleton trigger, or bad args), or
-    one fusion the rewriter must handle with care; ``reason`` pins the skip, split or singleton
-    reason (a planted bug in one rule is hunted with it); ``REASON/VARIANT`` pins one variant of it,
+    one fusion the rewriter must handle with care; ``reason`` pins the skip, split, singleton or
+    fusion reason (a planted bug in one rule is hunted with it); ``REASON/VARIANT`` pins one variant of it,
     for a bug only that variant's shape tells (one variant in nine is nine times the examples)."""
     pinned = None
     if reason is not None and "/" in reason:
@@ -256,8 +260,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         variant = pinned or draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
-        table = {"split": mutations.SPLIT_MUTATIONS, "singleton": mutations.SINGLETON_MUTATIONS,
-                 "fusion": mutations.FUSION_MUTATIONS}[kind]
+        table = _TABLES[kind]
         reason = reason or draw(st.sampled_from([r for r in sorted(table)
                                                  for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion"
                                                                 else SPLIT_WEIGHTS.get(r, 1))]))
@@ -294,8 +297,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
 def _pinned_variant(hunt: str) -> tuple[str, Callable]:
     """``REASON/VARIANT`` as the reason and the variant's function; an unknown one names the choices."""
     reason, _, name = hunt.partition("/")
-    table = {"skip": mutations.SKIP_MUTATIONS, "split": mutations.SPLIT_MUTATIONS,
-             "singleton": mutations.SINGLETON_MUTATIONS, "fusion": mutations.FUSION_MUTATIONS}[rule_kind(reason)]
+    table = _TABLES[rule_kind(reason)]
     for variant in table[reason]:
         if variant.__name__ == name:
             return reason, variant
