@@ -173,18 +173,12 @@ def _decode_tagged(tag: str, body: Any, path: str, depth: int) -> Any:
     raise SpecError(path, f"unknown value tag {tag!r}")
 
 
-_LEAVES = frozenset({str, int, float, bool, type(None)})
-
-
 def node_refs(value: Any) -> list[NodeRef]:
     """Every node reference inside an (unencoded) value, in order."""
-    kind = type(value)
-    if kind is NodeRef:
-        return [value]
-    if kind in _LEAVES:  # most arguments: read first, as the cheapest answer
-        return []
     if isinstance(value, NodeRef):
         return [value]
+    if type(value) in _IMMUTABLE:  # most arguments are leaves: the cheapest answer first
+        return []
     if isinstance(value, (list, tuple)):
         return [ref for item in value for ref in node_refs(item)]
     if isinstance(value, dict):
