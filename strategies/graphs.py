@@ -62,7 +62,7 @@ FOCUSES = {
     "prefix_scopes": {"prefix_one_in": 1, "min_blocks": 2},  # scopes whose names share a prefix without a dot
     "backward_gathers": {"regather": True, "min_params": 2},  # buckets of all-gathers for backward
     # parameters wider than any half-precision gather of theirs: a wire their own dtype holds is
-    # then wider than needed (a rule's hunt may add it: ``rule:every_member_cast@full_precision``)
+    # then wider than needed (a rule's hunt may add it: ``rule:every_member_cast/every_member_cast@full_precision``)
     "full_precision": {"dtypes": ("float32", "float64")},
 }
 
@@ -271,8 +271,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             blueprint = _gathered_ahead(blueprint)
             case = replace(case, graph=render(blueprint))
         cast = getattr(variant, "needs_cast", None)
-        if cast is mutations.Cast.PAIR:  # two cast members in one bucket
-            blueprint = _with_cast_pair(blueprint)
+        if cast in (mutations.Cast.PAIR, mutations.Cast.WIDE_PAIR):  # two cast members in one bucket
+            blueprint = _with_cast_pair(blueprint, "int32" if cast is mutations.Cast.WIDE_PAIR else "uint8")
             case = replace(case, graph=render(blueprint))
         elif cast is not None:  # the shape acts on a (scaled) cast: one in a few dozen params
             blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED,
@@ -331,16 +331,19 @@ def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows
     return blueprint
 
 
-def _with_cast_pair(blueprint: Blueprint) -> Blueprint:
-    """``blueprint`` with the first two parameters of a block gathered as casts: a packed 4-bit weight
-    (uint8) and a half-precision one, so every member of their bucket moves a narrower dtype than
-    the parameters' (the wire is neither the parameters' dtype nor either member's alone, for uint8
-    beside bf16: bf16 holds all 256 values)."""
+def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8") -> Blueprint:
+    """``blueprint`` with the first two parameters of a block gathered as casts: packed 4-bit weights
+    (``integer``: uint8, or int32) and a half-precision one. For uint8 every member of their bucket
+    moves a narrower dtype than the parameters' (the wire is neither the parameters' dtype nor
+    either member's alone: bf16 holds all 256 values); for int32 only float64 holds both."""
     blocks = list(blueprint.blocks)
     for index, block in enumerate(blocks):
         if len(block) > 1 and not block[0].frozen and not block[1].frozen:
             half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
-            blocks[index] = (replace(block[0], wire="uint8", scaled=False), replace(block[1], wire=half, scaled=False),
+            # int32 codes (up to 2**31) unpacked into float16 would overflow: packed weights unpack
+            # to bf16 or wider
+            first = replace(block[0], dtype="float32") if integer == "int32" and block[0].dtype == "float16" else block[0]
+            blocks[index] = (replace(first, wire=integer, scaled=False), replace(block[1], wire=half, scaled=False),
                              *block[2:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint

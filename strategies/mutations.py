@@ -55,6 +55,7 @@ class Cast(enum.Enum):
     PLAIN = "plain"  # its first parameter gathers a half-precision cast
     SCALED = "scaled"  # the same cast times a 0-dim float32 gain
     PAIR = "pair"  # its first two parameters gather a uint8 and a half-precision cast
+    WIDE_PAIR = "wide_pair"  # the same with an int32 cast for the uint8: only float64 holds both
 
 
 class Rows(enum.Enum):
@@ -70,13 +71,14 @@ class Rows(enum.Enum):
         return math.prod(shape[1:]) >= 2 if self is Rows.WIDE else math.prod(shape[1:]) == 1
 
 
-def needs_cast(scaled: bool = False, pair: bool = False, rows: Optional[Rows] = None) -> Callable[[Callable], Callable]:
+def needs_cast(scaled: bool = False, pair: bool = False, rows: Optional[Rows] = None,
+               wide: bool = False) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
     its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
     two, each its own cast; ``rows``: a block whose first parameter's shard has such rows, drawn so
     where none is)."""
     def declare(fn: Callable) -> Callable:
-        fn.needs_cast = Cast.PAIR if pair else Cast.SCALED if scaled else Cast.PLAIN
+        fn.needs_cast = (Cast.WIDE_PAIR if wide else Cast.PAIR) if pair else Cast.SCALED if scaled else Cast.PLAIN
         fn.needs_rows = rows
         return fn
     return declare
@@ -1246,6 +1248,19 @@ def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
     return case
 
 
+@needs_cast(pair=True, wide=True)
+@acts_on(*AG_KINDS)
+def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers an int32 cast (4-bit weights packed eight to a word) and B a half-precision one:
+    the wire must hold every int32 beside B's values, which only float64 does (an integer bound
+    read as "any integer fits a float" rounds A in the half-precision wire)."""
+    casts = [_cast_source(case, launch) for launch in (a, b)]
+    if _kind(case, b) == RS_KIND or any(cast is None for cast in casts) or casts[0].args[1] != torch.int32 \
+            or casts[1].args[1] not in (torch.bfloat16, torch.float16):
+        return None
+    return case
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
@@ -1277,7 +1292,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                                 cast_through_opaque_packet,
                                                                                 cast_of_unfollowable_value),
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
-                                                      "every_member_cast": (every_member_cast,),
+                                                      "every_member_cast": (every_member_cast,
+                                                                                wide_integer_beside_half),
                                                       "rs_chain_in_two_pieces": (chain_in_two_pieces,)}
 
 

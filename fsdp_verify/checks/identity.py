@@ -32,7 +32,9 @@ from typing import Any, Optional
 import torch
 from torch import fx
 
+from fsdp_verify.graph.builder import HEADER_KEY
 from fsdp_verify.graph.spec import CASTS
+from fsdp_verify.graph.values import dtype_from_name
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.simulated import WorldRun
 from fsdp_verify.execute.world import simulate
@@ -45,8 +47,9 @@ _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, to
 # 48 and 56 for the float8 types (normal binades below 1 only, so no code is NaN or infinite)
 _FORMATS = {torch.float16: (10, 15, 14), torch.bfloat16: (7, 127, 120), torch.float32: (23, 127, 4),
             torch.float64: (52, 1023, 4), torch.float8_e4m3fn: (3, 7, 6), torch.float8_e5m2: (2, 15, 14)}
-# Integer all-gather sources (quantised weights): every bit pattern is a code, spread the same way.
-_INTEGERS = {torch.int8: -128, torch.uint8: 0}  # dtype -> its smallest value
+# Integer all-gather sources (quantised weights, 4-bit weights packed in uint8 or int32): every bit
+# pattern is a code, spread the same way.
+_INTEGERS = {torch.int8: -128, torch.uint8: 0, torch.int32: -(1 << 31)}  # dtype -> its smallest value
 CODED_DTYPES = frozenset(_FORMATS) | frozenset(_INTEGERS)
 # Collectives whose sources are summed across ranks: their codes are exact integers (``scatter_codes``).
 # HSDP's all-reduce over the replicas (a captured graph's ``dp_all_reduce``) feeds the shard group's
@@ -185,6 +188,9 @@ class IdentityCodes:
         would not reach it, and every consumer would see a false difference. A rewrite that casts to
         another dtype, or not at all, still delivers other bits or another dtype."""
         sources, cast, cast_nodes = {}, {}, set()
+        # a built graph's placeholders carry no value meta; the header names their dtypes
+        declared = {param.placeholder: dtype_from_name(param.dtype)
+                    for param in original.meta.get(HEADER_KEY, {}).get("params", ())}
         for node in original.graph.nodes:
             kind = node.meta.get("comm_type")
             if kind not in FSDP_KINDS + SUMMED_KINDS or not node.args or not isinstance(node.args[0], fx.Node):
@@ -199,7 +205,7 @@ class IdentityCodes:
                 # moves codes already: coding it again would plant codes the rewrite never reads
                 # once it buckets the inner gather (its result is then another node), a false alarm
                 continue
-            narrow = _pure_cast(source) if entry[1] not in SUMMED_KINDS else None
+            narrow = _pure_cast(source, declared) if entry[1] not in SUMMED_KINDS else None
             if narrow is not None:
                 cast[source.args[0].name] = narrow
                 cast_nodes.add(source.name)
@@ -279,7 +285,7 @@ HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
           torch.float32: (torch.float64,), torch.float8_e4m3fn: HALF_AND_UP, torch.float8_e5m2: HALF_AND_UP,
-          torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP}
+          torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP, torch.int32: (torch.float64,)}
 
 
 def cast_dtype(node: Any) -> Optional[torch.dtype]:
@@ -296,10 +302,11 @@ def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:
     return narrow == wide or wide in _WIDER.get(narrow, ())
 
 
-def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
+def _pure_cast(node: fx.Node, declared: Optional[dict[str, torch.dtype]] = None) -> Optional[torch.dtype]:
     """The dtype ``node`` casts a floating parameter placeholder to, when it is only that cast (no
-    device, layout or memory-format change) and the placeholder's dtype holds the target's values
-    exactly; else None."""
+    device, layout or memory-format change) and the placeholder's dtype (its value meta, else
+    ``declared``: placeholder -> dtype) holds the target's values exactly; else None. Unknown, it
+    is taken to hold them."""
     if node.op != "call_function" or str(node.target) not in CAST_TARGETS or not node.args:
         return None
     source = node.args[0]
@@ -309,7 +316,7 @@ def _pure_cast(node: fx.Node) -> Optional[torch.dtype]:
     if set(node.kwargs) - {"dtype"} or len(node.args) != positional:
         return None  # a device, layout or memory-format change too
     narrow = cast_dtype(node)
-    wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype")
+    wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype") or (declared or {}).get(source.name)
     return narrow if isinstance(narrow, torch.dtype) and narrow in CODED_DTYPES and \
         (wide is None or wide in _WIDER.get(narrow, ())) else None
 

@@ -31,6 +31,38 @@ def test_gather_codes_are_distinct_finite_signed_and_below_one_and_decode_to_the
         == [period - 1, 0, 7]
 
 
+@pytest.mark.parametrize("dtype", (torch.int8, torch.uint8, torch.int32))
+def test_integer_gather_codes_are_distinct_values_of_the_type_and_decode_to_their_counter(dtype):
+    period = gather_period(dtype)
+    assert period == 1 << (8 * dtype.itemsize)
+    counters = torch.arange(min(period, 1 << 16), dtype=torch.int64)
+    codes = gather_codes(counters, dtype)
+    assert codes.dtype == dtype and len(set(codes.tolist())) == len(codes)
+    assert all(gather_counter(b, dtype) == i for i, b in enumerate(codes.tolist()[:4096]))
+    if dtype == torch.int32:  # most codes lie past what a half precision or float32 holds exactly
+        assert float((codes.abs() > 1 << 24).double().mean()) > 0.9
+
+
+def test_a_cast_the_parameter_cannot_hold_is_coded_at_the_cast():
+    """An int32 cast of a float32 parameter: float32 holds integers up to 2**24 only, so codes at
+    the parameter would reach the gather as the cast of float codes (zeros); the cast is coded."""
+    from torch import fx as torch_fx
+    from fsdp_verify.graph.builder import HEADER_KEY
+    from fsdp_verify.graph.spec import ParamSpec
+    graph = torch_fx.Graph()
+    p = graph.placeholder("p")
+    cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.int32))
+    gather = graph.call_function(torch.ops._c10d_functional.all_gather_into_tensor.default, (cast, 2, "fsdp"))
+    gather.meta.update(comm_type="fsdp_all_gather", param_name="w")
+    graph.output(gather)
+    module = torch_fx.GraphModule(torch.nn.Module(), graph)
+    module.meta[HEADER_KEY] = {"params": [ParamSpec("w", "p", (4,), "float32", "cpu", 0, "fsdp")]}
+    codes = IdentityCodes.of(module)
+    assert set(codes.sources) == {cast.name} and not codes.cast
+    module.meta[HEADER_KEY]["params"][0] = ParamSpec("w", "p", (4,), "float64", "cpu", 0, "fsdp")
+    assert IdentityCodes.of(module).cast == {"p": torch.int32}  # float64 holds every int32
+
+
 def test_a_value_that_is_no_gather_code_decodes_to_nothing():
     assert gather_counter(torch.tensor(3.0).view(torch.int32).item(), torch.float32) is None
 

@@ -481,6 +481,19 @@ def test_uint8_beside_bf16_is_packed_in_bf16():
     assert "conformance" in {f.checker for f in _errors("mutant:uint8_exceeds_bf16", case)[0]}
 
 
+def test_int32_beside_bf16_is_packed_in_float64_and_a_bound_left_unread_is_killed_by_layout():
+    """Packed 4-bit weights in int32 beside a bf16 gather: float32 holds integers up to 2**24 only,
+    so the wire is float64. The int32 codes are coded at the cast (the float32 parameter cannot
+    hold them), so a bf16 wire rounds them where layout and numerics see it, not conformance alone."""
+    case = _case("int32", "bfloat16")
+    errors, ctx = _errors("reference", case)
+    assert not errors, errors
+    assert _fused_moves(ctx) == {"torch.float64"}
+    assert ctx.identity_codes.dtypes.get("convert_element_type") == torch.int32
+    killed = {f.checker for f in _errors("mutant:integer_bound_ignored", case)[0]}
+    assert {"layout", "numerics", "conformance"} <= killed, killed
+
+
 def test_a_gain_all_reduced_over_the_group_is_counted():
     base = Case(render(Blueprint(**_SCALED)))
     pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.gain_all_reduced(base, *p))

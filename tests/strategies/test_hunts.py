@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
 from fsdp_verify.model import names
@@ -31,6 +32,26 @@ def test_a_pinned_variant_is_the_only_one_planted():
     planted = [label for label in labels if label != "fsdp_graphs"]
     assert len(planted) >= len(labels) // 4, labels
     assert all(label.startswith("fusion:cast_beside_opaque_op:cast_copied_to_device@") for label in planted), planted
+
+
+def test_the_wide_integer_pair_gathers_an_int32_cast_beside_a_half_precision_one():
+    from fsdp_verify.graph.values import dtype_from_name
+    drawn = []
+
+    @_DRAWS
+    @given(mutated_graphs("tiny", reason="every_member_cast/wide_integer_beside_half"))
+    def draw(case):
+        drawn.append(case)
+
+    draw()
+    planted = [case for case in drawn if case.label != "fsdp_graphs"]
+    assert len(planted) >= len(drawn) // 2, [case.label for case in drawn]
+    for case in planted:
+        a, b = case.label.split("@")[1].split("/")
+        casts = [case.graph.node(case.graph.node(launch).args[0].name).args[1] for launch in (a, b)]
+        assert casts[0] == torch.int32 and casts[1] in (torch.bfloat16, torch.float16), casts
+        dtype = case.graph.param(case.graph.node(a).meta["param_name"]).dtype
+        assert dtype_from_name(dtype) != torch.float16, "int32 codes unpacked in float16 would overflow"
 
 
 def test_an_unknown_variant_names_the_choices():

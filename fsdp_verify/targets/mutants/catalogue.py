@@ -285,6 +285,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("integer_holds_floats", "an integer dtype is taken to hold floats, so an int8 gather beside a float32 "
            "one packs both in int8", ("layout", "numerics", "conformance"), rewrite_bugs.integer_holds_floats,
            hunt="mutations"),
+    Mutant("integer_bound_ignored", "every integer dtype is taken to fit every float one, so an int32 gather "
+           "(packed 4-bit weights) beside a bf16 one is packed in bf16 and rounded", ("layout", "numerics", "conformance"),
+           rewrite_bugs.integer_bound_ignored, hunt="rule:every_member_cast/wide_integer_beside_half"),
     Mutant("precision_ignored", "whether a float dtype holds another is judged by range alone, so an fp16 "
            "member of a bf16 bucket packs in bf16", ("layout", "numerics", "conformance"),
            rewrite_bugs.precision_ignored, hunt="rule:cast_dtype_by_keyword"),
@@ -366,13 +369,13 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            hunt="rule:cast_beside_opaque_op/cast_of_unfollowable_value"),
     Mutant("uint8_exceeds_bf16", "an integer is taken to fit a float only below 1/eps, so a uint8 gather beside a "
            "bf16 one is packed in float32", ("conformance",), rewrite_bugs.uint8_exceeds_bf16,
-           hunt="rule:every_member_cast@full_precision"),
+           hunt="rule:every_member_cast/every_member_cast@full_precision"),
     Mutant("wire_of_first_member", "a fused all-gather packs in its first member's dtype, rounding wider members",
            ("layout", "numerics", "conformance"), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_of_first_member)],
            hunt="cases"),
     Mutant("wire_is_parameter_dtype", "a fused all-gather of low-precision gathers sends the parameters' dtype",
            ("conformance",), lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_is_parameter_dtype)],
-           hunt="rule:every_member_cast@full_precision"),
+           hunt="rule:every_member_cast/every_member_cast@full_precision"),
     Mutant("wire_wider_than_needed", "a fused all-gather of members that move several dtypes packs in float64, "
            "exact but wider than the narrowest dtype that holds each", ("conformance",),
            lambda: [(rewrite, "wire_dtype", rewrite_bugs._wire_in_float64)], hunt="cases"),

@@ -448,6 +448,18 @@ def integer_holds_floats() -> list[tuple]:
                                                       and wide != torch.bool) or _holds(narrow, wide))]
 
 
+def integer_bound_ignored() -> list[tuple]:
+    """Every integer dtype is taken to fit every float one (the bound of exact integers unread): an
+    int32 gather (packed 4-bit weights) beside a bf16 one is packed in bf16 and rounded."""
+    from fsdp_verify.reference import rewrite
+
+    def unbounded(narrow: torch.dtype, wide: torch.dtype) -> bool:
+        if wide.is_floating_point and not narrow.is_floating_point and not narrow.is_complex and narrow != torch.bool:
+            return True
+        return _holds(narrow, wide)
+    return [(rewrite, "_holds", unbounded)]
+
+
 def precision_ignored() -> list[tuple]:
     """Whether one float dtype holds another is judged by range alone: fp16 beside a bf16 parameter's
     gather packs in bf16, rounding fp16's three extra mantissa bits."""
