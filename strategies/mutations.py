@@ -1261,6 +1261,23 @@ def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
     return case
 
 
+LEGACY = "c10d_functional"  # the older packet of the functional collectives (spec 1.2, [I])
+
+
+def wait_in_legacy_namespace(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's wait is the legacy packet's ``c10d_functional.wait_tensor`` (older code awaiting a launch
+    of today's packet; torch runs either on either), judged under the [I] setting that counts that
+    namespace's ops as the kind's own (spec 1.2 ``is_op``): A and B are then one bucket. Under the
+    default setting the same wait makes A a skip (``unsupported_wait_users``)."""
+    wait = _wait_of(case.graph, a)
+    node = case.graph.node(wait) if wait else None
+    if node is None or node.op != "call_function" or not node.target.startswith(WAIT):
+        return None
+    legacy = LEGACY + node.target[node.target.index("."):]  # the same op and overload
+    spec = replace(case.spec, launch_namespaces=tuple(dict.fromkeys((*case.spec.launch_namespaces, LEGACY))))
+    return replace(case, graph=edit.update_node(case.graph, wait, target=legacy), spec=spec)
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
@@ -1294,7 +1311,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
                                                       "every_member_cast": (every_member_cast,
                                                                                 wide_integer_beside_half),
-                                                      "rs_chain_in_two_pieces": (chain_in_two_pieces,)}
+                                                      "rs_chain_in_two_pieces": (chain_in_two_pieces,),
+                                                      "legacy_namespace_wait": (wait_in_legacy_namespace,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

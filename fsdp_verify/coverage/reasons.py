@@ -17,6 +17,7 @@ import torch
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from fsdp_verify.model import spec_params
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks.identity import CAST_TARGETS, capacity, cast_dtype
 from fsdp_verify.graph import collectives
@@ -384,7 +385,13 @@ def _current(plan, previous: str, index: dict, by_name: dict) -> tuple:
 
 
 def case_reach(case: Case, target_name: str = "reference") -> Reach:
-    """The decisions of ``case``'s plan on its first rank, each with its sub-condition."""
+    """The decisions of ``case``'s plan on its first rank, each with its sub-condition, under the
+    [I] settings the case is judged under (a campaign plans and checks it so)."""
+    with spec_params.use(case.spec):
+        return _case_reach(case, target_name)
+
+
+def _case_reach(case: Case, target_name: str) -> Reach:
     reach = Reach(cases=1, pp_degree=Counter([repr(case.plan_args.pp_degree)]),
                   dp_mode=Counter([repr(case.plan_args.dp_mode)]), world_size=Counter([len(case.graph.world())]),
                   features=case_features(case),

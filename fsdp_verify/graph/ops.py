@@ -17,7 +17,8 @@ from fsdp_verify.graph.values import SpecError
 
 OP_NAMESPACES = ("aten", "_c10d_functional", "c10d_functional", "prims", "bucketing")
 # Namespaces whose operators exist only once a fixed module registered them.
-_REGISTERING_MODULES = {"bucketing": "torch._inductor.fx_passes.bucketing"}
+_REGISTERING_MODULES = {"bucketing": "torch._inductor.fx_passes.bucketing",
+                        "c10d_functional": "torch.distributed._functional_collectives"}  # the legacy packet
 
 
 def _free_tensor_storage(tensor: Any) -> None:

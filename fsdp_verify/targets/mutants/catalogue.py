@@ -36,6 +36,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     misreported_skip,
     module_plans_built,
     module_prefix_without_dot,
+    other_namespaces_unread,
     prep_owner_by_identity,
     prep_owner_by_prefix,
     prep_forward_source_accepted,
@@ -121,6 +122,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("root_taken_for_block", "module plans take the model itself for a block where its type is a block "
            "type, and refuse the empty FQN", ("module_plans",), lambda: module_plans_built(root_skipped=False)),
     # Killed only where one block's FQN is a prefix of another's (blocks.1, blocks.10).
+    Mutant("other_namespaces_unread", "is_op reads only the packet's own namespace, so a launch awaited by the "
+           "legacy c10d_functional wait_tensor is refused where that namespace is accepted", ("planner",),
+           other_namespaces_unread, hunt="rule:legacy_namespace_wait"),
     Mutant("module_prefix_without_dot", "a module plan matches parameters by a prefix without a dot boundary",
            ("planner",), module_prefix_without_dot, hunt="prefix_scopes"),
     # Killed only on groups of 3 or more ranks (a degree between 1 and the size): the degree rule's

@@ -9,7 +9,7 @@ from typing import Callable
 
 from torch import fx
 
-from fsdp_verify.reference import planner
+from fsdp_verify.reference import planner, predicates
 from fsdp_verify.targets.mutants.base import Patch
 
 
@@ -51,6 +51,15 @@ def module_prefix_without_dot() -> list[Patch]:
     def match_module_bucket(param_name, plans):
         return next((group for group in plans for fqn in group if param_name.startswith(fqn)), None)
     return [(planner, "match_module_bucket", match_module_bucket)]
+
+
+def other_namespaces_unread() -> list[Patch]:
+    """``is_op`` accepts the packet itself and its overloads only, whatever the accepted launch
+    namespaces: a wait of the legacy ``c10d_functional`` packet is never the kind's own wait."""
+    def is_op(node: fx.Node, packet) -> bool:
+        target = node.target if node.op == "call_function" else None
+        return target is packet or getattr(target, "overloadpacket", None) is packet
+    return [(predicates, "is_op", is_op)]
 
 
 def _hash_order_members() -> list[Patch]:
