@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.graph import edit
+from fsdp_verify.graph import collectives, edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
 from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec
 from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
@@ -1261,9 +1261,6 @@ def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
     return case
 
 
-LEGACY = "c10d_functional"  # the older packet of the functional collectives (spec 1.2, [I])
-
-
 def wait_in_legacy_namespace(case: Case, a: str, b: str) -> Optional[Case]:
     """A's wait is the legacy packet's ``c10d_functional.wait_tensor`` (older code awaiting a launch
     of today's packet; torch runs either on either), judged under the [I] setting that counts that
@@ -1271,10 +1268,12 @@ def wait_in_legacy_namespace(case: Case, a: str, b: str) -> Optional[Case]:
     default setting the same wait makes A a skip (``unsupported_wait_users``)."""
     wait = _wait_of(case.graph, a)
     node = case.graph.node(wait) if wait else None
-    if node is None or node.op != "call_function" or not node.target.startswith(WAIT):
+    if node is None or node.op != "call_function" or collectives.op_name(node.target, (collectives.NAMESPACE,)) \
+            != "wait_tensor":
         return None
-    legacy = LEGACY + node.target[node.target.index("."):]  # the same op and overload
-    spec = replace(case.spec, launch_namespaces=tuple(dict.fromkeys((*case.spec.launch_namespaces, LEGACY))))
+    legacy = collectives.LEGACY_NAMESPACE + node.target[node.target.index("."):]  # the same op and overload
+    spec = replace(case.spec, launch_namespaces=tuple(dict.fromkeys((*case.spec.launch_namespaces,
+                                                                     collectives.LEGACY_NAMESPACE))))
     return replace(case, graph=edit.update_node(case.graph, wait, target=legacy), spec=spec)
 
 
