@@ -340,10 +340,12 @@ def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8") -> Blueprint:
     for index, block in enumerate(blocks):
         if len(block) > 1 and not block[0].frozen and not block[1].frozen:
             half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
-            # int32 codes (up to 2**31) unpacked into float16 would overflow: packed weights unpack
-            # to bf16 or wider
-            first = replace(block[0], dtype="float32") if integer == "int32" and block[0].dtype == "float16" else block[0]
-            blocks[index] = (replace(first, wire=integer, scaled=False), replace(block[1], wire=half, scaled=False),
+            if integer == "int32":  # int32 codes (up to 2**31) unpacked into float16 would overflow:
+                # the block's parameters float32 (the pair stays one spec dtype, so one bucket)
+                block = tuple(replace(param, dtype="float32") if param.dtype == "float16" else param
+                              for param in block)
+                half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
+            blocks[index] = (replace(block[0], wire=integer, scaled=False), replace(block[1], wire=half, scaled=False),
                              *block[2:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint

@@ -71,14 +71,13 @@ class Rows(enum.Enum):
         return math.prod(shape[1:]) >= 2 if self is Rows.WIDE else math.prod(shape[1:]) == 1
 
 
-def needs_cast(scaled: bool = False, pair: bool = False, rows: Optional[Rows] = None,
-               wide: bool = False) -> Callable[[Callable], Callable]:
+def needs_cast(scaled: bool = False, pair: Optional[Cast] = None, rows: Optional[Rows] = None) -> Callable[[Callable], Callable]:
     """Declare a mutation that acts on a gather of a low-precision cast (``scaled``: times its gain):
-    its draw gives the first parameter of a block of two or more such a gather (``pair``: the first
-    two, each its own cast; ``rows``: a block whose first parameter's shard has such rows, drawn so
-    where none is)."""
+    its draw gives the first parameter of a block of two or more such a gather (``pair``, a pair
+    kind of ``Cast``: the first two, each its own cast; ``rows``: a block whose first parameter's
+    shard has such rows, drawn so where none is)."""
     def declare(fn: Callable) -> Callable:
-        fn.needs_cast = (Cast.WIDE_PAIR if wide else Cast.PAIR) if pair else Cast.SCALED if scaled else Cast.PLAIN
+        fn.needs_cast = pair or (Cast.SCALED if scaled else Cast.PLAIN)
         fn.needs_rows = rows
         return fn
     return declare
@@ -354,6 +353,22 @@ def launch_without_users(case: Case, launch: str) -> Optional[Case]:
         return None
     copy = NodeSpec(name, "call_function", node.target, node.args, dict(node.kwargs), dict(node.meta))
     return replace(case, graph=edit.insert_before(case.graph, case.graph.nodes[-1].name, [copy]))
+
+
+@plants("skip", "unsupported_wait_users")
+def wait_in_legacy_namespace(case: Case, launch: str) -> Optional[Case]:
+    """The launch's wait is the legacy packet's ``c10d_functional.wait_tensor`` (older code awaiting a
+    launch of today's packet; torch runs either on either). Under the spec's default reading the
+    launch is then a skip; under the [I] setting that counts that packet's ops as the kind's own
+    (spec 1.2 ``is_op``; pinned, or drawn: a ``+spec`` hunt) it is a candidate like any other. The
+    case records no setting: a planner that reads the default is judged by the default."""
+    wait = _wait_of(case.graph, launch)
+    node = case.graph.node(wait) if wait else None
+    if node is None or node.op != "call_function" or collectives.op_name(node.target, (collectives.NAMESPACE,)) \
+            != "wait_tensor":
+        return None
+    legacy = collectives.LEGACY_NAMESPACE + node.target[node.target.index("."):]  # the same op and overload
+    return replace(case, graph=edit.update_node(case.graph, wait, target=legacy))
 
 
 def unused_name(launch: str) -> str:
@@ -1236,7 +1251,7 @@ def cast_of_unfollowable_value(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, cast.name, args=(NodeRef(name), *cast.args[1:])))
 
 
-@needs_cast(pair=True)
+@needs_cast(pair=Cast.PAIR)
 @acts_on(*AG_KINDS)
 def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
     """A and B each gather their own cast (a packed uint8 weight beside a half-precision one): no
@@ -1248,8 +1263,9 @@ def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
     return case
 
 
-@needs_cast(pair=True, wide=True)
+@needs_cast(pair=Cast.WIDE_PAIR)
 @acts_on(*AG_KINDS)
+@gathered_ahead  # the pair's forward gathers then sit side by side, so they fuse whatever their casts
 def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers an int32 cast (4-bit weights packed eight to a word) and B a half-precision one:
     the wire must hold every int32 beside B's values, which only float64 does (an integer bound
@@ -1259,22 +1275,6 @@ def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
             or casts[1].args[1] not in (torch.bfloat16, torch.float16):
         return None
     return case
-
-
-def wait_in_legacy_namespace(case: Case, a: str, b: str) -> Optional[Case]:
-    """A's wait is the legacy packet's ``c10d_functional.wait_tensor`` (older code awaiting a launch
-    of today's packet; torch runs either on either), judged under the [I] setting that counts that
-    namespace's ops as the kind's own (spec 1.2 ``is_op``): A and B are then one bucket. Under the
-    default setting the same wait makes A a skip (``unsupported_wait_users``)."""
-    wait = _wait_of(case.graph, a)
-    node = case.graph.node(wait) if wait else None
-    if node is None or node.op != "call_function" or collectives.op_name(node.target, (collectives.NAMESPACE,)) \
-            != "wait_tensor":
-        return None
-    legacy = collectives.LEGACY_NAMESPACE + node.target[node.target.index("."):]  # the same op and overload
-    spec = replace(case.spec, launch_namespaces=tuple(dict.fromkeys((*case.spec.launch_namespaces,
-                                                                     collectives.LEGACY_NAMESPACE))))
-    return replace(case, graph=edit.update_node(case.graph, wait, target=legacy), spec=spec)
 
 
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
@@ -1310,8 +1310,7 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
                                                       "every_member_cast": (every_member_cast,
                                                                                 wide_integer_beside_half),
-                                                      "rs_chain_in_two_pieces": (chain_in_two_pieces,),
-                                                      "legacy_namespace_wait": (wait_in_legacy_namespace,)}
+                                                      "rs_chain_in_two_pieces": (chain_in_two_pieces,)}
 
 
 # -- sites ---------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ sources' own values as computed before replacement (so a rewrite that changes ho
 computed cannot hide behind its codes).
 
 All-gather codes only move, so they need distinct bit patterns, decodable back to parameter,
-rank and element; they are also finite, of either sign and below 1 in magnitude (like the
-inputs), so the computations downstream stay meaningful: a counter's low mantissa bits are
+rank and element. Float codes are also finite, of either sign and below 1 in magnitude (like the
+inputs), so the computations downstream stay meaningful; integer codes are every value of their
+type (up to 2**31 for int32: the draws unpack those into bf16 or wider, never float16): a counter's low mantissa bits are
 multiplied by an odd constant into the top of the mantissa (a bijection that spreads neighbours
 apart), its higher bits pick a binade (``[0.5, 1)`` first, then smaller ones: ``_FORMATS`` says
 per dtype how many before the codes repeat) and a hash of it the sign.
@@ -72,7 +73,8 @@ def gather_period(dtype: torch.dtype) -> int:
 
 def gather_codes(counters: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """The all-gather codes of ``counters`` (int64) as ``dtype``: injective on one period
-    (``gather_period``), finite, nonzero and below 1 in magnitude (integers: every value of the type)."""
+    (``gather_period``); floats finite, nonzero and below 1 in magnitude, integers every value of
+    the type."""
     if dtype in _INTEGERS:
         spread = (counters % gather_period(dtype) * _SPREAD) % gather_period(dtype)
         return (spread + _INTEGERS[dtype]).to(dtype)
@@ -304,9 +306,9 @@ def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:
 
 def _pure_cast(node: fx.Node, declared: Optional[dict[str, torch.dtype]] = None) -> Optional[torch.dtype]:
     """The dtype ``node`` casts a floating parameter placeholder to, when it is only that cast (no
-    device, layout or memory-format change) and the placeholder's dtype (its value meta, else
-    ``declared``: placeholder -> dtype) holds the target's values exactly; else None. Unknown, it
-    is taken to hold them."""
+    device, layout or memory-format change) and one of the two dtypes holds the other's values
+    exactly (the placeholder's: its value meta, else ``declared``, placeholder -> dtype; unknown,
+    it is taken to hold them); else None."""
     if node.op != "call_function" or str(node.target) not in CAST_TARGETS or not node.args:
         return None
     source = node.args[0]
@@ -317,8 +319,10 @@ def _pure_cast(node: fx.Node, declared: Optional[dict[str, torch.dtype]] = None)
         return None  # a device, layout or memory-format change too
     narrow = cast_dtype(node)
     wide = getattr(source.meta.get("val"), "dtype", None) or source.meta.get("dtype") or (declared or {}).get(source.name)
+    # coded at the placeholder where one dtype holds the other: the cast's codes where the
+    # placeholder holds them, else the placeholder's own, which a widening cast keeps (``_dtype``)
     return narrow if isinstance(narrow, torch.dtype) and narrow in CODED_DTYPES and \
-        (wide is None or wide in _WIDER.get(narrow, ())) else None
+        (wide is None or holds_exactly(narrow, wide) or holds_exactly(wide, narrow)) else None
 
 
 def _degree(node: fx.Node) -> int:

@@ -25,6 +25,7 @@ import hypothesis
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from fsdp_verify.model import spec_params
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.corpus.profiles import SLOW_OK
@@ -119,9 +120,10 @@ def exercise(case: Case, target_name: str = "reference") -> None:
     modules = build_world(case)
     rank = min(modules)
     try:
-        with _planner_debug_log():
-            target.plan(case, modules[rank], rank).to_dict()
-        target.rewrite(case, modules)
+        with spec_params.use(case.spec):  # as a campaign plans it
+            with _planner_debug_log():
+                target.plan(case, modules[rank], rank).to_dict()
+            target.rewrite(case, modules)
     except ValueError:
         return
 

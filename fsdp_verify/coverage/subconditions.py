@@ -19,7 +19,8 @@ import torch
 from torch import fx
 
 from fsdp_verify.model.case import PlanArgs
-from fsdp_verify.checks.graph_facts import (FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, real_consumers,
+from fsdp_verify.checks.graph_facts import (FREE_KINDS, c10d_name, has_effect, is_free, is_launch, is_wait, launch_name,
+                                  real_consumers,
                                   rs_prep_chain)
 
 RS = "fsdp_reduce_scatter"
@@ -131,6 +132,7 @@ _SKIPS: list[tuple[str, str, Callable[[Site], bool]]] = [
     ("unsupported_wait_users", "no_users", lambda s: not _wait_users(s)),
     ("unsupported_wait_users", "several_users", lambda s: len(_wait_users(s)) > 1),
     ("unsupported_wait_users", "single_user_not_wait", lambda s: not is_wait(_wait_users(s)[0])),
+    ("unsupported_wait_users", "wait_of_another_namespace", lambda s: launch_name(_wait_users(s)[0]) != "wait_tensor"),
     ("no_consumer", "wait_has_no_consumer", lambda s: not real_consumers(_wait_users(s)[0])),
     ("unsupported_reduce_op", "reduce_op_not_sum_or_avg", lambda s: s.node.args[1] not in ("sum", "avg")),
     ("non_output_rs_consumer", "consumer_not_output",

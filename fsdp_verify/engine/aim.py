@@ -153,16 +153,21 @@ def campaign_strategy(strategy: str) -> tuple[str, bool]:
 # (a short rank's views of its reduced gradient) are one case in six of the mix, so the map measures
 # them as a shape of their own.
 HUNT_STRATEGIES = ("uneven",)
+# Planted shapes that tell only under an [I] setting other than the default (a wait of the legacy
+# packet is the kind's own only where its namespace is accepted): the map measures their reasons
+# under drawn settings too, and a planted bug names such a hunt ``skip:REASON/VARIANT+spec``.
+SPEC_SHAPES = ("unsupported_wait_users",)
 
 
 def shape_phases() -> list[str]:
     """Every planted shape's hunt (``rule:REASON:tiny``), skip, split, singleton and fusion alike,
-    hazards under drawn [I] settings, and the strategies of HUNT_STRATEGIES."""
+    hazards and SPEC_SHAPES under drawn [I] settings, and the strategies of HUNT_STRATEGIES."""
     from fsdp_verify.strategies import mutations
     reasons = sorted({*mutations.SKIP_MUTATIONS, *mutations.SPLIT_MUTATIONS, *mutations.SINGLETON_MUTATIONS,
                       *mutations.FUSION_MUTATIONS})
     return [*(phase_name(f"rule:{reason}", SHAPE_SIZE) for reason in reasons),
             phase_name("hazards" + DRAWN_SPEC, SHAPE_SIZE),
+            *(phase_name(f"rule:{reason}{DRAWN_SPEC}", SHAPE_SIZE) for reason in SPEC_SHAPES),
             *(phase_name(strategy, SHAPE_SIZE) for strategy in HUNT_STRATEGIES)]
 
 

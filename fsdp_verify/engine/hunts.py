@@ -15,7 +15,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Iterable
 
-from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE
+from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE, campaign_strategy
 
 if TYPE_CHECKING:
     from fsdp_verify.targets.mutants.base import Mutant
@@ -32,9 +32,11 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
         if mutant.hunt in HUNT_STRATEGIES:
             phase = f"{mutant.hunt}:{SHAPE_SIZE}"
         elif mutant.hunt.startswith(("rule:", "skip:")):
-            # a skip hunt draws as its rule does; the map measures reasons, not a variant or focus of one
-            reason = mutant.hunt.split(":", 1)[1].partition("@")[0].partition("/")[0]
-            phase = f"rule:{reason}:{SHAPE_SIZE}"
+            # a skip hunt draws as its rule does; the map measures reasons, not a variant or focus of
+            # one, under drawn settings where the hunt draws them
+            hunt, draw_spec = campaign_strategy(mutant.hunt)
+            reason = hunt.split(":", 1)[1].partition("@")[0].partition("/")[0]
+            phase = f"rule:{reason}{mutant.hunt[len(hunt):] if draw_spec else ''}:{SHAPE_SIZE}"
         else:
             continue
         for owner, name in _replaced(mutant):

@@ -21,6 +21,12 @@ _REGISTERING_MODULES = {"bucketing": "torch._inductor.fx_passes.bucketing",
                         "c10d_functional": "torch.distributed._functional_collectives"}  # the legacy packet
 
 
+def registering_modules(targets: Any) -> list[str]:
+    """The modules that must be imported before ``targets`` (names) resolve, in sorted order."""
+    return sorted({_REGISTERING_MODULES[name.split(".")[0]] for name in targets
+                   if isinstance(name, str) and name.split(".")[0] in _REGISTERING_MODULES})
+
+
 def _free_tensor_storage(tensor: Any) -> None:
     """Release a tensor's storage (FSDP reshard free); idempotent and safe on non-tensors."""
     if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().size() != 0:

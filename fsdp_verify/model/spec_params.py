@@ -20,9 +20,9 @@ NAMESPACES = ("_c10d_functional", "c10d_functional")
 
 @dataclass(frozen=True)
 class SpecParams:
-    """launch_namespaces: namespaces whose all-gather/reduce-scatter count as the kind's op (spec
-        1.2 ``is_op``; the packet and its overloads of ``_c10d_functional`` by default, the legacy
-        ``c10d_functional`` namespace is another op).
+    """launch_namespaces: namespaces whose all-gather/reduce-scatter and wait_tensor count as the
+        kind's op (spec 1.2 ``is_op``; the packet and its overloads of ``_c10d_functional`` by
+        default, the legacy ``c10d_functional`` namespace is another op).
     collective_namespaces: namespaces whose launches are collectives inside a span (spec 1.6).
     getitem_views: ``getitem`` of a multi-output view op (split, unbind, chunk) is a view.
     opaque_calls_are_barriers: ``call_module``/``call_method`` nodes are barriers.

@@ -294,7 +294,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
         "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
         "case_json": repr(json.dumps(case.to_json(), sort_keys=True)),
-        "needs_bucketing_ops": any(n.target.startswith("bucketing.") for n in spec.nodes),
+        "registering_imports": ops.registering_modules(n.target for n in spec.nodes),
         "effects": any(n.target in ("fsdp_verify.free_tensor_storage", "fsdp_verify.effect_barrier")
                        for n in spec.nodes),
         "graph_lines": graph_lines(spec), "attr_lines": _attr_lines(spec),

@@ -51,6 +51,7 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.double_wait: "unsupported_wait_users/several_users",
     M.launch_without_users: "unsupported_wait_users/no_users",
     M.unwaited_launch: "unsupported_wait_users/single_user_not_wait",
+    M.wait_in_legacy_namespace: "unsupported_wait_users/wait_of_another_namespace",
     M.unused_gather: "no_consumer/wait_has_no_consumer",
     M.bad_reduce_op: "unsupported_reduce_op/reduce_op_not_sum_or_avg",
     M.rs_extra_consumer: "non_output_rs_consumer/consumer_not_output",

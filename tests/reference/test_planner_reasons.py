@@ -125,10 +125,10 @@ def test_a_chain_in_two_pieces_is_the_launchs_preparation_whole():
 
 @pytest.mark.parametrize("kind", ["fsdp_all_gather", "fsdp_reduce_scatter"])
 def test_a_legacy_namespace_wait_is_the_kind_s_own_only_where_that_namespace_is_accepted(kind):
-    """``c10d_functional.wait_tensor`` on a launch of today's packet: under the setting the shape
-    records (spec 1.2 [I]: the legacy packet's ops are the kind's own) the pair is one bucket and
-    the harness passes the rewrite; under the default the launch is a skip; a planner whose is_op
-    reads the packet's own namespace only is killed by the planner oracle."""
+    """``c10d_functional.wait_tensor`` on a launch of today's packet: under the default reading the
+    launch is a skip (the case records no other setting); under the [I] setting that counts the
+    legacy packet's ops as the kind's own the pair is one bucket and the harness passes the rewrite,
+    and a planner whose is_op reads the packet's own namespace only is killed by the planner oracle."""
     from dataclasses import replace
 
     from fsdp_verify.engine.run_case import check_all
@@ -137,14 +137,14 @@ def test_a_legacy_namespace_wait_is_the_kind_s_own_only_where_that_namespace_is_
 
     case = two_block_case()
     a, b = _pair(case, kind)
-    mutated = mutations.wait_in_legacy_namespace(case, a, b)
-    assert "c10d_functional" in mutated.spec.launch_namespaces
-    with spec_params.use(mutated.spec):
-        assert any({a, b} <= {m.launch.name for m in bucket.members} for bucket in plan(mutated).buckets)
-    assert decision_for(plan(mutated), a, "skip")["reason"] == "unsupported_wait_users"  # the default
-    findings, _ = check_all(get_target("reference"), mutated)
+    planted = mutations.wait_in_legacy_namespace(case, a)
+    assert planted.spec == spec_params.SpecParams()
+    assert decision_for(plan(planted), a, "skip")["reason"] == "unsupported_wait_users"
+    assert not [f for f in check_all(get_target("reference"), planted)[0] if f.severity == "error"]
+    accepted = replace(planted, spec=spec_params.SpecParams(launch_namespaces=spec_params.NAMESPACES))
+    with spec_params.use(accepted.spec):
+        assert any({a, b} <= {m.launch.name for m in bucket.members} for bucket in plan(accepted).buckets)
+    findings, _ = check_all(get_target("reference"), accepted)
     assert not [f for f in findings if f.severity == "error"], findings
-    findings, _ = check_all(MUTANTS["other_namespaces_unread"], mutated)
+    findings, _ = check_all(MUTANTS["other_namespaces_unread"], accepted)
     assert "planner" in {f.checker for f in findings if f.severity == "error"}
-    default = replace(mutated, spec=spec_params.SpecParams())
-    assert not [f for f in check_all(get_target("reference"), default)[0] if f.severity == "error"]
