@@ -347,6 +347,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("real_shapes_ignored", "the dtype walk never runs an op on the real shard shapes, so a cast times a "
            "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.real_shapes_ignored,
            hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),
+    Mutant("shard_shapes_unread", "the shard shapes are never read from the gathers' specs, so a cast times a "
+           "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.shard_shapes_unread,
+           hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),
     Mutant("device_key_by_identity", "the dtype walk finds the device keyword by identity, so on a graph whose "
            "keyword names are new strings a copy of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_key_by_identity,

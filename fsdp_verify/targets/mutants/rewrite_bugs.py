@@ -658,6 +658,14 @@ def real_shapes_ignored() -> list[tuple]:
     return [(rewrite, "_real", lambda node, walk: None)]
 
 
+def shard_shapes_unread() -> list[tuple]:
+    """The parameters' shard shapes are never read from their gathers' specs: the walk cannot run an
+    op on the real shapes where the stand-ins leave a rank open, so a half-precision cast times a gain
+    squeezed to a scalar is packed in float32 (as ``real_shapes_ignored``, one step earlier)."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "param_shapes", lambda nodes: {})]
+
+
 def device_key_by_identity() -> list[tuple]:
     """The walk finds an op's ``device`` keyword by identity, as if every keyword name were the
     interned literal: on a graph whose names are new strings (loaded from disk, or built) the copy
