@@ -1257,10 +1257,16 @@ def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
     """A and B each gather their own cast (a packed uint8 weight beside a half-precision one): no
     member moves the parameters' dtype, so the wire is the narrowest dtype that holds both. The
     shape is the blueprint's; this only picks the pair."""
+    dtypes = _cast_dtypes(case, a, b)
+    return case if dtypes is not None and dtypes[0] != dtypes[1] else None
+
+
+def _cast_dtypes(case: Case, a: str, b: str) -> Optional[tuple[Any, Any]]:
+    """What A's and B's gathered casts cast to, for two all-gathers that each gather a cast; else None."""
     casts = [_cast_source(case, launch) for launch in (a, b)]
-    if _kind(case, b) == RS_KIND or any(cast is None for cast in casts) or casts[0].args[1] == casts[1].args[1]:
+    if _kind(case, b) == RS_KIND or any(cast is None for cast in casts):
         return None
-    return case
+    return casts[0].args[1], casts[1].args[1]
 
 
 @needs_cast(pair=Cast.WIDE_PAIR)
@@ -1270,11 +1276,9 @@ def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
     """A gathers an int32 cast (4-bit weights packed eight to a word) and B a half-precision one:
     the wire must hold every int32 beside B's values, which only float64 does (an integer bound
     read as "any integer fits a float" rounds A in the half-precision wire)."""
-    casts = [_cast_source(case, launch) for launch in (a, b)]
-    if _kind(case, b) == RS_KIND or any(cast is None for cast in casts) or casts[0].args[1] != torch.int32 \
-            or casts[1].args[1] not in (torch.bfloat16, torch.float16):
-        return None
-    return case
+    dtypes = _cast_dtypes(case, a, b)
+    return case if dtypes is not None and dtypes[0] == torch.int32 and dtypes[1] in (torch.bfloat16,
+                                                                                    torch.float16) else None
 
 
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",

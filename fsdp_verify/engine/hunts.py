@@ -15,7 +15,7 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Iterable
 
-from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE, campaign_strategy
+from fsdp_verify.engine.aim import DRAWN_SPEC, HUNT_STRATEGIES, SHAPE_SIZE, campaign_strategy
 
 if TYPE_CHECKING:
     from fsdp_verify.targets.mutants.base import Mutant
@@ -36,7 +36,7 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
             # one, under drawn settings where the hunt draws them
             hunt, draw_spec = campaign_strategy(mutant.hunt)
             reason = hunt.split(":", 1)[1].partition("@")[0].partition("/")[0]
-            phase = f"rule:{reason}{mutant.hunt[len(hunt):] if draw_spec else ''}:{SHAPE_SIZE}"
+            phase = f"rule:{reason}{DRAWN_SPEC if draw_spec else ''}:{SHAPE_SIZE}"
         else:
             continue
         for owner, name in _replaced(mutant):
