@@ -12,8 +12,8 @@ rank and element. Integer codes are every value of their type (up to 2**31 for i
 unpack those into bf16 or wider, never float16). Float codes are also finite, of either sign and
 below 1 in magnitude (like the inputs), so the computations downstream stay meaningful: a counter's
 low mantissa bits are multiplied by an odd constant into the top of the mantissa (a bijection that
-spreads neighbours apart), its higher bits pick a binade (``[0.5, 1)`` first, then smaller ones: ``_FORMATS`` says
-per dtype how many before the codes repeat) and a hash of it the sign.
+spreads neighbours apart), its higher bits pick a binade (``[0.5, 1)`` first, then smaller ones:
+``_FORMATS`` says per dtype how many before the codes repeat) and a hash of it the sign.
 Reduce-scatter codes are integers up to a span small enough that a sum over the group stays
 exact in the source's dtype, scaled by a power of two into ``(0, 1]``: a sum is then the same in
 whatever order the ranks are added, and a misplaced or missing contribution changes it.
