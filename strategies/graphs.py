@@ -36,6 +36,7 @@ class Size:
     wide: bool = True  # now and then a parameter past a half-precision reduce-scatter's exact span
     wide_one_in: int = 16  # how rarely: one parameter in this many
     prefix_one_in: int = 4  # one multi-block graph in this many names its blocks blocks.1, blocks.10, ...
+    strided_one_in: int = 5  # one multi-dim parameter in this many gathers a non-contiguous copy
     regather: Optional[bool] = None  # every parameter gathered again for backward (None: drawn for each)
     dtypes: tuple[str, ...] = DTYPES  # the parameters' dtypes drawn from
 
@@ -64,6 +65,8 @@ FOCUSES = {
     # parameters wider than any half-precision gather of theirs: a wire their own dtype holds is
     # then wider than needed (a rule's hunt may add it: ``rule:every_member_cast/every_member_cast@full_precision``)
     "full_precision": {"dtypes": ("float32", "float64")},
+    # every multi-dim parameter gathers a non-contiguous copy: a copy-in that packs storage, not elements
+    "strided_sources": {"strided_one_in": 1},
 }
 
 
@@ -84,7 +87,8 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
     # The choice is drawn for every parameter so that each one spans the same number of choices,
     # which lets the shrinker delete a parameter whole.
-    layout = "column_major" if draw(st.integers(0, 4)) == 4 and dims >= 2 else "contiguous"
+    strided = draw(st.integers(0, size.strided_one_in - 1)) == size.strided_one_in - 1
+    layout = "column_major" if strided and dims >= 2 else "contiguous"
     # One in sixteen is wide: more elements than a half-precision reduce-scatter's exact span, so
     # its identity codes repeat (the shape a misplacement by the code period hides in). Drawn for
     # every parameter too; shrinking goes to narrow.

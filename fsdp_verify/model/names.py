@@ -5,5 +5,5 @@ give the names meaning use these tuples (sizes: ``tests/commands/test_cli.py`` c
 PROFILES = ("dev", "ci", "nightly", "smoke", "replay")
 SIZES = ("tiny", "default", "medium", "large", "scale")
 STRATEGIES = ("cases", "hazards", "mutations", "captured", "uneven", "wide", "prefix_scopes", "backward_gathers",
-              "full_precision")
+              "full_precision", "strided_sources")
 RANK_MODES = ("simulated", "real", "real:gloo", "real:nccl")  # --ranks: the simulated world, or real ranks

@@ -84,6 +84,8 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
         assert sum(p.shard_shape[-1] >= 48 and len(p.shard_shape) == 2 for p in params) >= len(params) // 3
     elif focus == "full_precision":
         assert not {p.dtype for p in params} & {"float16", "bfloat16"}  # a frozen int8 or float8 one may be left
+    elif focus == "strided_sources":
+        assert all(p.layout == "column_major" for p in params if len(p.shard_shape) >= 2)
     elif focus == "prefix_scopes":
         assert all(b.block_names == PREFIX_SHARING_NAMES[:len(b.blocks)] for b in drawn)
     else:

@@ -236,10 +236,11 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            ("numerics",), damage=rewrite_bugs.send_buffer_freed_early),
     Mutant("rs_packed_member_major", "a fused reduce-scatter packs its members member-major, not rank-major",
            ("layout", "numerics"), damage=rewrite_bugs.rs_packed_member_major),
-    # Killed only on a non-contiguous all-gather source: every contiguous one packs the same.
+    # Killed only on a non-contiguous all-gather source in a fused bucket (every contiguous one packs
+    # the same): a fusion shape's blueprints with every multi-dim source strided (5 examples, not 60).
     Mutant("packs_storage_order", "a fused all-gather's copy-in flattens each member's storage, not its "
            "elements", ("layout", "numerics"), damage=rewrite_bugs.packs_storage_order,
-           hunt="cases"),  # hazards split the fused buckets it needs: 286 examples there, 60 here
+           hunt="rule:input_distance_exact@strided_sources"),
     # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
     Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
            ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="wide"),
