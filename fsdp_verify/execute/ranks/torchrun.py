@@ -142,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     if placement.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
         device = f"cuda:{torch.cuda.current_device()}"
-    dist.init_process_group(placement.backend, timeout=datetime.timedelta(seconds=300))
+    try:
+        dist.init_process_group(placement.backend, timeout=datetime.timedelta(seconds=300))
+    except RuntimeError as exc:  # a peer that died while the mesh formed: nothing to judge, no traceback
+        print(f"rank {os.environ.get('RANK', '?')}: the process group did not form ({exc}); "
+              "no case was judged (exit 2)", flush=True)
+        return 2
     rank, world = dist.get_rank(), dist.get_world_size()
     if rank == 0:
         print(f"ranks: real, {placement.backend} on {placement.device}, {world} ranks "

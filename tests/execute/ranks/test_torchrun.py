@@ -44,3 +44,19 @@ def test_torchrun_replay_names_ranks_that_ran_different_rounds_and_exits_2_when_
     # Each process exits 2; torchrun itself reports any failed process as its exit 1, naming the code.
     assert out.returncode != 0 and "no case was judged (exit 2)" in out.stdout, out.stdout + out.stderr
     assert "exitcode: 2" in out.stderr
+
+
+def test_a_process_group_that_does_not_form_is_said_and_exits_2(tmp_path, monkeypatch, capsys):
+    """Under load a peer may die while gloo's mesh forms ("Connection closed by peer"): the rank says
+    so and exits 2 (nothing was judged), not with a traceback and torchrun's exit 1."""
+    from fsdp_verify.execute.ranks import torchrun
+
+    def refused(*args, **kwargs):
+        raise RuntimeError("Gloo connectFullMesh failed with ... Connection closed by peer")
+
+    monkeypatch.setattr(torchrun.dist, "init_process_group", refused)
+    monkeypatch.setenv("RANK", "1")
+    assert torchrun.main([str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "rank 1: the process group did not form (Gloo connectFullMesh" in out
+    assert "no case was judged (exit 2)" in out
