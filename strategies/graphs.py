@@ -7,8 +7,9 @@ the simplest graph: one block, one parameter, small shapes, float32, one group, 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from hypothesis import strategies as st
 
@@ -55,6 +56,36 @@ def _size(size: Size | str) -> Size:
     return SIZES[size] if isinstance(size, str) else size
 
 
+# Hypothesis validates a strategy object on its first draw, and a blueprint's draw built dozens of
+# them (building and validating were a fifth of a parameter's draw): the same arguments give one
+# object here. An object drawn again draws the same choices as a new one with its arguments.
+@functools.lru_cache(maxsize=None)
+def _integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@functools.lru_cache(maxsize=None)
+def _sampled(values: tuple) -> st.SearchStrategy:
+    return st.sampled_from(values)
+
+
+@functools.lru_cache(maxsize=None)
+def _fixed_lists(low: int, high: int, length: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(low, high), min_size=length, max_size=length)
+
+
+@functools.lru_cache(maxsize=None)
+def _none_or(low: int, high: int) -> st.SearchStrategy[Optional[int]]:
+    return st.none() | st.integers(low, high)
+
+
+def _sampled_of(values: Iterable) -> st.SearchStrategy:
+    return _sampled(tuple(values))
+
+
+_BOOLEANS = st.booleans()
+
+
 # A focus is the mix with the odds of one rare draw raised, for a bug class that hides there: a
 # planted bug of the class is hunted with it (seconds, not minutes), and a user can fuzz with it. It
 # draws no shape the mix does not draw.
@@ -79,42 +110,49 @@ def focused(size: Size | str, focus: str) -> Size:
 def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None = None,
                 wire: str = "") -> ParamDraw:
     """One parameter of a block (its dtype and gather cast usually the block's)."""
-    dims = draw(st.integers(1, size.max_dims))
-    shape = tuple(draw(st.lists(st.integers(1, size.max_dim), min_size=dims, max_size=dims)))
-    if draw(st.integers(0, 9)) == 0:
-        dtype = draw(st.sampled_from(size.dtypes))
-    expert = expert_ok and draw(st.booleans())
+    dims = draw(_integers(1, size.max_dims))
+    shape = tuple(draw(_fixed_lists(1, size.max_dim, dims)))
+    if draw(_integers(0, 9)) == 0:
+        dtype = draw(_sampled(size.dtypes))
+    expert = expert_ok and draw(_BOOLEANS)
     # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
     # The choice is drawn for every parameter so that each one spans the same number of choices,
     # which lets the shrinker delete a parameter whole.
-    strided = draw(st.integers(0, size.strided_one_in - 1)) == size.strided_one_in - 1
+    strided = draw(_integers(0, size.strided_one_in - 1)) == size.strided_one_in - 1
     layout = "column_major" if strided and dims >= 2 else "contiguous"
     # One in sixteen is wide: more elements than a half-precision reduce-scatter's exact span, so
     # its identity codes repeat (the shape a misplacement by the code period hides in). Drawn for
     # every parameter too; shrinking goes to narrow.
-    if draw(st.integers(0, size.wide_one_in - 1)) == size.wide_one_in - 1 and size.wide:
-        shape = (draw(st.integers(1, 3)), draw(st.integers(48, 160)))
-    view = draw(st.sampled_from(VIEW_KINDS))
-    regather = draw(st.booleans()) if forced_regather is None else forced_regather
-    reduce_op = draw(st.sampled_from(("avg", "sum")))
-    own_scope = not expert or draw(st.integers(0, 3)) > 0
+    if draw(_integers(0, size.wide_one_in - 1)) == size.wide_one_in - 1 and size.wide:
+        shape = (draw(_integers(1, 3)), draw(_integers(48, 160)))
+    view = draw(_sampled(VIEW_KINDS))
+    regather = draw(_BOOLEANS) if forced_regather is None else forced_regather
+    reduce_op = draw(_sampled(("avg", "sum")))
+    own_scope = not expert or draw(_integers(0, 3)) > 0
     # One in eight gathers a cast of itself (a low-precision all-gather: bf16 mixed precision,
     # float8, int8), so one bucket often moves several dtypes; one in sixteen is stored in the
     # drawn dtype instead, when that is one nothing computes in (a frozen float8 or int8 weight,
     # gathered as it is). Both choices are drawn for every parameter, as above; shrinking goes to
     # neither.
-    pick, own = draw(st.integers(0, 15)), draw(st.sampled_from(WIRES))
+    pick, own = draw(_integers(0, 15)), draw(_sampled(WIRES))
     if pick == 13 and own in STORAGE_ONLY:
         dtype, wire = own, ""
     elif pick >= 14:
         wire = own
     wire = wire if wire != dtype else ""
     # Half of the half-precision casts are scaled by a 0-dim float32 gain.
-    scaled = wire in SCALABLE and draw(st.booleans())
+    scaled = wire in SCALABLE and draw(_BOOLEANS)
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=view, regather=regather, reduce_op=reduce_op,
         expert=expert, own_scope=own_scope, layout=layout, wire=wire, scaled=scaled)
 
+
+
+@functools.lru_cache(maxsize=None)
+def _param_strategy(dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None,
+                    wire: str) -> st.SearchStrategy[ParamDraw]:
+    """``param_draws`` with these arguments, one object for all draws (see ``_integers``)."""
+    return param_draws(dtype=dtype, expert_ok=expert_ok, size=size, forced_regather=forced_regather, wire=wire)
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6
 # in one draw of three, because a rule written for powers of two (a shift for a division, a mask
@@ -137,38 +175,37 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
                experts: bool = True) -> Blueprint:
     """A blueprint of a graph shaped like the output of the FSDP pass (spec section 1.4)."""
     size = _size(size)
-    degree = draw(st.sampled_from(degrees))
+    degree = draw(_sampled_of(degrees))
     expert_degree = 0
     # The last choice, 1, is a one-rank expert group (expert parallelism as wide as the FSDP group
     # leaves the experts' FSDP mesh dim one rank wide): its launches have degree 1, which rule 5 skips.
     expert_degrees = [d for d in (2, 4) if d < degree and degree % d == 0]
-    if experts and degree >= 4 and expert_degrees and draw(st.booleans()):
-        expert_degree = draw(st.sampled_from((*expert_degrees, 1)))
+    if experts and degree >= 4 and expert_degrees and draw(_BOOLEANS):
+        expert_degree = draw(_sampled((*expert_degrees, 1)))
     blocks: list[tuple[ParamDraw, ...]] = []
-    for _ in range(draw(st.integers(size.min_blocks, size.max_blocks))):
+    for _ in range(draw(_integers(size.min_blocks, size.max_blocks))):
         if size.uniform and blocks:
             blocks.append(blocks[0])
             continue
-        dtype = draw(st.sampled_from(size.dtypes))
-        count = draw(st.integers(size.min_params, size.max_params))
+        dtype = draw(_sampled(size.dtypes))
+        count = draw(_integers(size.min_params, size.max_params))
         # One block in six casts every gather to one dtype, as a module's mixed-precision policy does
         # (each parameter may still draw its own cast, or none).
-        wire = draw(st.sampled_from(WIRES)) if draw(st.integers(0, 5)) == 5 else ""
-        blocks.append(tuple(draw(param_draws(dtype=dtype, expert_ok=bool(expert_degree), size=size, wire=wire,
-                                             forced_regather=size.regather))
+        wire = draw(_sampled(WIRES)) if draw(_integers(0, 5)) == 5 else ""
+        blocks.append(tuple(draw(_param_strategy(dtype, bool(expert_degree), size, size.regather, wire))
                             for _ in range(count)))
-    prep_chains = draw(st.integers(0, 4)) == 0
+    prep_chains = draw(_integers(0, 4)) == 0
     # Sometimes blocks named so that one FQN is a prefix of another without a dot boundary
     # (blocks.1, blocks.10, blocks.11): a scope matched by a bare prefix takes the wrong block.
-    shared = len(blocks) > 1 and draw(st.integers(0, size.prefix_one_in - 1)) == 0
+    shared = len(blocks) > 1 and draw(_integers(0, size.prefix_one_in - 1)) == 0
     names = PREFIX_SHARING_NAMES[:len(blocks)] if shared else ()
     return Blueprint(
         blocks=tuple(blocks), degree=degree, expert_degree=expert_degree,
-        reshard_after_forward=not draw(st.integers(0, 4)) == 0,
-        overload=draw(st.sampled_from(("", "default"))),
-        device=draw(st.sampled_from(("cuda:0", "cuda:0", "cpu", "meta"))),
-        prep_chains=prep_chains, prep=draw(st.sampled_from(PREP_KINDS)) if prep_chains else "own",
-        prep_in_halves=prep_chains and draw(st.booleans()),
+        reshard_after_forward=not draw(_integers(0, 4)) == 0,
+        overload=draw(_sampled(("", "default"))),
+        device=draw(_sampled(("cuda:0", "cuda:0", "cpu", "meta"))),
+        prep_chains=prep_chains, prep=draw(_sampled(PREP_KINDS)) if prep_chains else "own",
+        prep_in_halves=prep_chains and draw(_BOOLEANS),
         block_names=names)
 
 
@@ -176,7 +213,7 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
 def plan_args(draw, blueprint: Blueprint) -> PlanArgs:
     """Mostly the production defaults; sometimes explicit module groups or a policy."""
     plans = None
-    choice = draw(st.integers(0, 5))
+    choice = draw(_integers(0, 5))
     blocks = [blueprint.block(b) for b in range(len(blueprint.blocks))]
     if choice == 1:
         plans = [blocks[i:i + 2] for i in range(0, len(blocks), 2)]  # pairs of blocks share buckets
@@ -185,11 +222,11 @@ def plan_args(draw, blueprint: Blueprint) -> PlanArgs:
     elif choice == 3:  # a configured scope no parameter lives under (an unsharded head) as well
         plans = [[b] for b in blocks] + [["unsharded_head"]]
     policy = None
-    if draw(st.integers(0, 3)) == 0:
+    if draw(_integers(0, 3)) == 0:
         policy = {
-            "cap_bytes": draw(st.none() | st.integers(1, 4096)),
-            "max_input_distance": draw(st.none() | st.integers(0, 40)),
-            "max_consumer_distance": draw(st.none() | st.integers(0, 40)),
+            "cap_bytes": draw(_none_or(1, 4096)),
+            "max_input_distance": draw(_none_or(0, 40)),
+            "max_consumer_distance": draw(_none_or(0, 40)),
         }
     return PlanArgs(module_bucket_plans=plans, policy=policy)
 
@@ -198,8 +235,9 @@ def plan_args(draw, blueprint: Blueprint) -> PlanArgs:
 def fsdp_graphs(draw, size: Size | str = "default", **kwargs) -> Case:
     """A valid FSDP-tagged joint graph with plan arguments and an input seed."""
     blueprint = draw(blueprints(size, **kwargs))
-    return Case(render(blueprint), draw(plan_args(blueprint)), seed=draw(st.integers(0, 2**16)),
-                label="fsdp_graphs")
+    # every choice before the render: a shrink's candidate that runs out of choices stops before it
+    args, seed = draw(plan_args(blueprint)), draw(_integers(0, 2**16))
+    return Case(render(blueprint), args, seed=seed, label="fsdp_graphs")
 
 
 MUTATION_KINDS = ("skip", "split", "singleton", "fusion", "args")
@@ -252,23 +290,23 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     if reason is not None and "/" in reason:
         reason, pinned = _pinned_variant(reason)
     blueprint = draw(blueprints(size, **kwargs))
-    case = Case(render(blueprint), PlanArgs(), seed=draw(st.integers(0, 2**16)))
+    case = Case(render(blueprint), PlanArgs(), seed=draw(_integers(0, 2**16)))
     kind = rule_kind(reason) if reason else \
-        draw(st.sampled_from([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
+        draw(_sampled_of([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
     if kind == "args":
-        name = draw(st.sampled_from(sorted(mutations.ARG_MUTATIONS)))
+        name = draw(_sampled_of(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
     if kind == "skip":
-        reason = reason or draw(st.sampled_from([r for r in sorted(mutations.SKIP_MUTATIONS)
+        reason = reason or draw(_sampled_of([r for r in sorted(mutations.SKIP_MUTATIONS)
                                                  for _ in range(SKIP_WEIGHTS.get(r, 1))]))
-        variant = pinned or draw(st.sampled_from(mutations.SKIP_MUTATIONS[reason]))
+        variant = pinned or draw(_sampled(tuple(mutations.SKIP_MUTATIONS[reason])))
         sites = mutations.launches(case.graph)
     else:
         table = _TABLES[kind]
-        reason = reason or draw(st.sampled_from([r for r in sorted(table)
+        reason = reason or draw(_sampled_of([r for r in sorted(table)
                                                  for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion"
                                                                 else SPLIT_WEIGHTS.get(r, 1))]))
-        variant = pinned or draw(st.sampled_from(table[reason]))
+        variant = pinned or draw(_sampled(tuple(table[reason])))
         if getattr(variant, "gathered_ahead", False) and (blueprint.reshard_after_forward or len(blueprint.blocks) < 2):
             # the shape needs gathers issued ahead of their consumers: drawn as such, not left to
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
@@ -290,7 +328,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
         sites = [site for site in sites if planted[site] is not None]
     if not sites:
         return replace(case, label="fsdp_graphs")
-    site = sites[draw(st.integers(0, len(sites) - 1))]
+    site = sites[draw(_integers(0, len(sites) - 1))]
     mutated = planted.get(site) or (variant(case, *site) if isinstance(site, tuple) else variant(case, site))
     if mutated is None or not edit.in_order(mutated.graph):  # a planted defect never breaks the graph itself
         return replace(case, label="fsdp_graphs")
@@ -369,22 +407,23 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 8, **kw
     flips, late sources, broken tags) at distinct sites: more chances per example to trip a
     buggy planner; shrinking then removes the hazards that do not matter."""
     blueprint = draw(blueprints(size, **kwargs))
-    case = Case(render(blueprint), draw(plan_args(blueprint)), seed=draw(st.integers(0, 2**16)))
+    args, seed = draw(plan_args(blueprint)), draw(_integers(0, 2**16))
+    case = Case(render(blueprint), args, seed=seed)
     used: set[str] = set()
     labels = []
-    for _ in range(draw(st.integers(1, max_hazards))):
-        if draw(st.booleans()):
-            reason = draw(st.sampled_from(sorted(mutations.SPLIT_MUTATIONS)))
-            variant = draw(st.sampled_from(mutations.SPLIT_MUTATIONS[reason]))
+    for _ in range(draw(_integers(1, max_hazards))):
+        if draw(_BOOLEANS):
+            reason = draw(_sampled_of(sorted(mutations.SPLIT_MUTATIONS)))
+            variant = draw(_sampled(tuple(mutations.SPLIT_MUTATIONS[reason])))
             sites = mutations.sibling_pairs(case.graph)
         else:
-            reason, variant = draw(st.sampled_from(_HAZARD_SKIPS))
+            reason, variant = draw(_sampled(tuple(_HAZARD_SKIPS)))
             sites = mutations.launches(case.graph)
         sites = [s for s in sites if mutations.fits(variant, case, s)
                  and not used & set(s if isinstance(s, tuple) else (s,))]
         if not sites:
             continue
-        site = sites[draw(st.integers(0, len(sites) - 1))]
+        site = sites[draw(_integers(0, len(sites) - 1))]
         mutated = variant(case, *site) if isinstance(site, tuple) else variant(case, site)
         if mutated is not None and edit.in_order(mutated.graph):
             case = mutated
