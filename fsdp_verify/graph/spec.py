@@ -78,11 +78,17 @@ class NodeSpec:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     def inputs(self) -> list[str]:
-        """Names of the nodes this node reads, in argument order."""
-        refs = node_refs(self.args)
-        if self.kwargs:
-            refs += node_refs(list(self.kwargs.values()))
-        return [ref.name for ref in refs]
+        """Names of the nodes this node reads, in argument order (a new list each call)."""
+        # Worked out once per node: the coverage features and the mutations walk every node's
+        # inputs many times over, and a NodeSpec is frozen (nothing edits its args in place).
+        try:
+            return list(self.__dict__["_inputs"])
+        except KeyError:
+            refs = node_refs(self.args)
+            if self.kwargs:
+                refs += node_refs(list(self.kwargs.values()))
+            names = self.__dict__["_inputs"] = tuple(ref.name for ref in refs)
+            return list(names)
 
 
 @dataclass(frozen=True)
