@@ -32,7 +32,7 @@ def test_a_campaign_keeps_the_loader_bounded(tmp_path, monkeypatch):
     from fsdp_verify.engine import campaign
     monkeypatch.setattr(fx_sources, "KEEP", 0)
     first = graph_module._loader.next_id
-    config = campaign.Config(target="reference", budget=campaign.Budget.parse("60"), seed=2,
+    config = campaign.Config(target="reference", budget=campaign.Budget.parse("30"), seed=2, size="default",
                              corpus_dir=str(tmp_path / "corpus"), db=(str(tmp_path / "db"),))
     campaign.run(config)
     compiled = graph_module._loader.next_id - first
