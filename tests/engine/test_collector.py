@@ -1,0 +1,35 @@
+"""The collector's settings for a campaign: frozen and tuned for the block, everything handed back."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+from fsdp_verify.engine import collector
+
+
+class _Cycle:
+    pass
+
+
+def _cycle() -> tuple[_Cycle, weakref.ref]:
+    node = _Cycle()
+    node.self = node  # only the cyclic collector frees it
+    return node, weakref.ref(node)
+
+
+def test_a_campaign_block_freezes_collects_its_own_garbage_and_hands_the_old_back():
+    before = gc.get_threshold()
+    old, old_ref = _cycle()
+    gc.collect()  # survives into the oldest generation
+    del old  # garbage there now: the block's young collection leaves it, frozen with the rest
+    with collector.tuned():
+        assert gc.get_freeze_count() > 0 and gc.get_threshold() == collector.THRESHOLDS
+        young, young_ref = _cycle()
+        del young
+        gc.collect()
+        assert young_ref() is None  # what the block allocates is collected in the block
+        assert old_ref() is not None  # frozen: no walk of the block's collections sees it
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
+    gc.collect()
+    assert old_ref() is None  # handed back, and collected
