@@ -14,17 +14,18 @@ if TYPE_CHECKING:  # the engine is imported when a mutate command runs, not when
 
 
 def _phase(text: str) -> Phase:
-    """STRATEGY[:SIZE], or rule:REASON[:SIZE] / skip:REASON[:SIZE]: graphs with that one planted shape
-    (the self-test's hunts), for a class of bugs the default mix reaches too rarely; STRATEGY+spec
-    draws the spec's [I] settings per example."""
+    """STRATEGY[:SIZE], or rule:REASON[/VARIANT][@FOCUS][:SIZE] / skip:...: graphs with that one
+    planted shape (the self-test's hunts), for a class of bugs the default mix reaches too rarely;
+    either with +spec draws the spec's [I] settings per example."""
     from fsdp_verify.engine.mutate import Phase
     from fsdp_verify.model import names
     parts = text.split(":")
     size = parts.pop() if len(parts) > 1 and parts[-1] in names.SIZES else "default"
     strategy = ":".join(parts)
-    directed = parts[0] in ("rule", "skip") and len(parts) == 2 and _kind_of(parts[1]) in \
-        (("skip",) if parts[0] == "skip" else ("split", "singleton", "fusion"))
-    if not directed and strategy.removesuffix("+spec") not in names.STRATEGIES:
+    named = names.strategy_name(strategy)
+    directed = bool(named.rule) and _kind_of(named.pinned) in \
+        (("skip",) if named.rule == "skip" else ("split", "singleton", "fusion")) and _focus_known(named.focus)
+    if not directed and named.strategy not in names.STRATEGIES:
         raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY[:SIZE] with a strategy of "
                                          f"{', '.join(names.STRATEGIES)} (or rule:REASON, skip:REASON; STRATEGY+spec draws "
                                          f"the [I] settings) and a size "
@@ -39,6 +40,12 @@ def _kind_of(reason: str) -> str:
         return graphs.rule_kind(reason)
     except ValueError:
         return ""
+
+
+def _focus_known(focus: str) -> bool:
+    """No focus, or one of ``strategies.graphs.FOCUSES``."""
+    from fsdp_verify.strategies import graphs
+    return not focus or focus in graphs.FOCUSES
 
 
 def _share(text: str) -> tuple[int, int]:

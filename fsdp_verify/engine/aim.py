@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from fsdp_verify.engine import probes
+from fsdp_verify.model.names import DRAWN_SPEC, strategy_name
 
 #: A line the default phases run in fewer than this share of their examples gets an aimed phase
 #: (when some planted shape runs it more often).
@@ -138,15 +139,9 @@ def phase_name(strategy: str, size: str) -> str:
     return f"{strategy}:{size}"
 
 
-# A strategy with this suffix draws the spec's [I] settings per example (``Config.draw_spec``): a line
-# that runs only under a setting other than its default (a foreign wait taken for a barrier, other
-# launch namespaces) is run by no other phase.
-DRAWN_SPEC = "+spec"
-
-
-def campaign_strategy(strategy: str) -> tuple[str, bool]:
-    """A phase's strategy as a campaign takes it, and whether it draws the [I] settings."""
-    return (strategy[:-len(DRAWN_SPEC)], True) if strategy.endswith(DRAWN_SPEC) else (strategy, False)
+# A phase whose strategy ends in DRAWN_SPEC draws the spec's [I] settings per example: a line that
+# runs only under a setting other than its default (a foreign wait taken for a barrier, other launch
+# namespaces) is run by no other phase.
 
 
 # Strategies the default phases do not draw from that a planted bug names as its hunt: uneven shards
@@ -354,11 +349,11 @@ def _measured(files: Sequence[str], target: str, phases: Sequence[_Measured],
                 def tick(done: int, failures: int, steps: int, name: str = phase.name) -> None:
                     cov.switch_context(f"{name}|{done}")  # the next example's lines are its own
                     flush((name, done))
-                strategy, draw_spec = campaign_strategy(phase.strategy)
+                drawn = strategy_name(phase.strategy)
                 config = campaign.Config(target=target, budget=campaign.Budget(examples=phase.examples),
                                          seed=phase.seed, profile="ci", corpus_dir=corpus, size=phase.size,
-                                         modules=False, max_failures=phase.examples, strategy=strategy,
-                                         shrink=False, draw_spec=draw_spec)
+                                         modules=False, max_failures=phase.examples, strategy=drawn.strategy,
+                                         shrink=False, draw_spec=drawn.draw_spec)
                 examples[phase.name] = campaign.run(config, progress=tick).examples
                 flush(None)
     finally:

@@ -123,10 +123,10 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = uneven_cases(cases(config.size))
     elif config.strategy in FOCUSES:
         graphs = cases(focused(config.size, config.strategy))
-    elif config.strategy.startswith(("skip:", "rule:")):
-        # REASON[/VARIANT][@FOCUS]: a focus draws the blueprint the rule plants its defect in
-        reason, _, focus = config.strategy.split(":", 1)[1].partition("@")
-        graphs = mutated_graphs(focused(config.size, focus) if focus else config.size, reason=reason)
+    elif (named := names.strategy_name(config.strategy)).rule:
+        # a focus draws the blueprint the rule plants its defect in
+        graphs = mutated_graphs(focused(config.size, named.focus) if named.focus else config.size,
+                                reason=named.pinned)
     else:
         graphs = cases(config.size, modules=config.modules)
     if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it

@@ -15,7 +15,8 @@ import functools
 import inspect
 from typing import TYPE_CHECKING, Iterable
 
-from fsdp_verify.engine.aim import DRAWN_SPEC, HUNT_STRATEGIES, SHAPE_SIZE, campaign_strategy
+from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE
+from fsdp_verify.model.names import DRAWN_SPEC, strategy_name
 
 if TYPE_CHECKING:
     from fsdp_verify.targets.mutants.base import Mutant
@@ -31,12 +32,10 @@ def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
     for mutant in MUTANTS.values():
         if mutant.hunt in HUNT_STRATEGIES:
             phase = f"{mutant.hunt}:{SHAPE_SIZE}"
-        elif mutant.hunt.startswith(("rule:", "skip:")):
+        elif (drawn := strategy_name(mutant.hunt)).rule:
             # a skip hunt draws as its rule does; the map measures reasons, not a variant or focus of
             # one, under drawn settings where the hunt draws them
-            hunt, draw_spec = campaign_strategy(mutant.hunt)
-            reason = hunt.split(":", 1)[1].partition("@")[0].partition("/")[0]
-            phase = f"rule:{reason}{DRAWN_SPEC if draw_spec else ''}:{SHAPE_SIZE}"
+            phase = f"rule:{drawn.reason}{DRAWN_SPEC if drawn.draw_spec else ''}:{SHAPE_SIZE}"
         else:
             continue
         for owner, name in _replaced(mutant):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from fsdp_verify.engine import aim, hunts, probes
+from fsdp_verify.model.names import strategy_name
 
 # Imported once in the parent, so each forked mutant starts warm. None of them imports a module a
 # mutant could change (the project's own modules are imported afresh in each child).
@@ -397,11 +398,11 @@ def _campaign(settings: Settings, corpus: str) -> dict:
     report = {"examples": 0, "checkers": [], "first_failure": None, "harness_errors": 0, "excused": 0}
     start = time.monotonic()
     for index, phase in enumerate(settings.phases):
-        strategy, draw_spec = aim.campaign_strategy(phase.strategy)
+        drawn = strategy_name(phase.strategy)
         config = campaign.Config(target=settings.target, budget=campaign.Budget(seconds=share),
                                  seed=settings.seed + index, profile="ci", corpus_dir=corpus, size=phase.size,
-                                 modules=False, max_failures=1, strategy=strategy, shrink=False,
-                                 deadline=settings.case_deadline, draw_spec=draw_spec,
+                                 modules=False, max_failures=1, strategy=drawn.strategy, shrink=False,
+                                 deadline=settings.case_deadline, draw_spec=drawn.draw_spec,
                                  rediscover=True)  # a kill is what this run finds, whatever the folder holds
         elapsed = time.monotonic() - start
         result = campaign.run(config)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from fsdp_verify.engine import campaign
-from fsdp_verify.engine.aim import campaign_strategy
+from fsdp_verify.model.names import strategy_name
 from fsdp_verify.targets.mutants import MUTANTS
 
 
@@ -52,10 +52,10 @@ def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = Tr
     intended = MUTANTS[name].kills
     if getattr(MUTANTS[name], "needs", "") == "real" and not ranks.startswith("real"):
         return Kill(name, intended, None, None, None, (), not_hunted="needs real ranks (--ranks real)")
-    hunt, draw_spec = campaign_strategy(strategy or MUTANTS[name].hunt)  # ``+spec``: drawn [I] settings
+    drawn = strategy_name(strategy or MUTANTS[name].hunt)  # ``+spec``: drawn [I] settings
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=4,
-                             strategy=hunt, draw_spec=draw_spec, shrink=shrink, stop_on=intended, ranks=ranks,
+                             strategy=drawn.strategy, draw_spec=drawn.draw_spec, shrink=shrink, stop_on=intended, ranks=ranks,
                              rediscover=True)  # a kill is what this run finds, whatever the folder holds
     result = campaign.run(config)
     if not result.failures:

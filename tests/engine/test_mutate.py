@@ -322,10 +322,16 @@ def test_the_map_measures_a_phase_that_draws_the_spec_settings_and_the_cli_takes
     """A line run only under an [I] setting other than its default is run by that phase alone."""
     from fsdp_verify.commands.mutate import _phase
     from fsdp_verify.engine import aim
+    from fsdp_verify.model.names import StrategyName, strategy_name
     assert aim.phase_name("hazards+spec", aim.SHAPE_SIZE) in aim.shape_phases()
-    assert aim.campaign_strategy("hazards+spec") == ("hazards", True)
-    assert aim.campaign_strategy("rule:capacity") == ("rule:capacity", False)
+    assert strategy_name("hazards+spec") == StrategyName("hazards", True)
+    assert strategy_name("rule:capacity") == StrategyName("rule:capacity", False, "rule", "capacity")
     assert _phase("hazards+spec:tiny") == mutate.Phase("hazards+spec", "tiny")
+    assert _phase("skip:unsupported_wait_users/wait_in_legacy_namespace+spec:tiny").strategy == \
+        "skip:unsupported_wait_users/wait_in_legacy_namespace+spec"
+    assert _phase("rule:every_member_cast@full_precision").size == "default"
+    with pytest.raises(Exception):
+        _phase("rule:every_member_cast@no_such_focus")
     with pytest.raises(Exception):
         _phase("nonsense+spec")
 

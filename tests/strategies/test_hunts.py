@@ -6,7 +6,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
-from fsdp_verify.engine.aim import SPEC_SHAPES, campaign_strategy
+from fsdp_verify.engine.aim import SPEC_SHAPES
+from fsdp_verify.model.names import strategy_name
 from fsdp_verify.model import names
 from fsdp_verify.strategies import blueprints, mutated_graphs
 from fsdp_verify.strategies.graphs import FOCUSES, PREFIX_SHARING_NAMES, SIZES, focused, rule_kind
@@ -94,16 +95,14 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
 
 def test_every_planted_bug_s_hunt_is_a_strategy_or_a_rule_that_exists():
     for mutant in MUTANTS.values():
-        hunt, draw_spec = campaign_strategy(mutant.hunt)
-        kind, _, rest = hunt.partition(":")
-        if kind in ("rule", "skip"):
-            reason, _, focus = rest.partition("@")
-            assert not draw_spec or reason.partition("/")[0] in SPEC_SHAPES, \
-                f"{mutant.name}: the map measures {reason} under the default settings only"
-            rule_kind(reason)  # raises on an unknown reason
-            assert not focus or focus in FOCUSES, mutant.name
-            if "/" in reason:
-                labels = _labels(mutated_graphs("tiny", reason=reason))
+        named = strategy_name(mutant.hunt)
+        if named.rule:
+            assert not named.draw_spec or named.reason in SPEC_SHAPES, \
+                f"{mutant.name}: the map measures {named.reason} under the default settings only"
+            rule_kind(named.pinned)  # raises on an unknown reason
+            assert not named.focus or named.focus in FOCUSES, mutant.name
+            if named.variant:
+                labels = _labels(mutated_graphs("tiny", reason=named.pinned))
                 assert any(label != "fsdp_graphs" for label in labels), mutant.name
         else:
             assert mutant.hunt in names.STRATEGIES, mutant.name
