@@ -34,9 +34,12 @@ def _phase(text: str) -> Phase:
 
 
 def _kind_of(reason: str) -> str:
-    """Which table of planted shapes ``reason`` names (skip, split, singleton, fusion), or ""."""
+    """Which table of planted shapes ``reason`` (``REASON[/VARIANT]``) names (skip, split, singleton,
+    fusion), or "" where the reason or its variant is unknown."""
     from fsdp_verify.strategies import graphs
     try:
+        if "/" in reason:
+            graphs._pinned_variant(reason)
         return graphs.rule_kind(reason)
     except ValueError:
         return ""

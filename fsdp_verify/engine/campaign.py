@@ -123,7 +123,9 @@ def _strategy(config: Config, target: Optional[Any] = None):
         graphs = uneven_cases(cases(config.size))
     elif config.strategy in FOCUSES:
         graphs = cases(focused(config.size, config.strategy))
-    elif (named := names.strategy_name(config.strategy)).rule:
+    elif (named := names.strategy_name(config.strategy)).draw_spec:
+        raise ValueError(f"strategy {config.strategy!r}: a campaign takes +spec as Config.draw_spec, not in the name")
+    elif named.rule:
         # a focus draws the blueprint the rule plants its defect in
         graphs = mutated_graphs(focused(config.size, named.focus) if named.focus else config.size,
                                 reason=named.pinned)

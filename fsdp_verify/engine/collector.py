@@ -36,11 +36,14 @@ def tuned() -> Iterator[None]:
     object of the process: 185 ms in a test worker that imported everything, once per campaign (a
     sixth of a self-test hunt's CPU, and a mutant runs a campaign per phase). What the oldest
     generation holds of garbage is frozen with the rest for the block and handed back to the
-    collector after it."""
+    collector after it. The block's own garbage, old or young, is collected as it ends, before the
+    unfreeze (a walk of what the block allocated only): else the next block would freeze what this
+    one left in the oldest generation, and campaigns run one after another would pile it up."""
     before = gc.get_threshold()
     settle(generation=1)
     try:
         yield
     finally:
         gc.set_threshold(*before)
+        gc.collect()
         gc.unfreeze()

@@ -33,3 +33,15 @@ def test_a_campaign_block_freezes_collects_its_own_garbage_and_hands_the_old_bac
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == before
     gc.collect()
     assert old_ref() is None  # handed back, and collected
+
+
+def test_what_a_block_leaves_in_the_oldest_generation_is_collected_as_it_ends():
+    """Else the next block freezes it: campaigns run one after another (self-test hunts, a mutant's
+    phases) would pile up their garbage."""
+    with collector.tuned():
+        kept, kept_ref = _cycle()
+        gc.collect(1)
+        gc.collect(1)  # promoted to the oldest generation
+        del kept  # garbage there, which the block's young collections never walk
+        assert kept_ref() is not None
+    assert kept_ref() is None  # collected as the block ended, before any other collection

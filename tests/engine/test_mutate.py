@@ -333,6 +333,8 @@ def test_the_map_measures_a_phase_that_draws_the_spec_settings_and_the_cli_takes
     with pytest.raises(Exception):
         _phase("rule:every_member_cast@no_such_focus")
     with pytest.raises(Exception):
+        _phase("rule:every_member_cast/no_such_variant")
+    with pytest.raises(Exception):
         _phase("nonsense+spec")
 
 
