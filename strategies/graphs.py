@@ -64,8 +64,12 @@ def _integers(low: int, high: int) -> st.SearchStrategy[int]:
     return st.integers(low, high)
 
 
+def _sampled(values: Iterable) -> st.SearchStrategy:
+    return _sampled_tuple(tuple(values))
+
+
 @functools.lru_cache(maxsize=None)
-def _sampled(values: tuple) -> st.SearchStrategy:
+def _sampled_tuple(values: tuple) -> st.SearchStrategy:
     return st.sampled_from(values)
 
 
@@ -77,10 +81,6 @@ def _fixed_lists(low: int, high: int, length: int) -> st.SearchStrategy[list[int
 @functools.lru_cache(maxsize=None)
 def _none_or(low: int, high: int) -> st.SearchStrategy[Optional[int]]:
     return st.none() | st.integers(low, high)
-
-
-def _sampled_of(values: Iterable) -> st.SearchStrategy:
-    return _sampled(tuple(values))
 
 
 _BOOLEANS = st.booleans()
@@ -147,12 +147,12 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
         expert=expert, own_scope=own_scope, layout=layout, wire=wire, scaled=scaled)
 
 
-
 @functools.lru_cache(maxsize=None)
 def _param_strategy(dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None,
                     wire: str) -> st.SearchStrategy[ParamDraw]:
     """``param_draws`` with these arguments, one object for all draws (see ``_integers``)."""
     return param_draws(dtype=dtype, expert_ok=expert_ok, size=size, forced_regather=forced_regather, wire=wire)
+
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6
 # in one draw of three, because a rule written for powers of two (a shift for a division, a mask
@@ -175,7 +175,7 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
                experts: bool = True) -> Blueprint:
     """A blueprint of a graph shaped like the output of the FSDP pass (spec section 1.4)."""
     size = _size(size)
-    degree = draw(_sampled_of(degrees))
+    degree = draw(_sampled(degrees))
     expert_degree = 0
     # The last choice, 1, is a one-rank expert group (expert parallelism as wide as the FSDP group
     # leaves the experts' FSDP mesh dim one rank wide): its launches have degree 1, which rule 5 skips.
@@ -288,25 +288,25 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     for a bug only that variant's shape tells (one variant in nine is nine times the examples)."""
     pinned = None
     if reason is not None and "/" in reason:
-        reason, pinned = _pinned_variant(reason)
+        reason, pinned = pinned_variant(reason)
     blueprint = draw(blueprints(size, **kwargs))
     case = Case(render(blueprint), PlanArgs(), seed=draw(_integers(0, 2**16)))
     kind = rule_kind(reason) if reason else \
-        draw(_sampled_of([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
+        draw(_sampled([k for k in kinds for _ in range(MUTATION_WEIGHTS[k])]))
     if kind == "args":
-        name = draw(_sampled_of(sorted(mutations.ARG_MUTATIONS)))
+        name = draw(_sampled(sorted(mutations.ARG_MUTATIONS)))
         return replace(case.with_args(**mutations.ARG_MUTATIONS[name]), label=f"args:{name}")
     if kind == "skip":
-        reason = reason or draw(_sampled_of([r for r in sorted(mutations.SKIP_MUTATIONS)
+        reason = reason or draw(_sampled([r for r in sorted(mutations.SKIP_MUTATIONS)
                                                  for _ in range(SKIP_WEIGHTS.get(r, 1))]))
-        variant = pinned or draw(_sampled(tuple(mutations.SKIP_MUTATIONS[reason])))
+        variant = pinned or draw(_sampled(mutations.SKIP_MUTATIONS[reason]))
         sites = mutations.launches(case.graph)
     else:
         table = _TABLES[kind]
-        reason = reason or draw(_sampled_of([r for r in sorted(table)
+        reason = reason or draw(_sampled([r for r in sorted(table)
                                                  for _ in range(FUSION_WEIGHTS.get(r, 1) if kind == "fusion"
                                                                 else SPLIT_WEIGHTS.get(r, 1))]))
-        variant = pinned or draw(_sampled(tuple(table[reason])))
+        variant = pinned or draw(_sampled(table[reason]))
         if getattr(variant, "gathered_ahead", False) and (blueprint.reshard_after_forward or len(blueprint.blocks) < 2):
             # the shape needs gathers issued ahead of their consumers: drawn as such, not left to
             # the one blueprint in five that has them (a rewriter bug there went unfound in 60 s)
@@ -336,7 +336,7 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
     return replace(mutated, label=f"{kind}:{reason}:{variant.__name__}@{where}")
 
 
-def _pinned_variant(hunt: str) -> tuple[str, Callable]:
+def pinned_variant(hunt: str) -> tuple[str, Callable]:
     """``REASON/VARIANT`` as the reason and the variant's function; an unknown one names the choices."""
     reason, _, name = hunt.partition("/")
     table = _TABLES[rule_kind(reason)]
@@ -413,11 +413,11 @@ def hazard_graphs(draw, size: Size | str = "default", max_hazards: int = 8, **kw
     labels = []
     for _ in range(draw(_integers(1, max_hazards))):
         if draw(_BOOLEANS):
-            reason = draw(_sampled_of(sorted(mutations.SPLIT_MUTATIONS)))
-            variant = draw(_sampled(tuple(mutations.SPLIT_MUTATIONS[reason])))
+            reason = draw(_sampled(sorted(mutations.SPLIT_MUTATIONS)))
+            variant = draw(_sampled(mutations.SPLIT_MUTATIONS[reason]))
             sites = mutations.sibling_pairs(case.graph)
         else:
-            reason, variant = draw(_sampled(tuple(_HAZARD_SKIPS)))
+            reason, variant = draw(_sampled(_HAZARD_SKIPS))
             sites = mutations.launches(case.graph)
         sites = [s for s in sites if mutations.fits(variant, case, s)
                  and not used & set(s if isinstance(s, tuple) else (s,))]

@@ -39,7 +39,7 @@ def _kind_of(reason: str) -> str:
     from fsdp_verify.strategies import graphs
     try:
         if "/" in reason:
-            graphs._pinned_variant(reason)
+            graphs.pinned_variant(reason)
         return graphs.rule_kind(reason)
     except ValueError:
         return ""
