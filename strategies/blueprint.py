@@ -277,5 +277,5 @@ def fresh_render(bp: Blueprint) -> GraphSpec:
                                     "state_is_param": [True] * len(fqns)})
 
 
-__all__ = ["DTYPES", "LAYOUTS", "STORAGE_ONLY", "WIRES", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw", "fresh_render",
-           "render"]
+__all__ = ["DTYPES", "LAYOUTS", "STORAGE_ONLY", "WIRES", "PREP_KINDS", "VIEW_KINDS", "Blueprint", "ParamDraw",
+           "fresh_render", "render"]

@@ -55,8 +55,8 @@ def hunt(name: str, examples: int, seed: int, corpus_dir: str, shrink: bool = Tr
     drawn = strategy_name(strategy or MUTANTS[name].hunt)  # ``+spec``: drawn [I] settings
     config = campaign.Config(target=f"mutant:{name}", budget=campaign.Budget(examples=examples), seed=seed,
                              profile="ci", corpus_dir=corpus_dir, size="tiny", modules=False, max_failures=4,
-                             strategy=drawn.strategy, draw_spec=drawn.draw_spec, shrink=shrink, stop_on=intended, ranks=ranks,
-                             rediscover=True)  # a kill is what this run finds, whatever the folder holds
+                             strategy=drawn.strategy, draw_spec=drawn.draw_spec, shrink=shrink, stop_on=intended,
+                             ranks=ranks, rediscover=True)  # a kill is what this run finds, whatever the folder holds
     result = campaign.run(config)
     if not result.failures:
         return Kill(name, intended, None, None, None, ())
