@@ -1130,6 +1130,24 @@ def gain_by_mean(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, target="aten.mean.default")
 
 
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_of_python_negation(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain reduces ``-abs(p)`` negated by Python's ``-`` (``operator.neg``, as a symbolic trace
+    records it): still a reduction over every dim, 0-dim, so torch keeps the cast's dtype. The walk
+    follows the negation by its name but cannot run it on the real shard shape, so only the
+    stand-ins can say the reduction is full; a walk that also asks the real shapes falls back to the
+    parameter's dtype."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    amax = found[2]
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{a}_negated")
+    graph = edit.insert_before(graph, amax.name, [edit.call(name, "operator.neg", amax.args[0], meta=_phase(case, a))])
+    return replace(case, graph=edit.update_node(graph, amax.name, args=(NodeRef(name), *amax.args[1:])))
+
+
 @needs_cast(scaled=True, rows=Rows.WIDE)
 @acts_on(*AG_KINDS)
 def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1296,6 +1314,7 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_by_positional_keepdim,
                                                                             gain_summed_with_every_keyword,
                                                                             gain_by_mean,
+                                                                            gain_of_python_negation,
                                                                             cast_scaled_by_python_operator,
                                                                             gain_as_constant),
                                                       "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,

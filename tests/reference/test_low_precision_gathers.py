@@ -446,6 +446,7 @@ _PLAIN = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((
     (mutations.gain_by_keyword_reduction, _SCALED, "standins_empty"),
     (mutations.gain_by_positional_keepdim, _SCALED, "full_reductions_by_table"),
     (mutations.gain_by_mean, _SCALED, "full_reductions_by_table"),
+    (mutations.gain_of_python_negation, _SCALED, "full_reductions_need_real_shapes"),
     (mutations.gain_summed_with_every_keyword, _SCALED, "reduction_keywords_unknown"),
     (mutations.gain_per_channel, _SCALED, "probe_skipped"),
     (mutations.cast_before_opaque_op, _PLAIN, "first_operand_decides"),

@@ -331,6 +331,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "the reduction, so a gain of mean(abs(p)) or amax(x, [], False) leaves its scaled cast in the "
            "parameter's dtype", ("layout", "numerics"), rewrite_bugs.full_reductions_by_table,
            hunt="rule:scaled_cast_forms"),
+    Mutant("full_reductions_need_real_shapes", "a reduction the stand-ins show full is unknown unless the walk "
+           "can run it on the real shapes, so a gain reducing a Python negation leaves its scaled cast in the "
+           "parameter's dtype", ("layout", "numerics"), rewrite_bugs.full_reductions_need_real_shapes,
+           hunt="rule:scaled_cast_forms/gain_of_python_negation"),
     Mutant("probe_skipped", "a reduction's 0-dim result on one-dim stand-ins is taken for a reduction over every "
            "dim, so a cast times a per-column gain is packed in half precision, not float32", ("layout", "numerics"),
            rewrite_bugs.probe_skipped, hunt="rule:per_row_gains/gain_per_channel"),

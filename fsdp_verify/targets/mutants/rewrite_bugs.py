@@ -634,6 +634,22 @@ def full_reductions_by_table() -> list[tuple]:
     return [(rewrite, "_evaluated", by_table)]
 
 
+def full_reductions_need_real_shapes() -> list[tuple]:
+    """A reduction the stand-ins show full is known only where the walk can also run it on the real
+    shapes: a gain reducing ``-abs(p)`` negated by Python's ``-`` (which the walk follows by name but
+    cannot run) is unknown, and the scaled cast it gains falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def needs_real(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_evaluated(node, walk)
+        dimensioned = any(walk.seen.get(a) is not None and not walk.seen[a][1]
+                          for a in node.args if isinstance(a, fx.Node))
+        if found is not None and found[1] and dimensioned and rewrite._real(node, walk) is None:
+            return None
+        return found
+    return [(rewrite, "_evaluated", needs_real)]
+
+
 def probe_skipped() -> list[tuple]:
     """The second stand-ins have one dim, as the first: a reduction over dim 0 comes out 0-dim from
     both, so a per-column gain (``sum(abs(p), [0])``) is taken for 0-dim and its float32 product
