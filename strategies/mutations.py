@@ -214,6 +214,14 @@ def group_meta_mismatch(case: Case, launch: str) -> Case:
     return _set(case, launch, comm_group=f"not_{case.graph.node(launch).args[-1]}")
 
 
+@plants("skip", "group_metadata_mismatch")
+def group_meta_names_default_group(case: Case, launch: str) -> Case:
+    """The meta names the default process group by its c10d name (``"0"``), not the launch's group:
+    a name that sorts before every drawn group's, so a rule that compares the names by order
+    (``>`` for ``!=``) lets it through where ``not_<group>`` (sorting after) is still refused."""
+    return _set(case, launch, comm_group="0")
+
+
 @plants("skip", "missing_parameter_identity")
 def missing_identity(case: Case, launch: str) -> Case:
     return _set(case, launch, state_idx=True)

@@ -16,7 +16,9 @@ if TYPE_CHECKING:  # the engine is imported when a mutate command runs, not when
 def _phase(text: str) -> Phase:
     """STRATEGY[:SIZE], or rule:REASON[/VARIANT][@FOCUS][:SIZE] / skip:...: graphs with that one
     planted shape (the self-test's hunts), for a class of bugs the default mix reaches too rarely;
-    either with +spec draws the spec's [I] settings per example."""
+    either with +spec draws the spec's [I] settings per example. ``rule:`` names a reason of any
+    table, as the campaign reads it and as this command's report names its aims (a skip reason's
+    hunt too); ``skip:`` names skip reasons only."""
     from fsdp_verify.engine.mutate import Phase
     from fsdp_verify.model import names
     parts = text.split(":")
@@ -24,7 +26,7 @@ def _phase(text: str) -> Phase:
     strategy = ":".join(parts)
     named = names.strategy_name(strategy)
     directed = bool(named.rule) and _kind_of(named.pinned) in \
-        (("skip",) if named.rule == "skip" else ("split", "singleton", "fusion")) and _focus_known(named.focus)
+        (("skip",) if named.rule == "skip" else ("skip", "split", "singleton", "fusion")) and _focus_known(named.focus)
     if not directed and named.strategy not in names.STRATEGIES:
         raise argparse.ArgumentTypeError(f"{text!r}: expected STRATEGY[:SIZE] with a strategy of "
                                          f"{', '.join(names.STRATEGIES)} (or rule:REASON, skip:REASON; STRATEGY+spec draws "

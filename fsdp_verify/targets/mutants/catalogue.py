@@ -23,6 +23,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     cap_zero_accepted,
     input_distance_floor_lowered,
     degree_rule_weakened,
+    group_meta_compared_by_order,
     fqn_trailing_space_accepted,
     fqn_type_unchecked,
     kinds_by_identity,
@@ -133,6 +134,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("degree_checked_above_only", "a degree below its group's size passes (only too large a one is "
            "skipped)", ("planner",), lambda: degree_rule_weakened(
                lambda degree, size: isinstance(degree, int) and 1 < degree < size), hunt="skip:group_size_mismatch"),
+    # Killed only where the meta names a group that sorts before the launch's (the default group's "0").
+    Mutant("group_meta_compared_by_order", "the group-meta rule compares names by order, so a meta naming the "
+           "default group (\"0\") passes", ("planner",), group_meta_compared_by_order,
+           hunt="skip:group_metadata_mismatch/group_meta_names_default_group"),
     Mutant("unread_launch_without_consumer", "a launch nothing reads, not even a wait, passes the wait-users "
            "rule and is skipped as no_consumer", ("planner",), unread_launch_without_consumer,
            hunt="skip:unsupported_wait_users"),

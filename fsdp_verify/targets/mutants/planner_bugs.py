@@ -375,6 +375,26 @@ def degree_rule_weakened(accepts: Callable[[object, int], bool]) -> list[Patch]:
     return [(planner, "_identity_reason", identity_reason)]
 
 
+def group_meta_compared_by_order() -> list[Patch]:
+    """Rule 6 of spec 2.5 compares the meta's group name with the launch's by order (``>``, not
+    ``!=``): a meta naming a group that sorts before the launch's (the default group, ``"0"``) passes,
+    and the launch is judged by the later rules as if its meta named its own group."""
+    original = planner._identity_reason
+
+    def identity_reason(node, kind, groups):
+        found = original(node, kind, groups)
+        group, named = node.args[-1] if node.args else None, node.meta.get("comm_group")
+        if found != "group_metadata_mismatch" or not isinstance(named, str) or not isinstance(group, str) \
+                or not named < group:
+            return found
+        node.meta["comm_group"] = group
+        try:
+            return original(node, kind, groups)
+        finally:
+            node.meta["comm_group"] = named
+    return [(planner, "_identity_reason", identity_reason)]
+
+
 def dim0_layout_by_order() -> list[Patch]:
     """Rule 11 compares the larger shape with the expected one by order (``<``), not equality: a shape
     too small is refused, one too large passes."""
