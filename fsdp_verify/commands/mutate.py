@@ -94,6 +94,9 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                              "after, reason}]}")
     mutate.add_argument("--list", action="store_true", help="list the mutants (after sampling) and exit")
     mutate.add_argument("--json", type=options.writable_file, help="write every mutant's result here")
+    mutate.add_argument("--keep-cases", metavar="DIR", default="",
+                        help="keep each mutant's campaign folder under DIR (one per mutant and round): the "
+                             "case that killed it, to replay, show or shrink; the JSON report names it")
     mutate.set_defaults(func=run)
 
 
@@ -118,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
             print(mutant.ident)
         return 0
     settings = mutate.Settings(target=args.target, seconds=args.budget, workers=args.workers, seed=args.seed,
-                               phases=tuple(args.phase or mutate.DEFAULT_PHASES), aim=args.aim)
+                               phases=tuple(args.phase or mutate.DEFAULT_PHASES), aim=args.aim,
+                               keep_cases=args.keep_cases)
     print(f"mutating {', '.join(args.paths)}: {len(chosen)} of {len(everything)} mutants, {args.budget:g} s each "
           f"against {args.target}, {args.workers} at a time", flush=True)
     with options.progress_line(args, "mutate", unit="mutants", bad="survivors", total=len(chosen)) as progress:

@@ -26,6 +26,7 @@ import os
 import random
 import re
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -115,6 +116,7 @@ class MutantResult:
     after: str = ""
     diff: str = ""
     reason: str = ""  # why equivalent, or what went wrong
+    cases: str = ""  # the folder its killing case was saved in (``Settings.keep_cases``), else ""
 
     def to_json(self) -> dict:
         record = asdict(self)
@@ -149,6 +151,9 @@ class Settings:
     case_deadline: float = 10.0  # seconds the target may take on one case: a hang is a kill, soon
     aim: bool = True  # add a planted shape's phase for a mutant whose line the phases seldom run
     grace: float = 60.0  # wall seconds past the budget before a child is the harness's overrun
+    # a folder: each mutant's campaign keeps its corpus under it (``case_folder``), so the case that
+    # killed a mutant can be replayed, shown or shrunk; empty: a temporary folder, then gone
+    keep_cases: str = ""
 
 
 class BadInput(ValueError):
@@ -419,7 +424,13 @@ def _campaign(settings: Settings, corpus: str) -> dict:
     return report
 
 
-def _child(mutant: Mutant, source: str, settings: Settings, out: Path, log: Path) -> None:
+def case_folder(keep: str, mutant: Mutant, round_: int) -> Path:
+    """Where a kept campaign of ``mutant`` saves its cases: one folder per mutant and round, named by
+    its ident (path, line, operator, occurrence) with what a file name cannot hold replaced."""
+    return Path(keep) / f"{re.sub(r'[^A-Za-z0-9_.#-]+', '_', mutant.ident)}.round{round_}"
+
+
+def _child(mutant: Mutant, source: str, settings: Settings, out: Path, log: Path, round_: int = 1) -> None:
     """In the forked child: import the mutant, run its campaign, write what happened; never returns."""
     code = 0
     try:
@@ -437,8 +448,14 @@ def _child(mutant: Mutant, source: str, settings: Settings, out: Path, log: Path
             key = "incompetent" if finder.loaded else "harness_error"
             out.write_text(json.dumps({key: traceback.format_exc(limit=4)}))
             os._exit(0)
-        with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutant-") as corpus:
-            report = _campaign(settings, corpus)
+        if settings.keep_cases:
+            kept = case_folder(settings.keep_cases, mutant, round_)
+            shutil.rmtree(kept, ignore_errors=True)  # this run's cases only
+            kept.mkdir(parents=True)
+            report = _campaign(settings, str(kept))
+        else:
+            with tempfile.TemporaryDirectory(prefix="fsdp-verify-mutant-") as corpus:
+                report = _campaign(settings, corpus)
         report["loaded"] = finder.loaded
         out.write_text(json.dumps(report))
     except BaseException:  # noqa: BLE001 - whatever happens, the parent reads a verdict
@@ -485,6 +502,7 @@ class _Running:
     after: str
     diff: str
     aimed: Optional[aim.Aim] = None
+    cases: str = ""  # its kept campaign's folder (``case_folder``), or ""
 
 
 def warm_up() -> None:
@@ -568,7 +586,7 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
             for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
                 _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
             firsts = {m.ident: done[m.ident] for m, _ in again}
-            interrupted = _judge(again, settings, equivalences, None, sources, done)
+            interrupted = _judge(again, settings, equivalences, None, sources, done, round_=2)
             for mutant, _ in again:
                 done[mutant.ident] = _second_round(firsts[mutant.ident], done.get(mutant.ident), settings)
                 _tell(progress, done[mutant.ident])
@@ -585,9 +603,9 @@ _AGAIN = (aim.Basis.RESULT, aim.Basis.UNSEEN, aim.Basis.HARMLESS)
 
 def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivalences: list[Equivalence],
            progress: Optional[Callable[[MutantResult], None]], sources: dict[str, tuple[str, Optional[str]]],
-           done: dict[str, MutantResult]) -> bool:
+           done: dict[str, MutantResult], round_: int = 1) -> bool:
     """Run each mutant's campaign in a forked child, ``settings.workers`` at a time, into ``done``;
-    whether Ctrl-C stopped them."""
+    whether Ctrl-C stopped them. ``round_`` names a kept campaign's folder (``case_folder``)."""
     running: dict[int, _Running] = {}
     queue = list(items)
     numbers = itertools.count()  # each child its own report and log file: two at once never share one
@@ -615,8 +633,10 @@ def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivale
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _child(mutant, mutated, aimed.settings, out, log)
-                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed.found)
+                        _child(mutant, mutated, aimed.settings, out, log, round_)
+                    kept = str(case_folder(settings.keep_cases, mutant, round_)) if settings.keep_cases else ""
+                    running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed.found,
+                                            kept)
                 pid, status, usage = os.wait4(-1, os.WNOHANG)
                 if pid == 0:
                     for job in list(running.values()):
@@ -746,6 +766,8 @@ def _finish(job: _Running, usage: resource.struct_rusage, overran: bool,
     except (OSError, json.JSONDecodeError):
         report = None
     outcome, facts = _verdict(job.mutant, report, job.log, overran)
+    if outcome is Outcome.KILLED and job.cases:
+        facts["cases"] = job.cases
     if outcome is Outcome.SURVIVED:
         claim = next((e for e in equivalences if e.matches(job.mutant, job.before, job.after)), None)
         if claim is not None:

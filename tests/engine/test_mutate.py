@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("cosmic_ray", reason="fsdp-verify mutate needs cosmic-ray (pip install -e '.[mutate]')")
 
 from fsdp_verify.commands.cli import main  # noqa: E402
+from fsdp_verify.corpus.files import load as load_entry  # noqa: E402
 from fsdp_verify.engine import mutate  # noqa: E402
 
 HELPER = Path(__file__).parents[1] / "helpers" / "mutable_target.py"
@@ -55,9 +56,10 @@ def test_the_finder_imports_the_mutant_from_memory_and_writes_nothing(tmp_path: 
     assert not (package / "__pycache__").exists() or not list((package / "__pycache__").glob("values*"))
 
 
-def test_a_killed_mutant_names_its_checker_and_a_claimed_equivalent_is_counted_apart() -> None:
+def test_a_killed_mutant_names_its_checker_and_a_claimed_equivalent_is_counted_apart(tmp_path: Path) -> None:
     """Two workers side by side on one file: the file never changes, the wait-skipping mutant is
-    killed by a checker (not by a crash), the log-line mutant survives and the file explains it."""
+    killed by a checker (not by a crash), the log-line mutant survives and the file explains it.
+    Kept campaigns: the killed mutant's folder holds the case that killed it."""
     before = _digest(HELPER)
     mutants = mutate.enumerate_mutants([str(HELPER)], "ReplaceFalseWithTrue|ReplaceTrueWithFalse")
     assert len(mutants) == 2
@@ -65,13 +67,16 @@ def test_a_killed_mutant_names_its_checker_and_a_claimed_equivalent_is_counted_a
     claim = mutate.Equivalence(quiet.path, quiet.operator, "QUIET = True", "QUIET = False",
                                "QUIET only gates a progress print")
     settings = mutate.Settings(target=TARGET, seconds=6, phases=(mutate.Phase("hazards", "tiny"),), workers=2,
-                               aim=False)
+                               aim=False, keep_cases=str(tmp_path / "kept"))
     outcome = mutate.run(mutants, settings, [claim])
     by_operator = {r.mutant.operator: r for r in outcome.results}
     killed = by_operator["core/ReplaceFalseWithTrue"]
     assert killed.outcome is mutate.Outcome.KILLED, killed
     assert killed.checkers and set(killed.checkers) != {"target"}
     assert killed.seconds_to_kill is not None and killed.seconds_to_kill < 6
+    saved = list(Path(killed.cases).glob("*.json"))
+    assert killed.cases == str(mutate.case_folder(str(tmp_path / "kept"), killed.mutant, 1)) and saved
+    assert set(killed.checkers) <= set(load_entry(saved[0]).verdict.checkers), saved[0]
     equivalent = by_operator["core/ReplaceTrueWithFalse"]
     assert equivalent.outcome is mutate.Outcome.EQUIVALENT and equivalent.reason == claim.reason
     assert (equivalent.before, equivalent.after) == ("QUIET = True", "QUIET = False")
