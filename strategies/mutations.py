@@ -584,16 +584,42 @@ def source_is_first_consumer(case: Case, a: str, b: str) -> Optional[Case]:
     numel = math.prod(spec_b["input_shape"])
     if not 0 < numel <= math.prod(spec_a["output_shape"]):
         return None
+    # what each gather moves, not its spec's dtype: A may gather a cast (a float32 gather of a float64
+    # parameter), and B's new source must hold what B moved, or B's gradient changes dtype with it
+    moved_a, moved_b = _moved(case, a), _moved(case, b)
+    if moved_a is None or moved_b is None:
+        return None
     meta = _phase(case, b)
     flat, part, shaped, copied = (edit.fresh_name(graph, f"{a}_{suffix}") for suffix in ("flat", "part", "shaped",
                                                                                           "copied"))
-    copy = (edit.call(copied, "aten.clone.default", NodeRef(shaped), meta=meta)
-            if spec_a["dtype"] == spec_b["dtype"] else
-            edit.call(copied, CAST, NodeRef(shaped), spec_b["dtype"], meta=meta))
+    copy = (edit.call(copied, "aten.clone.default", NodeRef(shaped), meta=meta) if moved_a == moved_b else
+            edit.call(copied, CAST, NodeRef(shaped), moved_b, meta=meta))
     nodes = [edit.call(flat, "aten.view.default", NodeRef(wait_a), [-1], meta=meta),
              edit.call(part, "aten.slice.Tensor", NodeRef(flat), 0, 0, numel, meta=meta),
              edit.call(shaped, "aten.view.default", NodeRef(part), list(spec_b["input_shape"]), meta=meta), copy]
     return replace(case, graph=_gathered_after(graph, wait_a, b, nodes))
+
+
+def _moved(case: Case, launch: str) -> Optional[torch.dtype]:
+    """The dtype ``launch`` gathers: its spec's for the parameter itself, a cast's (by position or
+    keyword, or ``_to_copy``'s) for a cast of it, that cast's for a cast times a gain (a 0-dim float32
+    gain keeps a cast's dtype); None for any other source."""
+    graph = case.graph
+    source = graph.node(launch).args[0]
+    node = graph.node(source.name) if isinstance(source, NodeRef) else None
+    if node is not None and node.target == "aten.mul.Tensor" and node.args and isinstance(node.args[0], NodeRef):
+        node = graph.node(node.args[0].name)  # the scaled cast's cast
+    if node is None:
+        return None
+    if node.op == "placeholder":
+        dtype = graph.node(launch).meta["fsdp_bucket_spec"]["dtype"]
+    elif node.target == CAST:
+        dtype = node.args[1] if len(node.args) == 2 else node.kwargs.get("dtype")
+    elif node.target == "aten._to_copy.default":
+        dtype = node.kwargs.get("dtype")
+    else:
+        return None
+    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def _phase(case: Case, node: str) -> dict:

@@ -31,6 +31,7 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     M.degree_off_by_one: "group_size_mismatch/degree_not_group_size",
     M.degree_float: "group_size_mismatch/degree_not_int",
     M.group_meta_mismatch: "group_metadata_mismatch/comm_group_differs",
+    M.group_meta_names_default_group: "group_metadata_mismatch/comm_group_differs",
     M.missing_identity: "missing_parameter_identity/state_idx_bool",
     M.no_param_name: "missing_parameter_identity/param_name_not_str",
     M.empty_param_name: "missing_parameter_identity/param_name_empty",

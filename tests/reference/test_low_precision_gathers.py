@@ -536,3 +536,20 @@ def test_a_gain_squeezed_from_rows_of_one_element_keeps_the_cast_dtype():
         launch = by_name(build_module(localize(mutated.graph, 0)))[a]
         assert moved_dtype(launch.args[0], torch.float32) == moved
         assert not _errors("reference", mutated)[0]
+
+
+def test_a_source_copied_from_a_cast_gather_holds_what_its_own_gather_moved():
+    """The dependency window's boundary shape (B gathers a copy of what A gathered) where A gathers a
+    bf16 cast and B its float32 parameter: the copy is cast to float32, so B moves and reduces what it
+    did; a copy left in bf16 made B's gradient bf16 under a float32 spec (seed 8 of the default mix
+    drew one, and every checker but planner failed the reference on it)."""
+    base = Case(render(Blueprint(blocks=((ParamDraw((4,), view="flat", wire="bfloat16"), ParamDraw((4,), view="flat")),),
+                                 reshard_after_forward=False)))
+    pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.source_is_first_consumer(base, *p)
+                and mutations._moved(base, p[0]) != mutations._moved(base, p[1]))
+    assert (mutations._moved(base, pair[0]), mutations._moved(base, pair[1])) == (torch.bfloat16, torch.float32)
+    planted = mutations.source_is_first_consumer(base, *pair)
+    copied = planted.graph.node(planted.graph.node(pair[1]).args[0].name)
+    assert copied.target == mutations.CAST and copied.args[1] == torch.float32
+    errors, _ = _errors("reference", planted)
+    assert not errors, errors
