@@ -633,7 +633,10 @@ def _judge(items: Sequence[tuple[Mutant, "Aimed"]], settings: Settings, equivale
                     sys.stderr.flush()
                     pid = os.fork()
                     if pid == 0:
-                        _child(mutant, mutated, aimed.settings, out, log, round_)
+                        try:
+                            _child(mutant, mutated, aimed.settings, out, log, round_)
+                        finally:  # a forked child never returns into the parent's code, whatever it raised
+                            os._exit(3)
                     kept = str(case_folder(settings.keep_cases, mutant, round_)) if settings.keep_cases else ""
                     running[pid] = _Running(mutant, pid, time.monotonic(), out, log, before, after, diff, aimed.found,
                                             kept)

@@ -307,7 +307,7 @@ def test_children_running_at_once_never_share_a_report_file(monkeypatch) -> None
     import os
     import time
 
-    def child(mutant, source, settings, out, log):
+    def child(mutant, source, settings, out, log, round_=1):
         late = mutant.occurrence % 2 == 0  # writes first and exits last: a sharer would overwrite it
         time.sleep(0 if late else 0.1)
         out.write_text(json.dumps({"examples": 100 + mutant.occurrence, "checkers": [], "harness_errors": 0,
@@ -322,6 +322,20 @@ def test_children_running_at_once_never_share_a_report_file(monkeypatch) -> None
     settings = mutate.Settings(workers=2, seconds=5)
     assert not mutate._judge([(m, mutate.Aimed(settings)) for m in mutants], settings, [], None, sources, done)
     assert {ident: r.examples for ident, r in done.items()} == {m.ident: 100 + m.occurrence for m in mutants}
+
+
+def test_a_child_that_raises_never_returns_into_the_parent(monkeypatch) -> None:
+    """A forked child that raises (a harness bug, a signature out of step) exits there: returning, it
+    would run the rest of the parent's work, a second pytest session included."""
+    def child(*args, **kwargs):
+        raise RuntimeError("the child's own failure")
+    monkeypatch.setattr(mutate, "_child", child)
+    mutant = mutate.Mutant(str(HELPER), "helpers.mutable_target", "core/ReplaceFalseWithTrue", 0, 1)
+    done: dict = {}
+    settings = mutate.Settings(workers=1, seconds=5)
+    assert not mutate._judge([(mutant, mutate.Aimed(settings))], settings, [], None,
+                             {mutant.ident: ("x = 1\n", "x = 2\n")}, done)
+    assert done[mutant.ident].outcome is mutate.Outcome.HARNESS_ERROR, done
 
 
 def test_the_map_measures_a_phase_that_draws_the_spec_settings_and_the_cli_takes_it():
