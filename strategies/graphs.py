@@ -40,6 +40,10 @@ class Size:
     strided_one_in: int = 5  # one multi-dim parameter in this many gathers a non-contiguous copy
     regather: Optional[bool] = None  # every parameter gathered again for backward (None: drawn for each)
     dtypes: tuple[str, ...] = DTYPES  # the parameters' dtypes drawn from
+    # expert groups (several subgroups of the FSDP group) wherever the degree has room for them, not in
+    # one such blueprint in two; with ``min_degree`` 4, most blueprints have them
+    experts_always: bool = False
+    min_degree: int = 0  # group degrees drawn only from those at least this
 
 
 SIZES = {
@@ -98,6 +102,9 @@ FOCUSES = {
     "full_precision": {"dtypes": ("float32", "float64")},
     # every multi-dim parameter gathers a non-contiguous copy: a copy-in that packs storage, not elements
     "strided_sources": {"strided_one_in": 1},
+    # several groups and subgroups in most graphs: a driver that validates only the first goes unseen
+    # where one group is all there is
+    "expert_groups": {"experts_always": True, "min_degree": 4},
 }
 
 
@@ -175,12 +182,12 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
                experts: bool = True) -> Blueprint:
     """A blueprint of a graph shaped like the output of the FSDP pass (spec section 1.4)."""
     size = _size(size)
-    degree = draw(_sampled(degrees))
+    degree = draw(_sampled(d for d in degrees if d >= size.min_degree))
     expert_degree = 0
     # The last choice, 1, is a one-rank expert group (expert parallelism as wide as the FSDP group
     # leaves the experts' FSDP mesh dim one rank wide): its launches have degree 1, which rule 5 skips.
     expert_degrees = [d for d in (2, 4) if d < degree and degree % d == 0]
-    if experts and degree >= 4 and expert_degrees and draw(_BOOLEANS):
+    if experts and degree >= 4 and expert_degrees and (size.experts_always or draw(_BOOLEANS)):
         expert_degree = draw(_sampled((*expert_degrees, 1)))
     blocks: list[tuple[ParamDraw, ...]] = []
     for _ in range(draw(_integers(size.min_blocks, size.max_blocks))):

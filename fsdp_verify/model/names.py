@@ -7,7 +7,7 @@ from dataclasses import dataclass
 PROFILES = ("dev", "ci", "nightly", "smoke", "replay")
 SIZES = ("tiny", "default", "medium", "large", "scale")
 STRATEGIES = ("cases", "hazards", "mutations", "captured", "uneven", "wide", "prefix_scopes", "backward_gathers",
-              "full_precision", "strided_sources")
+              "full_precision", "strided_sources", "expert_groups")
 RANK_MODES = ("simulated", "real", "real:gloo", "real:nccl")  # --ranks: the simulated world, or real ranks
 
 # A strategy name with this suffix draws the spec's [I] settings per example (``Config.draw_spec``).

@@ -543,8 +543,8 @@ def test_a_source_copied_from_a_cast_gather_holds_what_its_own_gather_moved():
     bf16 cast and B its float32 parameter: the copy is cast to float32, so B moves and reduces what it
     did; a copy left in bf16 made B's gradient bf16 under a float32 spec (seed 8 of the default mix
     drew one, and every checker but planner failed the reference on it)."""
-    base = Case(render(Blueprint(blocks=((ParamDraw((4,), view="flat", wire="bfloat16"), ParamDraw((4,), view="flat")),),
-                                 reshard_after_forward=False)))
+    blocks = ((ParamDraw((4,), view="flat", wire="bfloat16"), ParamDraw((4,), view="flat")),)
+    base = Case(render(Blueprint(blocks=blocks, reshard_after_forward=False)))
     pair = next(p for p in mutations.sibling_pairs(base.graph) if mutations.source_is_first_consumer(base, *p)
                 and mutations._moved(base, p[0]) != mutations._moved(base, p[1]))
     assert (mutations._moved(base, pair[0]), mutations._moved(base, pair[1])) == (torch.bfloat16, torch.float32)

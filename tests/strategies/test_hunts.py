@@ -89,6 +89,9 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
         assert all(p.layout == "column_major" for p in params if len(p.shard_shape) >= 2)
     elif focus == "prefix_scopes":
         assert all(b.block_names == PREFIX_SHARING_NAMES[:len(b.blocks)] for b in drawn)
+    elif focus == "expert_groups":  # a degree of 5 has no room for subgroups; the others have them
+        assert all(b.degree >= 4 for b in drawn)
+        assert sum(b.expert_degree > 0 for b in drawn) >= len(drawn) // 2
     else:
         assert all(p.regather for p in params) and all(len(block) >= 2 for b in drawn for block in b.blocks)
 
