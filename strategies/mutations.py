@@ -22,7 +22,7 @@ import torch
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import collectives, edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
-from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec
+from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec, cast_dtype
 from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
 
 RS_KIND = "fsdp_reduce_scatter"
@@ -611,14 +611,7 @@ def _moved(case: Case, launch: str) -> Optional[torch.dtype]:
         node = graph.node(node.args[0].name)  # the scaled cast's cast
     if node is None:
         return None
-    if node.op == "placeholder":
-        dtype = graph.node(launch).meta["fsdp_bucket_spec"]["dtype"]
-    elif node.target == CAST:
-        dtype = node.args[1] if len(node.args) == 2 else node.kwargs.get("dtype")
-    elif node.target == "aten._to_copy.default":
-        dtype = node.kwargs.get("dtype")
-    else:
-        return None
+    dtype = graph.node(launch).meta["fsdp_bucket_spec"]["dtype"] if node.op == "placeholder" else cast_dtype(node)
     return dtype if isinstance(dtype, torch.dtype) else None
 
 

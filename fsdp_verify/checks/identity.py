@@ -34,7 +34,7 @@ import torch
 from torch import fx
 
 from fsdp_verify.graph.builder import HEADER_KEY
-from fsdp_verify.graph.spec import CASTS
+from fsdp_verify.graph.spec import CASTS, cast_dtype
 from fsdp_verify.graph.values import dtype_from_name
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.simulated import WorldRun
@@ -288,15 +288,6 @@ HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
           torch.float32: (torch.float64,), torch.float8_e4m3fn: HALF_AND_UP, torch.float8_e5m2: HALF_AND_UP,
           torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP, torch.int32: (torch.float64,)}
-
-
-def cast_dtype(node: Any) -> Optional[torch.dtype]:
-    """The dtype a cast (an ``fx.Node`` or a graph description's node) casts to, by position or by
-    keyword; None for anything else."""
-    if str(node.target) not in CAST_TARGETS:
-        return None
-    dtype = node.args[1] if str(node.target) != TO_COPY and len(node.args) == 2 else node.kwargs.get("dtype")
-    return dtype if isinstance(dtype, torch.dtype) else None
 
 
 def holds_exactly(narrow: torch.dtype, wide: torch.dtype) -> bool:

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
+import torch
+
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.limits import MAX_DEPTH, MAX_DIM, MAX_INT, MAX_NODES, MAX_NUMEL, MAX_RANKS
 from fsdp_verify.graph.ops import resolve_target
@@ -296,6 +298,16 @@ def gradient_waits(nodes: Any, fqns: Mapping[str, Any]) -> dict[str, Any]:
 
 # The casts a short rank applies to its own rows before padding them.
 CASTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
+
+
+def cast_dtype(node: Any) -> torch.dtype | None:
+    """The dtype a cast (an ``fx.Node`` or a graph description's node) casts to, by position or by
+    keyword (``_to_copy`` takes it by keyword only); None for anything else."""
+    if str(node.target) not in CASTS:
+        return None
+    to_copy = str(node.target) == "aten._to_copy.default"
+    dtype = node.args[1] if not to_copy and len(node.args) == 2 else node.kwargs.get("dtype")
+    return dtype if isinstance(dtype, torch.dtype) else None
 PAD = "aten.constant_pad_nd.default"
 
 

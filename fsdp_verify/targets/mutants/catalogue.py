@@ -212,8 +212,7 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            lambda: exchange_bugs.validator(exchange_bugs.ignores_digest)),
     Mutant("exchange_skipped", "the driver never exchanges plans: each rank rewrites with its own",
            ("exchange",), lambda: [(driver, "exchange_and_validate", exchange_bugs.exchange_skipped)]),
-    # Killed only on cases with a second group or subgroup (expert groups).
-    # Killed only where the exchange's edited report is in a later group or subgroup: expert groups.
+    # Killed only where the exchange's edited report is in a later group or subgroup (expert groups).
     Mutant("exchange_first_group_only", "the driver validates only its first group and subgroup", ("exchange",),
            lambda: [(driver, "exchange_and_validate", exchange_bugs.first_group_only)], hunt="expert_groups"),
     Mutant("rewrite_then_exchange", "the driver rewrites every rank, then validates the round's plans",
