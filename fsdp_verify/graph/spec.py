@@ -298,6 +298,7 @@ def gradient_waits(nodes: Any, fqns: Mapping[str, Any]) -> dict[str, Any]:
 
 # The casts a short rank applies to its own rows before padding them.
 CASTS = frozenset({"prims.convert_element_type.default", "aten._to_copy.default"})
+PAD = "aten.constant_pad_nd.default"
 
 
 def cast_dtype(node: Any) -> torch.dtype | None:
@@ -308,7 +309,6 @@ def cast_dtype(node: Any) -> torch.dtype | None:
     to_copy = str(node.target) == "aten._to_copy.default"
     dtype = node.args[1] if not to_copy and len(node.args) == 2 else node.kwargs.get("dtype")
     return dtype if isinstance(dtype, torch.dtype) else None
-PAD = "aten.constant_pad_nd.default"
 
 
 def padded_casts(nodes: Any, placeholders: Any) -> dict[str, str]:
