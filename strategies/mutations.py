@@ -255,12 +255,13 @@ def dynamic_shape(case: Case, launch: str) -> Case:
 
 
 def _bad_shape(field: str, how: str) -> Callable[[Case, str], Case]:
-    """One way a spec shape fails rule 8: not a sequence, empty, a symbolic dim or a dim <= 0."""
+    """One way a spec shape fails rule 8: not a sequence, empty, a symbolic dim or a dim <= 0 (zero and
+    negative both: a test of ``dim != 0`` passes every zero draw)."""
 
     def mutate(case: Case, launch: str) -> Case:
         shape = tuple(case.graph.node(launch).meta["fsdp_bucket_spec"][field])
         value = {"scalar": math.prod(shape), "empty": (), "symbolic": (*shape[:-1], "s0"),
-                 "zero": (0, *shape[1:])}[how]
+                 "zero": (0, *shape[1:]), "negative": (*shape[:-1], -1)}[how]
         return _spec_meta(case, launch, **{field: value})
 
     mutate.__name__ = mutate.__qualname__ = f"{field}_{how}"
@@ -269,7 +270,8 @@ def _bad_shape(field: str, how: str) -> Callable[[Case, str], Case]:
 
 BAD_SHAPES = tuple(plants("skip", "unknown_or_dynamic_shape")(_bad_shape(field, how))
                    for field in ("input_shape", "output_shape")
-                   for how in ("scalar", "empty", "symbolic", "zero") if (field, how) != ("input_shape", "symbolic"))
+                   for how in ("scalar", "empty", "symbolic", "zero", "negative")
+                   if (field, how) != ("input_shape", "symbolic"))
 
 
 @plants("skip", "unknown_or_dynamic_shape")

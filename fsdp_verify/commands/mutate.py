@@ -53,6 +53,18 @@ def _focus_known(focus: str) -> bool:
     return not focus or focus in graphs.FOCUSES
 
 
+def _fraction(text: str) -> float:
+    """A share of the budget, 0 <= x < 1, as a decimal or as N/M (``1/3``)."""
+    part, slash, whole = text.partition("/")
+    try:
+        value = float(part) / float(whole) if slash else float(text)
+    except (ValueError, ZeroDivisionError):
+        value = -1.0
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a share from 0 up to (not including) 1, e.g. 1/3 or 0.25")
+    return value
+
+
 def _share(text: str) -> tuple[int, int]:
     part, _, whole = text.partition("/")
     if not (part.isdigit() and whole.isdigit() and int(part) < int(whole)):
@@ -75,7 +87,11 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                         help="only the K-th of N disjoint shares of the mutants (0-based; a CI matrix runs all N)")
     mutate.add_argument("--seed", type=int, default=0, help="seed of the sample and of each mutant's campaign")
     mutate.add_argument("--budget", type=options.positive_float, default=30.0, metavar="SECONDS",
-                        help="campaign seconds per mutant (default 30), split over the phases")
+                        help="campaign seconds per mutant (default 30), both rounds together, split over the "
+                             "phases")
+    mutate.add_argument("--round-two", type=_fraction, default=1 / 3, metavar="SHARE",
+                        help="the share of the budget held for round two, a survivor's aimed rerun (default "
+                             "1/3; 0 ends the run after round one); without aim, round one has it all")
     mutate.add_argument("--phase", action="append", type=_phase, metavar="STRATEGY[:SIZE]",
                         help="what each mutant's campaign draws from, in turn (repeatable; default "
                              "hazards:tiny then cases:default)")
@@ -122,9 +138,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     settings = mutate.Settings(target=args.target, seconds=args.budget, workers=args.workers, seed=args.seed,
                                phases=tuple(args.phase or mutate.DEFAULT_PHASES), aim=args.aim,
-                               keep_cases=args.keep_cases)
+                               keep_cases=args.keep_cases, again=args.round_two)
     print(f"mutating {', '.join(args.paths)}: {len(chosen)} of {len(everything)} mutants, {args.budget:g} s each "
-          f"against {args.target}, {args.workers} at a time", flush=True)
+          f"({' + '.join(f'{s:g}' for s in settings.round_budgets() if s)} s by round) against {args.target}, "
+          f"{args.workers} at a time", flush=True)
     with options.progress_line(args, "mutate", unit="mutants", bad="survivors", total=len(chosen)) as progress:
         tally = {"done": 0, "survivors": 0}
 
@@ -139,7 +156,9 @@ def run(args: argparse.Namespace) -> int:
     print(mutate.format_table(outcome))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, "paths": args.paths, "seed": args.seed,
-                                               "budget_seconds": args.budget, **outcome.to_json()}, indent=1))
+                                               "budget_seconds": args.budget,
+                                               "round_seconds": list(settings.round_budgets()),
+                                               **outcome.to_json()}, indent=1))
     if outcome.interrupted:
         return 130
     bad = outcome.counts()

@@ -125,7 +125,7 @@ class Aim:
     basis: Basis = Basis.LINE
     default_infected: Optional[float] = None  # None: not probed, or no level's result ever changed
     level: str = ""  # the telling level's function
-    # UNSEEN and HARMLESS only: the other planted bugs' hunts, by rate. With no probe's word on which
+    # RESULT, UNSEEN and HARMLESS: the (other) planted bugs' hunts, by rate. With no probe's word on which
     # shape tells, the line's rate is no guide either (the walk's keyword line runs most in the
     # opaque-op shape and tells only in the scaled-cast shape), so the second round runs every hunt.
     more: tuple[str, ...] = ()
@@ -137,6 +137,17 @@ def _key(path: str) -> str:
 
 def phase_name(strategy: str, size: str) -> str:
     return f"{strategy}:{size}"
+
+
+def measured(phase: str) -> str:
+    """The phase the map measured for ``phase``: a planted bug's hunt (``skip:REASON/VARIANT@FOCUS``)
+    by its reason (``rule:REASON``), under drawn settings where the hunt draws them. A variant is one
+    draw of its reason, so the reason's rate of running a line is the variant's best estimate the map has."""
+    strategy, _, size = phase.rpartition(":")
+    drawn = strategy_name(strategy)
+    if not drawn.rule:
+        return phase
+    return phase_name(f"rule:{drawn.reason}{DRAWN_SPEC if drawn.draw_spec else ''}", size)
 
 
 # A phase whose strategy ends in DRAWN_SPEC draws the spec's [I] settings per example: a line that
@@ -171,9 +182,10 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     """The phase to add for a mutant of ``line`` of ``path``. Where its function was probed and the
     default phases' examples change its result in fewer than AIM_BELOW of them: the planted shape
     whose examples it changes most (a line run by a third of the mix can still be one whose mutation
-    matters in one draw in hundreds). Else, when the default phases run the line in fewer than
-    AIM_BELOW of their examples: of ``hunts`` (the shapes of planted bugs that replace its function
-    or constant, ``hunts.hunts_for``) the one that runs the line most; without one, the shape that
+    matters in one draw in hundreds), then the hunts of ``hunts``. Else, when the default phases run
+    the line in fewer than AIM_BELOW of their examples: of ``hunts`` (the shapes of planted bugs that
+    replace its function or constant, ``hunts.hunts_for``) the one that runs the line most (each
+    ranked by the reason the map measured, ``measured``); without one, the shape that
     runs it most. A shape that runs a line most is not always one that tells: a helper every
     evaluated op calls runs most where the keyword it looks for never appears. A mutant the map tried
     to probe and saw change no result (it could not watch the function, which writes what its caller
@@ -185,8 +197,8 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
     best = max((reach.rate(phase, path, line) for phase in defaults), default=0.0)
     if reach.error:
         return Aim(best)
-    planted = sorted((-reach.rate(phase, path, line), index, phase) for index, phase in enumerate(hunts)
-                     if phase in reach.examples and phase not in defaults)
+    planted = sorted((-reach.rate(measured(phase), path, line), index, phase) for index, phase in enumerate(hunts)
+                     if measured(phase) in reach.examples and phase not in defaults)
     unseen = ident is not None and ident in reach.probed and \
         (reach.probed[ident] != "" or reach.telling_level(ident) is None)
     if unseen and planted:
@@ -198,7 +210,10 @@ def aim(reach: Reach, path: str, line: int, defaults: Sequence[str], ident: Opti
         infected = max((reach.infection(phase, ident) for phase in defaults), default=0.0)
         shapes = sorted((-reach.infection(phase, ident), phase) for phase in reach.examples if phase not in defaults)
         if infected < AIM_BELOW and shapes and -shapes[0][0] > infected:
-            return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level)
+            # then its function's planted bugs' hunts: a shape that changes the result may still never
+            # tell, where the bug's own variant does (a cast of a value the walk cannot follow)
+            return Aim(best, shapes[0][1], -shapes[0][0], Basis.RESULT, infected, level,
+                       more=tuple(p[2] for p in planted if p[2] != shapes[0][1]))
         if infected >= AIM_BELOW and planted:
             return Aim(best, planted[0][2], -planted[0][0], Basis.HARMLESS, infected, level,
                        more=tuple(p[2] for p in planted[1:]))

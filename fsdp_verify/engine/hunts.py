@@ -16,7 +16,7 @@ import inspect
 from typing import TYPE_CHECKING, Iterable
 
 from fsdp_verify.engine.aim import HUNT_STRATEGIES, SHAPE_SIZE
-from fsdp_verify.model.names import DRAWN_SPEC, strategy_name
+from fsdp_verify.model.names import strategy_name
 
 if TYPE_CHECKING:
     from fsdp_verify.targets.mutants.base import Mutant
@@ -24,18 +24,16 @@ if TYPE_CHECKING:
 
 @functools.lru_cache(maxsize=1)
 def catalogue_hunts() -> dict[tuple[str, str], tuple[str, ...]]:
-    """(module, qualified name) -> the phases (``rule:REASON:tiny``, ``uneven:tiny``) of the planted bugs
-    that replace it. Only shape hunts count: a bug hunted by the default mix (``hazards``) names no
-    shape; a strategy of ``aim.HUNT_STRATEGIES`` is one."""
+    """(module, qualified name) -> the phases (``rule:REASON/VARIANT:tiny``, ``uneven:tiny``) of the
+    planted bugs that replace it: each bug's own hunt, variant and focus kept, since a reason's other
+    variants may never tell (the cast of an unfollowable value is one draw in seven of its reason).
+    Only shape hunts count: a bug hunted by the default mix (``hazards``) names no shape; a strategy of
+    ``aim.HUNT_STRATEGIES`` is one. ``aim.measured`` names the phase the map measured for each."""
     from fsdp_verify.targets.mutants.catalogue import MUTANTS
     found: dict[tuple[str, str], list[str]] = {}
     for mutant in MUTANTS.values():
-        if mutant.hunt in HUNT_STRATEGIES:
+        if mutant.hunt in HUNT_STRATEGIES or strategy_name(mutant.hunt).rule:
             phase = f"{mutant.hunt}:{SHAPE_SIZE}"
-        elif (drawn := strategy_name(mutant.hunt)).rule:
-            # a skip hunt draws as its rule does; the map measures reasons, not a variant or focus of
-            # one, under drawn settings where the hunt draws them
-            phase = f"rule:{drawn.reason}{DRAWN_SPEC if drawn.draw_spec else ''}:{SHAPE_SIZE}"
         else:
             continue
         for owner, name in _replaced(mutant):

@@ -144,7 +144,7 @@ class Settings:
     """One mutation run."""
 
     target: str = "reference"
-    seconds: float = 30.0  # campaign budget per mutant, split evenly over the phases
+    seconds: float = 30.0  # campaign budget per mutant, both rounds together (``round_budgets``)
     phases: tuple[Phase, ...] = DEFAULT_PHASES
     workers: int = 1
     seed: int = 0
@@ -154,6 +154,16 @@ class Settings:
     # a folder: each mutant's campaign keeps its corpus under it (``case_folder``), so the case that
     # killed a mutant can be replayed, shown or shrunk; empty: a temporary folder, then gone
     keep_cases: str = ""
+    # the share of ``seconds`` held back for round two where it can run (aimed runs): a mutant's time
+    # to kill is then within its budget whichever round kills it, as a gate of N s per mutant needs
+    again: float = 1 / 3
+
+    def round_budgets(self) -> tuple[float, float]:
+        """Round one's and round two's campaign seconds; without aim there is no round two."""
+        if not self.aim:
+            return self.seconds, 0.0
+        again = self.seconds * self.again
+        return self.seconds - again, again
 
 
 class BadInput(ValueError):
@@ -561,7 +571,8 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     planted shape changing what its module's functions return more often than the default phases
     do, again, that shape first (``probes``), and each survivor no probe saw change a result, or
     whose result the default phases changed often to no effect, whose function a planted bug
-    replaces, again, that bug's hunts alone. Probing is for survivors only: a
+    replaces, again, that bug's hunts alone. The budget is each mutant's whole: round one has
+    ``Settings.round_budgets``'s first part, round two the rest. Probing is for survivors only: a
     copy of each level runs beside the original on every call, so probing every mutant of a module
     would run its planner a hundred times per call."""
     equivalences = list(equivalences)
@@ -572,23 +583,28 @@ def run(mutants: Sequence[Mutant], settings: Settings, equivalences: Iterable[Eq
     except KeyboardInterrupt:  # stopped while measuring: nothing ran, and the run says so
         return Run([], True, total or len(mutants))
     done: dict[str, MutantResult] = {}
-    interrupted = _judge([(m, _aimed(reach, m, settings)) for m in mutants], settings, equivalences, progress,
+    one, two = settings.round_budgets()
+    if reach is None or reach.error:  # no map, no round two: round one has the whole budget
+        one, two = settings.seconds, 0.0
+    first = replace(settings, seconds=one)
+    interrupted = _judge([(m, _aimed(reach, m, first)) for m in mutants], first, equivalences, progress,
                          sources, done)
     survivors = [m for m in mutants if m.ident in done and done[m.ident].outcome is Outcome.SURVIVED]
     probed: Optional[aim.Reach] = None
-    if reach is not None and not reach.error and survivors and not interrupted:
+    if two > 0 and survivors and not interrupted:
         try:
             probed = _probed(survivors, settings, sources)
-            second = {m.ident: _aimed(probed, m, settings) for m in survivors}
+            later = replace(settings, seconds=two)
+            second = {m.ident: _aimed(probed, m, later) for m in survivors}
             again = [(m, second[m.ident]) for m in survivors if second[m.ident].found is not None
                      and second[m.ident].found.basis in _AGAIN
                      and second[m.ident].found.phase]
             for mutant in survivors:  # what the probes said, kept on the survivor whether or not it runs again
                 _note_probe(done[mutant.ident], second[mutant.ident].found, probed)
             firsts = {m.ident: done[m.ident] for m, _ in again}
-            interrupted = _judge(again, settings, equivalences, None, sources, done, round_=2)
+            interrupted = _judge(again, later, equivalences, None, sources, done, round_=2)
             for mutant, _ in again:
-                done[mutant.ident] = _second_round(firsts[mutant.ident], done.get(mutant.ident), settings)
+                done[mutant.ident] = _second_round(firsts[mutant.ident], done.get(mutant.ident), first)
                 _tell(progress, done[mutant.ident])
         except KeyboardInterrupt:
             interrupted = True
@@ -702,7 +718,8 @@ def _note_probe(result: MutantResult, found: Optional[aim.Aim], reach: aim.Reach
 
 def _second_round(first: MutantResult, second: Optional[MutantResult], settings: Settings) -> MutantResult:
     """A survivor's verdict after its aimed second campaign: a kill counts the first round's whole
-    budget in its time and examples (the honest time to kill of a run that needed both)."""
+    budget (``settings``: round one's) in its time and examples (the honest time to kill of a run
+    that needed both)."""
     if second is None:
         return first
     merged = replace(second, wall_seconds=round(first.wall_seconds + second.wall_seconds, 3),

@@ -306,7 +306,8 @@ def _identity_reason(node: fx.Node, kind: str, groups: dict) -> Optional[str]:
     return None
 
 
-def _static_shape(shape: object) -> bool:
+def static_shape(shape: object) -> bool:
+    """Rule 8: a shape of plain positive ints, at least one."""
     return (isinstance(shape, (list, tuple)) and len(shape) > 0
             and all(_plain_int(dim) and dim > 0 for dim in shape))
 
@@ -314,7 +315,7 @@ def _static_shape(shape: object) -> bool:
 def _layout_reason(kind: str, degree: int, spec: dict) -> Optional[str]:
     """Rules 8-11: static shapes, bucketable dtype, known device, dim-0 sharding."""
     input_shape, output_shape = spec.get("input_shape"), spec.get("output_shape")
-    if not _static_shape(input_shape) or not _static_shape(output_shape):
+    if not static_shape(input_shape) or not static_shape(output_shape):
         return "unknown_or_dynamic_shape"
     dtype = spec.get("dtype")
     if not isinstance(dtype, torch.dtype) or dtype not in BUCKET_DTYPES:

@@ -17,7 +17,8 @@ from torch import fx
 
 from fsdp_verify.graph.builder import add_call
 from fsdp_verify.reference import predicates as helpers
-from fsdp_verify.reference.planner import AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature, packed_numel
+from fsdp_verify.reference.planner import (AG_KINDS, RS_KIND, Bucket, BucketPlan, graph_signature, packed_numel,
+                                          static_shape)
 
 aten = torch.ops.aten
 
@@ -89,12 +90,14 @@ def param_dtypes(nodes: Iterable[fx.Node]) -> dict[str, torch.dtype]:
 
 def param_shapes(nodes: Iterable[fx.Node]) -> dict[str, tuple[int, ...]]:
     """Each parameter placeholder's shard shape, as the input shape of the all-gathers that name it
-    (``param_node``); one whose gathers disagree, or name no static shape, is left out."""
+    (``param_node``); one whose gathers disagree is left out. A gather whose shape rule 8 refuses (a
+    dim of 0 or less, symbolic, none) says nothing of the shard: counted, it would make a parameter
+    gathered again in the backward look ambiguous, and its cast fall back to the spec dtype."""
     seen: dict[str, set] = {}
     for node in nodes:
         shape = (node.meta.get("fsdp_bucket_spec") or {}).get("input_shape")
         if (isinstance(node.meta.get("param_node"), str) and node.meta.get("comm_type") in AG_KINDS
-                and isinstance(shape, (list, tuple)) and all(type(dim) is int and dim >= 0 for dim in shape)):
+                and static_shape(shape)):
             seen.setdefault(node.meta["param_node"], set()).add(tuple(shape))
     return {name: shapes.pop() for name, shapes in seen.items() if len(shapes) == 1}
 

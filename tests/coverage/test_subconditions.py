@@ -42,7 +42,8 @@ EXPECTED = {  # variant -> the reason/sub-condition it exists for
     **{variant: f"unknown_or_dynamic_shape/{variant.__name__.split('_')[0]}_{branch}"
        for variant in M.BAD_SHAPES
        for how, branch in (("scalar", "not_a_sequence"), ("empty", "empty"), ("symbolic", "dim_not_int"),
-                           ("zero", "dim_not_positive")) if variant.__name__.endswith(how)},
+                           ("zero", "dim_not_positive"), ("negative", "dim_not_positive"))
+       if variant.__name__.endswith(how)},
     M.unsupported_dtype: "unsupported_dtype/not_bucketable",
     M.dtype_name: "unsupported_dtype/not_a_dtype",
     M.unknown_device: "unknown_device/device_rejected",

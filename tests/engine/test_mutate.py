@@ -209,8 +209,14 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     helper = next(i for i, text in enumerate(lines, 1) if 'if key == "device"' in text)
     constant = next(i for i, text in enumerate(lines, 1) if text.startswith("_PROBE_SIZE ="))
     assert hunts.named_at(source, helper) == ("_on_meta",) and hunts.named_at(source, constant) == ("_PROBE_SIZE",)
-    assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op:tiny",)
-    assert hunts.hunts_for(module, source, constant) == ("rule:per_row_gains:tiny",)
+    # each planted bug's own hunt, its variant kept: the map measures the reason (``aim.measured``)
+    assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op/cast_copied_to_device:tiny",)
+    assert hunts.hunts_for(module, source, constant) == ("rule:per_row_gains/gain_squeezed_per_channel:tiny",)
+    assert aim.measured("rule:per_row_gains/gain_squeezed_per_channel:tiny") == "rule:per_row_gains:tiny"
+    assert aim.measured("skip:unsupported_wait_users/wait_in_legacy_namespace+spec:tiny") == \
+        "rule:unsupported_wait_users+spec:tiny"
+    assert aim.measured("rule:every_member_cast@full_precision:tiny") == "rule:every_member_cast:tiny"
+    assert aim.measured("uneven:tiny") == "uneven:tiny"
     planner = Path("fsdp_verify/reference/planner.py").read_text()
     method = next(i for i, text in enumerate(planner.splitlines(), 1) if "def size_bytes" in text) + 1
     assert "rule:capacity:tiny" in hunts.hunts_for("fsdp_verify.reference.planner", planner, method)  # by qualname
@@ -223,14 +229,15 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
                       statements={key: sorted({helper, constant})})
     assert aim.aim(reach, path, helper, ["cases:default"]).phase == "rule:cast_scaled_twice:tiny"  # by line
     found = aim.aim(reach, path, helper, ["cases:default"], hunts=hunts.hunts_for(module, source, helper))
-    assert (found.phase, found.basis, found.phase_rate) == ("rule:cast_beside_opaque_op:tiny", aim.Basis.CATALOGUE, 0.25)
+    assert (found.phase, found.basis, found.phase_rate) == ("rule:cast_beside_opaque_op/cast_copied_to_device:tiny",
+                                                            aim.Basis.CATALOGUE, 0.25)
     assert aim.aim(reach, path, constant, ["cases:default"]).phase is None  # no phase runs an import-time line
     found = aim.aim(reach, path, constant, ["cases:default"], hunts=hunts.hunts_for(module, source, constant))
-    assert (found.phase, found.basis) == ("rule:per_row_gains:tiny", aim.Basis.CATALOGUE)
+    assert (found.phase, found.basis) == ("rule:per_row_gains/gain_squeezed_per_channel:tiny", aim.Basis.CATALOGUE)
     assert aim.aim(reach, path, helper, ["cases:default"], hunts=("rule:not_measured:tiny",)).basis is aim.Basis.LINE
     mutant = mutate.Mutant(path, module, "core/ReplaceComparisonOperator_Eq_Is", 3, helper)
     aimed = mutate._aimed(reach, mutant, mutate.Settings(phases=(mutate.Phase("cases", "default"),)))
-    assert aimed.settings.phases[0] == mutate.Phase("rule:cast_beside_opaque_op", "tiny")
+    assert aimed.settings.phases[0] == mutate.Phase("rule:cast_beside_opaque_op/cast_copied_to_device", "tiny")
     other = mutate._aimed(reach, mutant, mutate.Settings(target="mutant:avg_twice",
                                                          phases=(mutate.Phase("cases", "default"),)))
     assert other.found.basis is aim.Basis.LINE  # the catalogue's bugs are the reference's: others aim by line
@@ -299,6 +306,12 @@ def test_the_reach_map_aims_by_line_and_probes_what_a_mutant_changes() -> None:
     found = aim.aim(reach, path, mutant.line, ["hazards:tiny"], mutant.ident)
     assert found.default_rate >= aim.AIM_BELOW and found.default_infected == 0, found  # by line: not aimed
     assert (found.basis, found.level) == (aim.Basis.RESULT, "moved_dtype") and found.phase in shapes, found
+    assert found.more == ()  # no planted bug's hunt given: the result's shape, then the defaults
+    own = ("rule:cast_beside_opaque_op/cast_of_unfollowable_value:tiny",
+           "rule:scaled_cast_forms/gain_summed_with_dtype:tiny")
+    hunted = aim.aim(reach, path, mutant.line, ["hazards:tiny"], mutant.ident, own)
+    # the result's shape first, then the planted bugs' own hunts (the map measured their reasons)
+    assert hunted.phase == found.phase and hunted.basis is aim.Basis.RESULT and set(hunted.more) == set(own)
 
 
 def test_children_running_at_once_never_share_a_report_file(monkeypatch) -> None:
@@ -369,17 +382,60 @@ def test_a_survivor_no_probe_saw_change_runs_every_hunt_of_its_function() -> Non
     line = next(i for i, text in enumerate(source.splitlines(), 1)
                 if text.strip().startswith("if node.target is aten._to_copy.default and"))
     found_hunts = hunts.hunts_for(module, source, line)
-    assert {"rule:scaled_cast_forms:tiny", "rule:cast_beside_opaque_op:tiny"} <= set(found_hunts)
+    assert {"rule:scaled_cast_forms/gain_summed_with_dtype:tiny",
+            "rule:cast_beside_opaque_op/cast_of_unfollowable_value:tiny"} <= set(found_hunts)
     key = aim._key(path)
-    examples = {"cases:default": 40, **{hunt: 20 for hunt in found_hunts}}
-    hits = {"cases:default": {key: {line: 8}}, **{hunt: {key: {line: 5 + i}} for i, hunt in enumerate(found_hunts)}}
+    reasons = list(dict.fromkeys(aim.measured(hunt) for hunt in found_hunts))  # the map measures each reason once
+    examples = {"cases:default": 40, **{reason: 20 for reason in reasons}}
+    hits = {"cases:default": {key: {line: 8}}, **{reason: {key: {line: 5 + i}} for i, reason in enumerate(reasons)}}
     [mutant] = [m for m in mutate.enumerate_mutants([path], "Is_NotEq$") if m.line == line]
     mutant = replace(mutant, module=module)
     ident = mutant.ident  # its occurrence number moves with every ``is`` written above it
     reach = aim.Reach(examples=examples, hits=hits, statements={key: [line]}, probed={ident: ""})
     found = aim.aim(reach, path, line, ["cases:default"], ident, found_hunts)
     assert found.basis is aim.Basis.UNSEEN
-    assert {found.phase, *found.more} == set(found_hunts) and found.phase == found_hunts[-1]  # most runs first
+    assert {found.phase, *found.more} == set(found_hunts)
+    # most runs first: of the reason whose examples run the line most, its planted bugs' hunts in turn
+    assert found.phase == next(hunt for hunt in found_hunts if aim.measured(hunt) == reasons[-1])
     settings = mutate.Settings(phases=(mutate.Phase("hazards", "tiny"), mutate.Phase("cases", "default")))
     aimed = mutate._aimed(reach, mutant, settings)
     assert {f"{p.strategy}:{p.size}" for p in aimed.settings.phases} == set(found_hunts)
+
+
+def test_the_budget_is_each_mutant_s_whole_over_both_rounds(monkeypatch) -> None:
+    """A gate of 60 s per mutant must kill within 60 s whichever round kills: round one runs two
+    thirds of the budget and a survivor's aimed rerun the rest, so a round-two kill counts round one's
+    share, not a whole budget, in its time. Without a map there is no round two: round one has it all."""
+    from fsdp_verify.commands.mutate import _fraction
+    from fsdp_verify.engine import aim
+    assert mutate.Settings(seconds=60).round_budgets() == (40, 20)
+    assert mutate.Settings(seconds=60, aim=False).round_budgets() == (60, 0)
+    assert mutate.Settings(seconds=60, again=0).round_budgets() == (60, 0)
+    assert _fraction("1/4") == 0.25 and _fraction("0") == 0
+    for bad in ("1", "3/2", "x", "1/0", "-0.1"):
+        with pytest.raises(Exception):
+            _fraction(bad)
+    mutant = mutate.Mutant(str(HELPER), "helpers.mutable_target", "core/ReplaceFalseWithTrue", 0, 1)
+    budgets: list[tuple[int, float]] = []
+
+    def judge(items, settings, equivalences, progress, sources, done, round_=1):
+        budgets.append((round_, settings.seconds))
+        assert all(aimed.settings.seconds == settings.seconds for _, aimed in items)  # each campaign runs its round's
+        killed = round_ == 2
+        done[mutant.ident] = mutate.MutantResult(mutant, mutate.Outcome.KILLED if killed else mutate.Outcome.SURVIVED,
+                                                 seconds_to_kill=3.0 if killed else None, round=round_)
+        return False
+    line = aim.Reach(examples={"hazards:tiny": 1, "rule:x:tiny": 1}, hits={}, statements={})
+    probed = aim.Reach(examples={"hazards:tiny": 1, "rule:x:tiny": 1}, probed={mutant.ident: "no probe"})
+    monkeypatch.setattr(mutate, "warm_up", lambda: None)
+    monkeypatch.setattr(mutate, "_judge", judge)
+    monkeypatch.setattr(mutate, "_reach", lambda mutants, settings: line)
+    monkeypatch.setattr(mutate, "_probed", lambda survivors, settings, sources: probed)
+    monkeypatch.setattr(mutate, "_hunts", lambda m: ("rule:x/y:tiny",))
+    outcome = mutate.run([mutant], mutate.Settings(seconds=60, phases=(mutate.Phase("hazards", "tiny"),)))
+    assert budgets == [(1, 40), (2, 20)]
+    assert outcome.results[0].seconds_to_kill == 43.0 and outcome.results[0].round == 2
+    budgets.clear()
+    monkeypatch.setattr(mutate, "_reach", lambda mutants, settings: aim.Reach(error="boom"))
+    mutate.run([mutant], mutate.Settings(seconds=60, phases=(mutate.Phase("hazards", "tiny"),)))
+    assert budgets == [(1, 60)]  # no map: no round two, and round one is not cut short for one

@@ -553,3 +553,34 @@ def test_a_source_copied_from_a_cast_gather_holds_what_its_own_gather_moved():
     assert copied.target == mutations.CAST and copied.args[1] == torch.float32
     errors, _ = _errors("reference", planted)
     assert not errors, errors
+
+
+def test_a_gather_rule_8_refuses_says_nothing_of_its_parameter_s_shard_shape():
+    """A parameter gathered in the forward and again in the backward, where the backward gather's
+    spec names a dim of 0 (rule 8 skips it): counted, its shape made the shard's ambiguous, the walk
+    could not tell that the gain squeezed to a scalar is 0-dim, and the forward's bf16 cast member
+    fell back to its float32 spec. The forward gather's shape alone is the shard's."""
+    from fsdp_verify.graph.builder import build_module, localize
+    from fsdp_verify.reference.rewrite import moved_dtype, param_shapes
+    from fsdp_verify.checks.graph_facts import by_name
+    from fsdp_verify.strategies import mutations as M
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.model.case import Case
+
+    blocks = ((ParamDraw((4, 1), wire="bfloat16", scaled=True), ParamDraw((3,))),)
+    case = Case(render(Blueprint(blocks=blocks, reshard_after_forward=True)))
+    a, b = next((a, b) for a, b in M.sibling_pairs(case.graph)
+                if case.graph.node(a).meta["comm_type"] == "fsdp_all_gather")
+    squeezed = M.gain_squeezed_to_a_scalar(case, a, b)
+    param = squeezed.graph.node(a).meta["param_node"]
+    again = [n.name for n in squeezed.graph.nodes if n.name != a and n.meta.get("param_node") == param
+             and n.meta.get("comm_type") == "fsdp_all_gather_backward"]
+    assert again, "the backward gathers the parameter again"
+    zero = next(m for m in M.BAD_SHAPES if m.__name__ == "input_shape_zero")
+    mutated = zero(squeezed, again[0])
+    module = build_module(localize(mutated.graph, 0))
+    forward = tuple(mutated.graph.node(a).meta["fsdp_bucket_spec"]["input_shape"])
+    assert param_shapes(module.graph.nodes)[param] == forward
+    assert moved_dtype(by_name(module)[a].args[0], torch.float32) == torch.bfloat16
+    errors, _ = _errors("reference", mutated)
+    assert not errors, errors

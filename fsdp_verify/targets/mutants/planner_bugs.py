@@ -549,3 +549,12 @@ def schemaless_calls_are_views() -> list[Patch]:
     from fsdp_verify.reference import predicates
     original = predicates._aliases_without_write
     return [(predicates, "_aliases_without_write", lambda schema: True if schema is None else original(schema))]
+
+
+def negative_dims_accepted() -> list[Patch]:
+    """Rule 8 refuses a dim of 0 but not a negative one (``dim != 0``): a spec naming a shape of -1
+    elements passes, and its bucket is planned from a negative size."""
+    def static_shape(shape) -> bool:
+        return (isinstance(shape, (list, tuple)) and len(shape) > 0
+                and all(isinstance(dim, int) and not isinstance(dim, bool) and dim != 0 for dim in shape))
+    return [(planner, "static_shape", static_shape)]
