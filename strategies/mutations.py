@@ -932,6 +932,19 @@ def cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
                                                 args=cast.args[:1], kwargs={"dtype": cast.args[1]}))
 
 
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def scaled_cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast casts by ``aten._to_copy(p, dtype=bf16)``: dimensioned as its parameter is, so
+    its 0-dim float32 gain leaves the product in the cast's dtype. Taken for 0-dim, the cast promotes
+    with the gain to float32; where the cast is the gathered value itself, its rank reads nowhere."""
+    cast, _ = _scaled_param(case, _scaled(case, a, b))
+    if cast is None or cast.target != CAST or len(cast.args) != 2:
+        return None
+    return replace(case, graph=edit.update_node(case.graph, cast.name, target="aten._to_copy.default",
+                                                args=cast.args[:1], kwargs={"dtype": cast.args[1]}))
+
+
 @needs_cast()
 @acts_on(*AG_KINDS)
 def cast_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1349,7 +1362,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                       "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,
                                                                         gain_squeezed_to_a_scalar),
                                                       "gain_all_reduced": (gain_all_reduced,),
-                                                      "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy),
+                                                      "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy,
+                                                                                scaled_cast_as_to_copy),
                                                       "cast_beside_opaque_op": (cast_beside_opaque_op,
                                                                                 cast_before_opaque_op,
                                                                                 cast_through_opaque_op,

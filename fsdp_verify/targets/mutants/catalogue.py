@@ -306,6 +306,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("precision_ignored", "whether a float dtype holds another is judged by range alone, so an fp16 "
            "member of a bf16 bucket packs in bf16", ("layout", "numerics", "conformance"),
            rewrite_bugs.precision_ignored, hunt="rule:cast_dtype_by_keyword"),
+    Mutant("to_copy_read_as_0dim", "a _to_copy naming its dtype is taken for 0-dim, so a cast written that way "
+           "times a scalar gain is packed in float32", ("layout", "numerics"), rewrite_bugs.to_copy_read_as_0dim,
+           hunt="rule:cast_dtype_by_keyword/scaled_cast_as_to_copy"),
     Mutant("cast_keyword_ignored", "a cast naming its dtype by keyword is not followed, so its member is packed "
            "and handed back in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.cast_keyword_ignored,
            hunt="rule:cast_dtype_by_keyword/cast_dtype_by_keyword"),
@@ -358,6 +361,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("probe_of_ones", "the second stand-ins hold one element per dim, so a squeezed per-column gain is "
            "taken for 0-dim and its float32 product is packed in half precision", ("layout", "numerics"),
            rewrite_bugs.probe_of_ones, hunt="rule:per_row_gains/gain_squeezed_per_channel"),
+    Mutant("real_rank_read_as_dimensioned", "the walk runs an op on the real shapes where the stand-ins leave "
+           "its rank open, but takes the result for dimensioned, so a cast times a gain squeezed to a scalar is "
+           "packed in float32", ("layout", "numerics"), rewrite_bugs.real_rank_read_as_dimensioned,
+           hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),
     Mutant("real_shapes_ignored", "the dtype walk never runs an op on the real shard shapes, so a cast times a "
            "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.real_shapes_ignored,
            hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),

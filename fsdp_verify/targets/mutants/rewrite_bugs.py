@@ -666,6 +666,39 @@ def probe_of_ones() -> list[tuple]:
     return [(rewrite, "_PROBE_SIZE", 1)]
 
 
+def to_copy_read_as_0dim() -> list[tuple]:
+    """A ``_to_copy`` naming its dtype is taken for 0-dim wherever its input is followed: a scaled
+    cast written ``_to_copy(p, dtype=bf16) * gain`` promotes with its 0-dim float32 gain to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def walk_(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_walk(node, walk)
+        untraced = not isinstance(getattr(node.meta.get("val"), "dtype", None), torch.dtype)
+        if untraced and node.target is aten._to_copy.default and found is not None:
+            inputs = [a for a in node.args if isinstance(a, fx.Node)]
+            return found[0], bool(inputs) and walk.seen.get(inputs[0]) is not None
+        return found
+    return [(rewrite, "_walk", walk_)]
+
+
+def real_rank_read_as_dimensioned() -> list[tuple]:
+    """Where the stand-ins leave a result's rank open, the walk runs the op on the real shapes and
+    keeps the real result's dtype but takes it for dimensioned: a half-precision cast times a gain
+    squeezed to a scalar is packed in float32."""
+    from fsdp_verify.reference import rewrite
+
+    def evaluated(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_evaluated(node, walk)
+        if found is None or not found[1]:
+            return found
+        if not any(walk.seen.get(a) is not None and walk.seen[a][1] is False
+                   for a in node.args if isinstance(a, fx.Node)):
+            return found  # 0-dim from 0-dim inputs: the stand-ins tell
+        probe = rewrite._run(node, walk, (rewrite._PROBE_SIZE,) * rewrite._PROBE_RANK)
+        return (found[0], False) if probe is None or probe.dim() != 0 else found
+    return [(rewrite, "_evaluated", evaluated)]
+
+
 def real_shapes_ignored() -> list[tuple]:
     """The dtype walk never runs an op on the real shard shapes: where the stand-ins leave a result's
     rank open (a squeeze of a per-row reduction), the cast after it takes its input for dimensioned,
