@@ -61,4 +61,5 @@ def test_the_nightly_mutation_job_covers_the_reference_in_disjoint_shares_with_t
     assert "fsdp_verify/reference" in run and f"--share ${{{{ matrix.share }}}}/{len(shares)}" in run
     assert shares == list(range(len(shares)))
     assert "--equivalent benchmarks/mutants_equivalent.json" in run and "--sample" not in run
+    assert "--budget 60" in run  # issue 33's gate: each mutant killed within 60 s, both rounds together
     assert (WORKFLOWS.parents[1] / "benchmarks" / "mutants_equivalent.json").is_file()
