@@ -556,5 +556,5 @@ def negative_dims_accepted() -> list[Patch]:
     elements passes, and its bucket is planned from a negative size."""
     def static_shape(shape) -> bool:
         return (isinstance(shape, (list, tuple)) and len(shape) > 0
-                and all(isinstance(dim, int) and not isinstance(dim, bool) and dim != 0 for dim in shape))
+                and all(planner._plain_int(dim) and dim != 0 for dim in shape))
     return [(planner, "static_shape", static_shape)]
