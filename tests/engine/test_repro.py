@@ -77,8 +77,9 @@ def test_a_planted_pass_bug_fails_standalone_and_the_corrected_pass_passes(tmp_p
     assert imports - set(sys.stdlib_module_names) == {"torch"}, imports
     faulty = run_script(script, env=torch_only_env, timeout=240)
     assert faulty.outcome is Outcome.REPRODUCED and faulty.kind == kind, faulty.output
-    corrected = run_script(script, ["--pass", "helpers.torch_passes:correct"], env=torch_only_env, timeout=240)
-    assert corrected.outcome is Outcome.NOT_REPRODUCED, corrected.output
+    if planted == "negates_first_wait":  # the three scripts differ only in the pass: one corrected run serves
+        corrected = run_script(script, ["--pass", "helpers.torch_passes:correct"], env=torch_only_env, timeout=240)
+        assert corrected.outcome is Outcome.NOT_REPRODUCED, corrected.output
     if planted == "widens_first_output":
         assert "dtype differ" in faulty.output  # what differs is said (for people; the kind is the record)
 
