@@ -263,7 +263,9 @@ SKIP_WEIGHTS = {"unsupported_parallel_mode": 20, "outside_module_plan": 2, "unkn
 # scaled twice: met in 5 of 3,000, and in none once one-rank expert groups joined the draw.
 # Gains reduced per row (three forms a dtype walk reads by the shard's real shape) weigh double too,
 # and so does a cast far up its member's chain: met in 0 of 3,000 once the per-row gains joined.
+# And a cast naming its dtype by keyword: met in 0 of 3,000 once its scaled form joined.
 FUSION_WEIGHTS = {"cast_beside_opaque_op": 2, "scaled_cast_forms": 2, "gain_all_reduced": 2, "cast_scaled_twice": 2,
+                  "cast_dtype_by_keyword": 2,
                   "per_row_gains": 2, "cast_far_up_the_chain": 2}
 # The split reasons of four variants each weigh double: one variant in four of the effect rule (a free
 # no member owns) was met in 0 of 3,000 tiny examples once the phase rule had four variants too.

@@ -1311,6 +1311,17 @@ def cast_of_unfollowable_value(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, cast.name, args=(NodeRef(name), *cast.args[1:])))
 
 
+@needs_cast()
+@acts_on(*AG_KINDS)
+def opaque_op_of_unfollowable_cast(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers relu of its cast of ``cat([p])``: the walk can neither follow the cast's input nor run
+    relu on real shapes, yet the cast decides the dtype and relu keeps it, so the stand-ins' answer
+    (dimensioned, the cast's dtype) is the answer. A walk that asks the real shapes of every result
+    with a dimensioned input, not only of a 0-dim one, packs A in the parameter's dtype."""
+    planted = cast_of_unfollowable_value(case, a, b)
+    return None if planted is None else cast_through_opaque_op(planted, a, b)
+
+
 @needs_cast(pair=Cast.PAIR)
 @acts_on(*AG_KINDS)
 def every_member_cast(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1372,7 +1383,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                                 cast_moved_by_device_object,
                                                                                 gain_through_opaque_op,
                                                                                 cast_through_opaque_packet,
-                                                                                cast_of_unfollowable_value),
+                                                                                cast_of_unfollowable_value,
+                                                                                opaque_op_of_unfollowable_cast),
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
                                                       "every_member_cast": (every_member_cast,
                                                                                 wide_integer_beside_half),

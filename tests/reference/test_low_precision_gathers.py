@@ -454,6 +454,8 @@ _PLAIN = dict(blocks=((ParamDraw((2, 4), view="t", wire="bfloat16"), ParamDraw((
     (mutations.cast_through_opaque_packet, _PLAIN, "packets_not_evaluated"),
     (mutations.cast_of_unfollowable_value, _PLAIN, "casts_of_unknown_values_unknown"),
     (mutations.gain_all_reduced, _SCALED, "collectives_not_followed"),
+    (mutations.gain_all_reduced, _SCALED, "unrunnable_inputs_unread"),
+    (mutations.opaque_op_of_unfollowable_cast, _PLAIN, "real_shapes_asked_of_every_result"),
     (mutations.cast_moved_by_device_object, _PLAIN, "device_objects_refused"),
     (mutations.gain_as_constant, _SCALED, "factories_unevaluated"),
 ])

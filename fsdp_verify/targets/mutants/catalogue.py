@@ -378,6 +378,14 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("collectives_not_followed", "the dtype walk does not follow a collective or its wait, so a bf16 cast "
            "scaled by an all-reduced gain is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.collectives_not_followed, hunt="rule:gain_all_reduced"),
+    Mutant("real_shapes_asked_of_every_result", "the dtype walk asks the real shapes of every result with a "
+           "dimensioned input, so relu of a bf16 cast of cat([p]) (no real shapes) is packed in the parameter's dtype",
+           ("layout", "numerics"), rewrite_bugs.real_shapes_asked_of_every_result,
+           hunt="rule:cast_beside_opaque_op/opaque_op_of_unfollowable_cast"),
+    Mutant("unrunnable_inputs_unread", "the dtype walk reads a same-dtype op's input only where it could run the "
+           "op, so a collective's wait answers before its input is walked and a bf16 cast scaled by an all-reduced "
+           "gain is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.unrunnable_inputs_unread,
+           hunt="rule:gain_all_reduced"),
     Mutant("device_objects_refused", "the dtype walk runs no op with a device object among its keywords, so a "
            "traced graph's move of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_objects_refused,

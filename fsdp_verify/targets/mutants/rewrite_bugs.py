@@ -14,7 +14,7 @@ from fsdp_verify.graph.ops import _free_tensor_storage
 from fsdp_verify.reference.rewrite import (_evaluable as _correct_evaluable, _fuse_ag as _correct_fuse_ag,
                                           _fuse_rs as _correct_fuse_rs,
                                           _evaluated as _correct_evaluated, _holds, _op_name,
-                                          _promoted as _correct_promoted,
+                                          _promoted as _correct_promoted, _read_by as _correct_read_by,
                                           _walk as _correct_walk, wire_dtype as _correct_wire)
 
 aten = torch.ops.aten
@@ -735,6 +735,37 @@ def collectives_not_followed() -> list[tuple]:
     from fsdp_verify.reference import rewrite
     collectives = {"all_gather_into_tensor", "wait_tensor", "reduce_scatter_tensor", "all_reduce"}
     return [(rewrite, "_SAME_DTYPE", rewrite._SAME_DTYPE - collectives)]
+
+
+def real_shapes_asked_of_every_result() -> list[tuple]:
+    """The walk asks the real shapes of every result with a dimensioned input, not only of a 0-dim one
+    whose rank the stand-ins leave open: relu of a cast of a value it cannot follow (``cat([p])``) has
+    no real shapes, so its answer is lost and the member falls back to the parameter's dtype, though
+    the cast decides it."""
+    from fsdp_verify.reference import rewrite
+
+    def evaluated(node: fx.Node, walk) -> tuple[torch.dtype, bool] | None:
+        found = _correct_evaluated(node, walk)
+        dimensioned = any(walk.seen.get(a) is not None and walk.seen[a][1] is False
+                          for a in node.args if isinstance(a, fx.Node))
+        if found is None or found[1] or not dimensioned:
+            return found
+        real = rewrite._real(node, walk)
+        return None if real is None else (real.dtype, real.dim() == 0)
+    return [(rewrite, "_evaluated", evaluated)]
+
+
+def unrunnable_inputs_unread() -> list[tuple]:
+    """The walk reads a same-dtype op's input only where it could also run the op (one branch for
+    both): a collective's wait, a ``_c10d_functional`` op the walk follows by name but never runs,
+    answers before its input is walked, so an all-reduced gain is unknown and its scaled cast falls
+    back to the parameter's dtype, though torch keeps the cast's."""
+    from fsdp_verify.reference import rewrite
+
+    def reading(node: fx.Node) -> list[fx.Node]:
+        runnable = node.op == "call_function" and (_op_name(node) in rewrite._PROMOTING or _correct_evaluable(node))
+        return _correct_read_by(node) if runnable else []
+    return [(rewrite, "_read_by", reading)]
 
 
 def device_objects_refused() -> list[tuple]:
