@@ -29,6 +29,7 @@ from fsdp_verify.model import spec_params
 from fsdp_verify.checks.planner_oracle import Refusal, spec_refusal, watch_rounds
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
+from fsdp_verify.targets.debug_logs import DEBUG_EVERY, at_debug, debug_logs
 from fsdp_verify.engine.stages import Stage
 from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
@@ -131,8 +132,9 @@ def run_target(target: Target, case: Case, watch: bool = True,
             on_watch(event)
 
     run.watched = watch_rounds(case, modules, heard) if watch and target.has_planner else None
+    run.debug_logs = tuple(target.loggers) if at_debug(case) else ()
     try:
-        with stages.timed(cpu, Stage.TARGET), watching(target, run.watched):
+        with stages.timed(cpu, Stage.TARGET), watching(target, run.watched), debug_logs(run.debug_logs):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
@@ -158,10 +160,13 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
     if refusal is Refusal.DISAGREEMENT:
         ctx.metrics.setdefault("planner", {})["disagreements_stopped"] = 1  # said in the summary
     elif refusal is None:
+        logs = ctx.run.debug_logs
         findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
-                                          f"{ctx.run.error_type}: {ctx.run.error_message}",
+                                          f"{ctx.run.error_type}: {ctx.run.error_message}"
+                                + (f" (its loggers at DEBUG, as one case in {DEBUG_EVERY} runs them)" if logs else ""),
                                 details={"traceback": ctx.run.error,
-                                         **({"plans_unreadable": unjudged} if unjudged else {})}, rule="raised"))
+                                         **({"plans_unreadable": unjudged} if unjudged else {}),
+                                         **({"loggers_at_debug": list(logs)} if logs else {})}, rule="raised"))
     return findings
 
 
@@ -170,6 +175,7 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     checker that cannot judge the case is recorded in ``ctx.skipped``."""
     cpu = ctx.metrics.setdefault(stages.CPU, {})
     stages.add(cpu, ctx.run.cpu)
+    ctx.metrics.setdefault("target", {})["debug_logs"] = int(bool(ctx.run.debug_logs))
     if ctx.run.error is not None:
         with stages.timed(cpu, stages.checker("planner")):
             return _target_failure(ctx)

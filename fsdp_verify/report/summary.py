@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from fsdp_verify.checks.exchange import DIVERGENT_EVERY
+from fsdp_verify.targets.debug_logs import DEBUG_EVERY
 from fsdp_verify.model import classes
 from fsdp_verify.report.tally import PROOFS, Result
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
@@ -167,7 +168,8 @@ def summary_text(result: Result, target: str) -> str:
              f"{result.proofs['layout_two_runs']} told apart by a second coded run (codes wrapped once), "
              f"{result.proofs['layout_tested']} only tested (codes wrapped past two runs); exchange: "
              f"{result.proofs['exchange_divergent_worlds']} worlds made to disagree (one case in {DIVERGENT_EVERY}, "
-             f"by seed; every case's reports edited)"
+             f"by seed; every case's reports edited); target logs: {result.proofs['target_debug_logs']} cases with "
+             f"the target's loggers at DEBUG (one case in {DEBUG_EVERY}, by seed)"
              + (f"; {result.proofs['planner_disagreements_stopped']} worlds whose ranks' graphs the spec plans "
                 f"differently (uneven shards) stopped by the target as spec 3.6 says: the planner judged them, no "
                 f"rewrite was" if result.proofs['planner_disagreements_stopped'] else ""),

@@ -131,10 +131,10 @@ class Result:
 # graph seen in the target's own run or a replay of its earlier rounds, worlds whose ranks were
 # made to disagree (the exchange checker builds one for a sample of cases), and worlds whose ranks'
 # graphs the spec itself plans differently (uneven shards), which the target rightly refused: only
-# the planner judged those, never a rewrite.
+# the planner judged those, never a rewrite; and cases whose target ran with its loggers at DEBUG.
 PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
           "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_two_runs", "layout_tested",
-          "exchange_divergent_worlds", "planner_disagreements_stopped")
+          "exchange_divergent_worlds", "planner_disagreements_stopped", "target_debug_logs")
 
 
 def proofs_of(metrics: dict) -> Counter:
@@ -151,7 +151,8 @@ def proofs_of(metrics: dict) -> Counter:
                     "layout_two_runs": int(layout.get("proved") is False and layout.get("two_digits") is True),
                     "layout_tested": int(layout.get("proved") is False and layout.get("two_digits") is not True),
                     "exchange_divergent_worlds": metrics.get("exchange", {}).get("divergent_worlds", 0),
-                    "planner_disagreements_stopped": planner.get("disagreements_stopped", 0)})
+                    "planner_disagreements_stopped": planner.get("disagreements_stopped", 0),
+                    "target_debug_logs": metrics.get("target", {}).get("debug_logs", 0)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:

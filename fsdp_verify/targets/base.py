@@ -19,6 +19,8 @@ class Target(ABC):
     external: ClassVar[bool] = False  # code this project does not own: a finding is a defect candidate
     # what a campaign draws from when --strategy is not given: the graphs the target is written for
     default_strategy: ClassVar[str] = "cases"
+    # the loggers its code writes to: one case in four runs them at DEBUG (``targets/debug_logs.py``)
+    loggers: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:

@@ -24,6 +24,7 @@ class TargetRun:
     error_message: Optional[str] = None  # the first line of the exception message
     watched: Any = None  # what a plan watch (``targets.watch``) kept during the target's run
     cpu: dict = field(default_factory=dict)  # CPU seconds by stage making this run (engine/stages.py)
+    debug_logs: tuple[str, ...] = ()  # the target's loggers the run held at DEBUG (targets/debug_logs.py)
 
 
 class PlanRecord:

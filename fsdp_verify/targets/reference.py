@@ -46,6 +46,7 @@ class ReferenceTarget(Target):
     name = "reference"
     summary = "fsdp-verify's own planner + AG/RS rewriters + two-round driver (spec sections 2-4)"
     exchanges_plans = True
+    loggers = ("fsdp_verify.reference",)
 
     def plan(self, case: Case, module: fx.GraphModule, rank: int) -> BucketPlan:
         return plan_fsdp_buckets(module, **planner_kwargs(case, rank))

@@ -29,6 +29,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     kinds_by_identity,
     dim0_layout_by_order,
     negative_dims_accepted,
+    debug_log_reads_second_member,
     unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
@@ -145,6 +146,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("dim0_layout_by_order", "rule 11 compares shapes by order, so a larger shape whose dim 0 is too large "
            "passes", ("planner",), dim0_layout_by_order, hunt="skip:invalid_dim0_layout"),
     # Killed only where a spec names a negative dim (a zero one is refused by ``!= 0`` too).
+    Mutant("debug_log_reads_second_member", "the planner's per-bucket DEBUG line reads a bucket's second member, so "
+           "a bucket of one raises, only with the planner's logger at DEBUG", ("target",),
+           debug_log_reads_second_member, hunt="cases"),
     Mutant("negative_dims_accepted", "rule 8 refuses a zero dim but passes a negative one", ("planner",),
            negative_dims_accepted, hunt="skip:unknown_or_dynamic_shape"),
     Mutant("one_rank_group_accepted", "a degree of 1 on a group of one rank passes rule 5 (only a degree that "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import operator
 from collections import Counter
 from typing import Callable
@@ -558,3 +559,18 @@ def negative_dims_accepted() -> list[Patch]:
         return (isinstance(shape, (list, tuple)) and len(shape) > 0
                 and all(planner._plain_int(dim) and dim != 0 for dim in shape))
     return [(planner, "static_shape", static_shape)]
+
+
+def debug_log_reads_second_member() -> list[Patch]:
+    """The per-bucket DEBUG line names a bucket's first two members (``members[1]``): a bucket of one
+    raises IndexError, but only with the planner's logger at DEBUG, which a run leaves off unless it
+    turns the target's loggers on (spec 2.13: per-bucket lines are DEBUG)."""
+    correct = planner._log
+
+    def log(plan, selected: dict, counts: Counter, order: dict) -> None:
+        if planner._LOG.isEnabledFor(logging.DEBUG):
+            for bucket in plan.buckets:
+                planner._LOG.debug("FSDP bucket pair: %s %s", bucket.members[0].param_name,
+                                   bucket.members[1].param_name)
+        correct(plan, selected, counts, order)
+    return [(planner, "_log", log)]
