@@ -138,12 +138,27 @@ def run_target(target: Target, case: Case, watch: bool = True,
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
+        if run.debug_logs:
+            with stages.timed(cpu, Stage.TARGET):
+                run.raises_only_at_debug = not _raises(target, case)
         return _fail(run, exc)
     finally:
         cpu[str(Stage.TARGET)] = cpu.get(str(Stage.TARGET), 0.0) - watched[0]
         cpu[str(Stage.ROUND_WATCH)] = watched[0]
     run.rewritten = modules
     return run
+
+
+def _raises(target: Target, case: Case) -> bool:
+    """Whether ``target`` fails on fresh copies of the case's graphs with its loggers as they are:
+    asked of a raise with them at DEBUG, which is a logging path's own only where the answer is no."""
+    modules = build_world(case)
+    try:
+        _checked_plans(target.rewrite(case, modules), modules)
+        _lint(modules)
+    except (Exception, SystemExit):  # noqa: BLE001 - any failure: the raise is not the loggers' alone
+        return True
+    return False
 
 
 def _target_failure(ctx: CheckContext) -> list[Finding]:
@@ -160,10 +175,11 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
     if refusal is Refusal.DISAGREEMENT:
         ctx.metrics.setdefault("planner", {})["disagreements_stopped"] = 1  # said in the summary
     elif refusal is None:
-        logs = ctx.run.debug_logs
+        logs = ctx.run.debug_logs if ctx.run.raises_only_at_debug else ()
         findings.append(Finding("target", f"target {getattr(ctx.target, 'name', '?')} raised "
                                           f"{ctx.run.error_type}: {ctx.run.error_message}"
-                                + (f" (its loggers at DEBUG, as one case in {DEBUG_EVERY} runs them)" if logs else ""),
+                                + (f" (only with its loggers at DEBUG, as one case in {DEBUG_EVERY} runs them: "
+                                   f"it runs clean without)" if logs else ""),
                                 details={"traceback": ctx.run.error,
                                          **({"plans_unreadable": unjudged} if unjudged else {}),
                                          **({"loggers_at_debug": list(logs)} if logs else {})}, rule="raised"))

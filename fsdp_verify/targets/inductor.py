@@ -21,6 +21,7 @@ from fsdp_verify.graph.spec import CASTS
 from fsdp_verify.graph.values import DTYPES
 from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
+from fsdp_verify.reference.planner import static_shape
 from fsdp_verify.targets.base import Target, TargetNotFound, family
 from fsdp_verify.targets.post_grad import MANUAL, MANUAL_DEPS, MANUAL_MODE, inductor_route, post_grad_pass
 
@@ -223,7 +224,10 @@ def _collective_bytes(case: Case) -> int:
         dtype = spec.get("dtype")
         dtype = DTYPES.get(dtype) if isinstance(dtype, str) else dtype
         itemsize = getattr(dtype, "itemsize", 8)
-        sizes = [math.prod(spec.get(key) or ()) * itemsize for key in ("input_shape", "output_shape")]
+        shapes = [spec.get(key) for key in ("input_shape", "output_shape")]
+        if not all(static_shape(shape) for shape in shapes):  # a malformed spec (rule 8 skips it) holds nothing known
+            continue
+        sizes = [math.prod(shape) * itemsize for shape in shapes]
         total += sizes[0] + (2 if kind == "all_gather" else 1) * sizes[1]
     return total
 
@@ -374,6 +378,9 @@ class TorchInductorTarget(Target):
     summary = "PyTorch's torch._inductor.fx_passes bucketing, routed by inductor config options"
     external = True
     default_strategy = "captured"  # SimpleFSDP-style models captured through torch.compile
+    # where every pass that buckets collectives logs (bucketing, fsdp, the overlap scheduler and its
+    # bucketer, the manual scheduler): some compute what they log only when DEBUG is on
+    loggers = ("torch._inductor.fx_passes",)
 
     def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})

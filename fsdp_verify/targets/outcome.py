@@ -25,6 +25,7 @@ class TargetRun:
     watched: Any = None  # what a plan watch (``targets.watch``) kept during the target's run
     cpu: dict = field(default_factory=dict)  # CPU seconds by stage making this run (engine/stages.py)
     debug_logs: tuple[str, ...] = ()  # the target's loggers the run held at DEBUG (targets/debug_logs.py)
+    raises_only_at_debug: bool = False  # it raised with them at DEBUG and runs clean without (a rerun says)
 
 
 class PlanRecord:

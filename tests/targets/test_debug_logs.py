@@ -24,7 +24,7 @@ def test_a_raise_only_at_debug_is_found_on_the_cases_that_turn_the_loggers_on():
     assert check_all(bug, quiet)[0] == []  # loggers off: the line never runs, the bug hides
     findings, ctx = check_all(bug, replace(SINGLETONS, seed=DEBUG_EVERY))
     raised = [f for f in findings if f.key == ("target", "raised")]
-    assert raised and "IndexError" in raised[0].message and "loggers at DEBUG" in raised[0].message
+    assert raised and "IndexError" in raised[0].message and "only with its loggers at DEBUG" in raised[0].message
     assert raised[0].details["loggers_at_debug"] == ["fsdp_verify.reference"]
     assert ctx.metrics["target"]["debug_logs"] == 1
 
@@ -37,6 +37,19 @@ def test_the_reference_is_clean_at_debug_and_its_logger_is_left_as_it_was():
     assert (logger.level, logger.propagate, list(logger.handlers)) == before
 
 
-def test_a_target_without_loggers_runs_as_before():
-    findings, ctx = check_all(get_target("torch-inductor"), replace(SINGLETONS, seed=0))
+def test_a_target_without_loggers_runs_as_before_and_inductor_names_its_passes_loggers():
+    findings, ctx = check_all(get_target("fx-pass:helpers.torch_passes:correct"), replace(SINGLETONS, seed=0))
     assert ctx.run.debug_logs == () and ctx.metrics["target"]["debug_logs"] == 0
+    assert get_target("torch-inductor").loggers == ("torch._inductor.fx_passes",)
+
+
+def test_a_raise_with_the_loggers_at_debug_that_also_happens_without_is_a_plain_raise():
+    # TwoBugs raises on every graph: a rerun with the loggers as they are raises too, so the
+    # finding does not blame the loggers (the count of cases run at DEBUG still has it)
+    from helpers.targets import TwoBugs
+    target = TwoBugs()
+    target.loggers = ("fsdp_verify.reference",)
+    findings, ctx = check_all(target, replace(SINGLETONS, seed=0))
+    raised = [f for f in findings if f.key == ("target", "raised")]
+    assert raised and "DEBUG" not in raised[0].message and "loggers_at_debug" not in raised[0].details
+    assert ctx.run.debug_logs and not ctx.run.raises_only_at_debug and ctx.metrics["target"]["debug_logs"] == 1

@@ -194,3 +194,15 @@ def test_a_joint_graph_excuses_ordering_findings_only():
     assert target.contract_mismatches(case, ("ordering",))
     assert target.contract_mismatches(case, ("dependencies",)) == []
     assert target.contract_mismatches(case, ("dependencies", "ordering")) == []
+
+
+@pytest.mark.parametrize("shape", ["7", [2, "x"], None, [-1]])
+def test_the_memory_excuse_sizes_only_static_spec_shapes(shape):
+    # a hazard's malformed spec (rule 8 skips it) once crashed triage: math.prod("7") is "7"
+    from fsdp_verify.graph import edit
+    from fsdp_verify.targets.inductor import _collective_bytes
+    case = two_block_case()
+    launch = next(n for n in case.graph.nodes if "fsdp_bucket_spec" in n.meta)
+    spec = {**launch.meta["fsdp_bucket_spec"], "input_shape": shape}
+    broken = replace(case, graph=edit.update_node(case.graph, launch.name, meta={"fsdp_bucket_spec": spec}))
+    assert 0 < _collective_bytes(broken) < _collective_bytes(case)
