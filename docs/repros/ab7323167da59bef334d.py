@@ -51,6 +51,29 @@ INPUTS = {
 EXACT = ['contiguous']
 # torch._inductor.config options the case was judged under (bucket_cap_mb: both size determinators)
 CONFIG = {'aten_distributed_optimizations.bucket_exposed_first': None, 'aten_distributed_optimizations.bucket_mode': None, 'aten_distributed_optimizations.bucket_only_internode_comms': False, 'aten_distributed_optimizations.collective_bucketing': None, 'aten_distributed_optimizations.collective_estimator': 'analytical', 'aten_distributed_optimizations.compute_estimator': 'analytical', 'aten_distributed_optimizations.compute_overlap_multipler': None, 'aten_distributed_optimizations.enable_fusion_regions': True, 'aten_distributed_optimizations.enable_overlap_scheduling': False, 'aten_distributed_optimizations.insert_overlap_deps': None, 'aten_distributed_optimizations.max_coll_distance': None, 'aten_distributed_optimizations.max_compute_pre_fetch': None, 'aten_distributed_optimizations.max_in_flight_gb': None, 'aten_distributed_optimizations.max_memory_increase_gb': None, 'aten_distributed_optimizations.max_memory_increase_ratio': None, 'aten_distributed_optimizations.overlap_scheduling_autofix_cycles': False, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives': True, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_bucket_cap_mb': None, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_max_bucket_cap_mb': 500.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_min_bucket_cap_mb': 10.0, 'aten_distributed_optimizations.pre_bucketing_fsdp_collectives_saturation_calibration_multiplier': 1.0, 'aten_distributed_optimizations.prioritize_bucketing_during_scheduling': True, 'bucket_all_gathers_bucket_mode': 'default', 'bucket_all_gathers_fx': 'all', 'bucket_all_reduces_fx': 'none', 'bucket_cap_mb': None, 'bucket_reduce_scatters_bucket_mode': 'default', 'bucket_reduce_scatters_fx': 'all', 'dedup_reduce_scatters': False, 'manual_bucket_mode': None, 'manual_bucket_plans': 'off', 'manual_insert_overlap_deps': False}
+# loggers the harness held at DEBUG while the target ran (one case in four, by seed): code a pass runs
+# only when its DEBUG lines are on runs here too
+LOGGERS = ['torch._inductor.fx_passes']
+
+
+@contextlib.contextmanager
+def debug_logs() -> Iterator[None]:
+    """LOGGERS at DEBUG into a null handler while the target runs, then as they were."""
+    import logging
+    saved = []
+    for name in LOGGERS:
+        logger, handler = logging.getLogger(name), logging.NullHandler()
+        saved.append((logger, logger.level, logger.propagate, handler))
+        logger.setLevel(logging.DEBUG)
+        logger.propagate = False
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger, level, propagate, handler in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 # --- copied from fsdp_verify/execute/inputs.py: the harness's input values, bit for bit ---
@@ -412,8 +435,9 @@ def rewrite_world(args: argparse.Namespace) -> dict:
     def apply(module: fx.GraphModule) -> fx.GraphModule:
         return inductor_route(module, config)
 
-    return {rank: post_grad_pass(build_graph(rank), rank, len(WORLD), GROUPS, make_inputs(rank), apply)
-            for rank in WORLD}
+    with debug_logs():
+        return {rank: post_grad_pass(build_graph(rank), rank, len(WORLD), GROUPS, make_inputs(rank), apply)
+                for rank in WORLD}
 
 
 def run_graph(module: fx.GraphModule, rank: int, exact: set) -> list:

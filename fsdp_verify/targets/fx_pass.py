@@ -33,6 +33,8 @@ class FxPassTarget(Target):
     def __init__(self, spec: str, fn: Callable[[fx.GraphModule], Any]):
         self.spec, self.fn = spec, fn
         self.name = PREFIX + spec
+        module = getattr(fn, "__module__", None)
+        self.loggers = (module,) if isinstance(module, str) else ()  # where a pass's own logger lives, by convention
 
     def normalise(self, case: Case) -> Case:
         """The post-grad form, as for inductor's own passes."""

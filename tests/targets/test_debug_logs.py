@@ -10,6 +10,7 @@ from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.model.case import Case
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
+from fsdp_verify.targets.base import Target
 from fsdp_verify.targets.debug_logs import DEBUG_EVERY, at_debug
 
 # one parameter: every bucket is a bucket of one
@@ -37,10 +38,18 @@ def test_the_reference_is_clean_at_debug_and_its_logger_is_left_as_it_was():
     assert (logger.level, logger.propagate, list(logger.handlers)) == before
 
 
-def test_a_target_without_loggers_runs_as_before_and_inductor_names_its_passes_loggers():
-    findings, ctx = check_all(get_target("fx-pass:helpers.torch_passes:correct"), replace(SINGLETONS, seed=0))
+class _Untouched(Target):
+    name = "untouched"
+
+    def rewrite(self, case, modules):
+        return {}
+
+
+def test_a_target_without_loggers_runs_as_before_and_external_ones_name_theirs():
+    findings, ctx = check_all(_Untouched(), replace(SINGLETONS, seed=0))
     assert ctx.run.debug_logs == () and ctx.metrics["target"]["debug_logs"] == 0
     assert get_target("torch-inductor").loggers == ("torch._inductor.fx_passes",)
+    assert get_target("fx-pass:helpers.torch_passes:correct").loggers == ("helpers.torch_passes",)
 
 
 def test_a_raise_with_the_loggers_at_debug_that_also_happens_without_is_a_plain_raise():
@@ -53,3 +62,17 @@ def test_a_raise_with_the_loggers_at_debug_that_also_happens_without_is_a_plain_
     raised = [f for f in findings if f.key == ("target", "raised")]
     assert raised and "DEBUG" not in raised[0].message and "loggers_at_debug" not in raised[0].details
     assert ctx.run.debug_logs and not ctx.run.raises_only_at_debug and ctx.metrics["target"]["debug_logs"] == 1
+
+
+def test_the_repro_of_a_raise_only_at_debug_holds_the_loggers_at_debug_too(tmp_path):
+    from fsdp_verify.engine.repro import Outcome, run_script
+    from fsdp_verify.report.repro import write
+    case = replace(SINGLETONS, seed=DEBUG_EVERY)
+    script = tmp_path / "repro.py"
+    script.write_text(write(case, "mutant:debug_log_reads_second_member").text)
+    assert "LOGGERS = ['fsdp_verify.reference']" in script.read_text()
+    assert run_script(script, timeout=240).outcome is Outcome.REPRODUCED
+    quiet = tmp_path / "quiet.py"
+    quiet.write_text(write(replace(SINGLETONS, seed=1), "mutant:debug_log_reads_second_member").text)
+    assert "LOGGERS" not in quiet.read_text()
+    assert run_script(quiet, timeout=240).outcome is Outcome.NOT_REPRODUCED  # the loggers are what tells
