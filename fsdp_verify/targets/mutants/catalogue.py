@@ -390,6 +390,12 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "op, so a collective's wait answers before its input is walked and a bf16 cast scaled by an all-reduced "
            "gain is packed in the parameter's dtype", ("layout", "numerics"), rewrite_bugs.unrunnable_inputs_unread,
            hunt="rule:gain_all_reduced"),
+    Mutant("arithmetic_read_as_any_op", "the dtype walk reads arithmetic's operands only where it could run the op, "
+           "so operator.mul of a bf16 cast and its gain is packed in the parameter's dtype", ("layout", "numerics"),
+           rewrite_bugs.arithmetic_read_as_any_op, hunt="rule:scaled_cast_forms/cast_scaled_by_python_operator"),
+    Mutant("param_dtypes_unread", "the dtype walk never takes a parameter's dtype from its gathers' specs, so a bf16 "
+           "cast scaled by its parameter's amax is packed in float32", ("layout", "numerics"),
+           rewrite_bugs.param_dtypes_unread, hunt="rule:scaled_cast_forms"),
     Mutant("device_objects_refused", "the dtype walk runs no op with a device object among its keywords, so a "
            "traced graph's move of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_objects_refused,

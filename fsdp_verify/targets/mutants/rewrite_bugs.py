@@ -768,6 +768,29 @@ def unrunnable_inputs_unread() -> list[tuple]:
     return [(rewrite, "_read_by", reading)]
 
 
+def arithmetic_read_as_any_op() -> list[tuple]:
+    """The walk reads arithmetic's operands as any other op's, only where it could run the op:
+    ``operator.mul`` (a symbolic trace's ``cast * gain``) is followed by name, but its operands are
+    never walked first, so the scaled cast falls back to the parameter's dtype."""
+    from fsdp_verify.reference import rewrite
+
+    def reading(node: fx.Node) -> list[fx.Node]:
+        if node.op == "call_function" and _op_name(node) in rewrite._PROMOTING and not _correct_evaluable(node):
+            return []
+        return _correct_read_by(node)
+    return [(rewrite, "_read_by", reading)]
+
+
+def param_dtypes_unread() -> list[tuple]:
+    """The walk never takes a parameter's dtype from its gathers' specs: an untraced parameter is
+    unknown, so the gain of a scaled cast (its amax) is too, and the bf16 member falls back to float32."""
+    from fsdp_verify.reference import rewrite
+
+    def nothing(nodes) -> dict:
+        return {}
+    return [(rewrite, "param_dtypes", nothing)]
+
+
 def device_objects_refused() -> list[tuple]:
     """The walk runs no op with a device object among its keywords: ``_to_copy(cast,
     device=torch.device("cpu"))``, a traced graph's move of a bf16 cast, is unknown, and its member
