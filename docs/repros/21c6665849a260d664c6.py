@@ -57,13 +57,18 @@ CONFIG = {'aten_distributed_optimizations.bucket_exposed_first': None, 'aten_dis
 LOGGERS = ['torch._inductor.fx_passes']
 
 
+# --- copied from fsdp_verify/targets/debug_logs.py: the loggers held as the harness held them ---
+import logging  # noqa: E402
+from typing import Sequence  # noqa: E402
+
+
 @contextlib.contextmanager
-def debug_logs() -> Iterator[None]:
-    """LOGGERS at DEBUG into a null handler while the target runs, then as they were."""
-    import logging
+def debug_logs(names: Sequence[str]) -> Iterator[None]:
+    """Each logger of ``names`` at DEBUG into a null handler while the block runs, then as it was."""
     saved = []
-    for name in LOGGERS:
-        logger, handler = logging.getLogger(name), logging.NullHandler()
+    for name in names:
+        logger = logging.getLogger(name)
+        handler = logging.NullHandler()
         saved.append((logger, logger.level, logger.propagate, handler))
         logger.setLevel(logging.DEBUG)
         logger.propagate = False
@@ -461,7 +466,7 @@ def rewrite_world(args: argparse.Namespace) -> dict:
     def apply(module: fx.GraphModule) -> fx.GraphModule:
         return inductor_route(module, config)
 
-    with debug_logs():
+    with debug_logs(LOGGERS):
         return {rank: post_grad_pass(build_graph(rank), rank, len(WORLD), GROUPS, make_inputs(rank), apply)
                 for rank in WORLD}
 

@@ -35,7 +35,7 @@ from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, 
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
 from fsdp_verify.targets.base import Target
-from fsdp_verify.targets.debug_logs import at_debug
+from fsdp_verify.targets.debug_logs import at_debug, debug_logs
 from fsdp_verify.targets.fx_pass import FxPassTarget
 from fsdp_verify.targets.inductor import TorchInductorTarget
 from fsdp_verify.targets.registry import get_target
@@ -292,6 +292,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
         "seed": case.seed, "inputs": _inputs(spec),
         "loggers": repr(list(target.loggers)) if at_debug(case) and target.loggers else "",
+        "debug_logs_source": inspect.getsource(debug_logs).strip(),
         "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding})
         if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
         "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
