@@ -29,7 +29,7 @@ from fsdp_verify.model import spec_params
 from fsdp_verify.checks.planner_oracle import Refusal, spec_refusal, watch_rounds
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
-from fsdp_verify.targets.debug_logs import DEBUG_EVERY, at_debug, debug_logs
+from fsdp_verify.targets.debug_logs import DEBUG_EVERY, debug_logs, loggers_held
 from fsdp_verify.engine.stages import Stage
 from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
@@ -132,7 +132,7 @@ def run_target(target: Target, case: Case, watch: bool = True,
             on_watch(event)
 
     run.watched = watch_rounds(case, modules, heard) if watch and target.has_planner else None
-    run.debug_logs = tuple(target.loggers) if at_debug(case) else ()
+    run.debug_logs = loggers_held(target, case)
     try:
         with stages.timed(cpu, Stage.TARGET), watching(target, run.watched), debug_logs(run.debug_logs):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)

@@ -35,7 +35,7 @@ from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, 
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import post_grad
 from fsdp_verify.targets.base import Target
-from fsdp_verify.targets.debug_logs import at_debug, debug_logs
+from fsdp_verify.targets.debug_logs import debug_logs, loggers_held
 from fsdp_verify.targets.fx_pass import FxPassTarget
 from fsdp_verify.targets.inductor import TorchInductorTarget
 from fsdp_verify.targets.registry import get_target
@@ -283,6 +283,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         target = target.configure(dict(case.target_options))
     kind = kind_of(target)
     notes = caveats(case, target)
+    held = loggers_held(target, case)
     context = {
         "title": f"Repro: {name} on {case.label or 'a case'}" + (f" (case {case_id})" if case_id else ""),
         "version": __version__, "source": source, "target_name": name, "kind": kind.value,
@@ -291,7 +292,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "notes": [f"{note.caveat.value}: {note.reason}; a failure here is no defect of the target" for note in notes], "filename": filename,
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
         "seed": case.seed, "inputs": _inputs(spec),
-        "loggers": repr(list(target.loggers)) if at_debug(case) and target.loggers else "",
+        "loggers": repr(list(held)) if held else "",
         "debug_logs_source": inspect.getsource(debug_logs).strip(),
         "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding})
         if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),

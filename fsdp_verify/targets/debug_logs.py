@@ -10,6 +10,7 @@ import logging
 from typing import Iterator, Sequence
 
 from fsdp_verify.model.case import Case
+from fsdp_verify.targets.base import Target
 
 # One case in this many, by the case's seed: a shrunk case keeps seed 0, so keeps its loggers at
 # DEBUG, and a replay of a saved case runs them as the campaign did.
@@ -19,6 +20,11 @@ DEBUG_EVERY = 4
 def at_debug(case: Case) -> bool:
     """Whether ``case`` runs its target with the target's loggers at DEBUG."""
     return case.seed % DEBUG_EVERY == 0
+
+
+def loggers_held(target: Target, case: Case) -> tuple[str, ...]:
+    """The loggers a run of ``target`` on ``case`` holds at DEBUG (a harness run and its repro alike)."""
+    return tuple(target.loggers) if at_debug(case) else ()
 
 
 @contextlib.contextmanager
@@ -41,4 +47,4 @@ def debug_logs(names: Sequence[str]) -> Iterator[None]:
             logger.propagate = propagate
 
 
-__all__ = ["DEBUG_EVERY", "at_debug", "debug_logs"]
+__all__ = ["DEBUG_EVERY", "at_debug", "debug_logs", "loggers_held"]
