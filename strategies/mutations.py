@@ -928,6 +928,11 @@ def cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
     cast = _cast_source(case, a)
     if _kind(case, b) == RS_KIND or cast is None:
         return None
+    return _as_to_copy(case, cast)
+
+
+def _as_to_copy(case: Case, cast: NodeSpec) -> Case:
+    """``case`` with the positional cast ``cast`` written ``aten._to_copy(x, dtype=...)``."""
     return replace(case, graph=edit.update_node(case.graph, cast.name, target="aten._to_copy.default",
                                                 args=cast.args[:1], kwargs={"dtype": cast.args[1]}))
 
@@ -941,8 +946,7 @@ def scaled_cast_as_to_copy(case: Case, a: str, b: str) -> Optional[Case]:
     cast, _ = _scaled_param(case, _scaled(case, a, b))
     if cast is None or cast.target != CAST or len(cast.args) != 2:
         return None
-    return replace(case, graph=edit.update_node(case.graph, cast.name, target="aten._to_copy.default",
-                                                args=cast.args[:1], kwargs={"dtype": cast.args[1]}))
+    return _as_to_copy(case, cast)
 
 
 @needs_cast()
