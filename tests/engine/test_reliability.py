@@ -38,12 +38,24 @@ def _wait_until_fuzzing(process: subprocess.Popen, workers: int, timeout: float 
     while time.monotonic() < end:
         assert process.poll() is None, process.stdout.read()
         runners = [process.pid] if workers == 1 else _children(process.pid)
-        if sum(bool(_children(pid)) for pid in runners) >= workers:
+        if sum(bool(_forks(pid)) for pid in runners) >= workers:
             time.sleep(1.0)
             assert process.poll() is None, process.stdout.read()
             return
         time.sleep(0.2)
     raise AssertionError(f"the campaign's {workers} workers did not start cases within {timeout:.0f}s")
+
+
+def _forks(pid: int) -> list[int]:
+    """``pid``'s children that are forks of it (an isolation child shares its command line): a
+    short-lived subprocess that a slow import starts (seen under load) is no sign of a case."""
+    def cmdline(p: int) -> bytes:
+        try:
+            return Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            return b""
+    own = cmdline(pid)
+    return [child for child in _children(pid) if own and cmdline(child) == own]
 
 
 def _children(pid: int) -> list[int]:
