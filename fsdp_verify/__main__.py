@@ -1,3 +1,3 @@
-from fsdp_verify.commands.cli import main
+from fsdp_verify.commands.cli import entry
 
-raise SystemExit(main())
+raise SystemExit(entry())

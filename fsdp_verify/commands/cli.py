@@ -7,6 +7,7 @@ target, malformed corpus file, bad arguments).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -49,5 +50,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def entry() -> int:
+    """The command line as a process of its own (the console script, ``python -m fsdp_verify``).
+
+    What the command leaves is frozen before the interpreter ends: its last collection would walk
+    every object a campaign left (1.1-1.3 CPU-s after 200 examples, 6% of the command) only to free
+    memory the process gives back anyway. Reports are written and closed by then; only cyclic
+    garbage goes unfinalised, and atexit handlers run as before. Not in ``main``: a test or a
+    benchmark that calls ``main`` keeps running and must keep its collector."""
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

@@ -76,6 +76,20 @@ def test_help_imports_neither_torch_nor_hypothesis():
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "fused_launch_early" in bad.stderr
 
 
+def test_the_process_entry_returns_the_commands_code_and_freezes_what_it_left(monkeypatch):
+    """The interpreter's last collection would walk everything a campaign left; frozen, it walks
+    nothing. ``main`` itself (what tests and benchmarks call) leaves the collector alone."""
+    import gc
+    from fsdp_verify.commands import cli as command_line
+    monkeypatch.setattr(command_line, "main", lambda: 3)
+    assert gc.get_freeze_count() == 0
+    try:
+        assert command_line.entry() == 3
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+
+
 @pytest.mark.parametrize("name", ["nope", "os:system_typo", "mutant:nothing"])
 def test_unknown_target_exits_2_with_the_list(name, capsys):
     out = in_process(capsys, "fuzz", "--target", name, "--budget", "1")

@@ -35,13 +35,19 @@ def test_a_campaign_block_freezes_collects_its_own_garbage_and_hands_the_old_bac
     assert old_ref() is None  # handed back, and collected
 
 
-def test_what_a_block_leaves_in_the_oldest_generation_is_collected_as_it_ends():
+def test_what_a_block_leaves_in_the_oldest_generation_is_collected_before_the_next_block_freezes():
     """Else the next block freezes it: campaigns run one after another (self-test hunts, a mutant's
-    phases) would pile up their garbage."""
+    phases) would pile up their garbage. A process that runs one block and exits never walks it."""
     with collector.tuned():
         kept, kept_ref = _cycle()
         gc.collect(1)
         gc.collect(1)  # promoted to the oldest generation
         del kept  # garbage there, which the block's young collections never walk
         assert kept_ref() is not None
-    assert kept_ref() is None  # collected as the block ended, before any other collection
+    gc.disable()  # no automatic collection between the blocks: only the next block's start may free it
+    try:
+        assert kept_ref() is not None  # the block's end walks nothing
+        with collector.tuned():
+            assert kept_ref() is None  # collected before the freeze
+    finally:
+        gc.enable()
