@@ -20,7 +20,8 @@ Run: python 892cacf9a95c1e5b62c5.py [--config OPTION=VALUE ...] [--json FILE]
 It builds the graph with torch.fx, rewrites each rank's copy as the harness did, runs original
 and rewritten graphs with real gloo collectives (2 forked rank processes) on the
 harness's exact inputs, and compares every output bit for bit.
-Exit 1 and REPRODUCED: the rewrite raised, its graph failed to run or hung, or an output differs.
+Exit 1 and REPRODUCED: the rewrite raised, its graph failed to run or hung, an output differs, or
+the rewrite moved a global random generator its callers do not restore.
 Exit 0 and NOT REPRODUCED: every output is bitwise equal on every rank.
 Exit 3 and CANNOT RUN: the original graph itself does not run on real ranks here.
 """
@@ -392,6 +393,65 @@ def run_pass(fn: Callable, module: fx.GraphModule) -> fx.GraphModule:
     return returned
 
 
+# --- copied from fsdp_verify/targets/generators.py: the global random generators around the rewrite ---
+import random
+import sys
+from enum import Enum
+from typing import Any
+
+import torch
+
+
+class Generator(str, Enum):
+    """A global generator a target may draw from."""
+
+    TORCH = "torch"  # the CPU default generator: torch.rand, randn, randperm, dropout on CPU
+    TORCH_CUDA = "torch.cuda"  # every device's default generator, when CUDA is initialised already
+    PYTHON = "random"  # the ``random`` module's shared instance
+    NUMPY = "numpy.random"  # numpy's legacy global RandomState, when numpy is loaded already
+
+
+def snapshot() -> dict[Generator, Any]:
+    """Each global generator's state now. Reading a state draws nothing and initialises nothing:
+    CUDA's and numpy's are read only where the process holds them already."""
+    states: dict[Generator, Any] = {Generator.TORCH: torch.random.get_rng_state(),
+                                    Generator.PYTHON: random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states[Generator.TORCH_CUDA] = torch.cuda.get_rng_state_all()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        states[Generator.NUMPY] = numpy.random.get_state(legacy=False)
+    return states
+
+
+def _same(before: Any, after: Any) -> bool:
+    if isinstance(before, torch.Tensor):
+        return isinstance(after, torch.Tensor) and torch.equal(before, after)
+    if isinstance(before, (list, tuple)):
+        return isinstance(after, (list, tuple)) and len(before) == len(after) and \
+            all(_same(a, b) for a, b in zip(before, after))
+    if isinstance(before, dict):
+        return isinstance(after, dict) and before.keys() == after.keys() and \
+            all(_same(before[key], after[key]) for key in before)
+    if type(before).__module__ == "numpy":  # an array of a numpy state
+        return type(after) is type(before) and bool((before == after).all())
+    return before == after
+
+
+def drawn(before: dict[Generator, Any]) -> tuple[Generator, ...]:
+    """The generators of ``before`` whose state differs now (a reseed counts: the stream moved)."""
+    after = snapshot()
+    return tuple(name for name, state in before.items() if name not in after or not _same(state, after[name]))
+
+
+__all__ = ["Generator", "drawn", "snapshot"]
+
+
+# generators the target's real callers restore around it (inductor's compile restores torch's): a draw
+# from one of them is no bug
+RESTORED = ['torch', 'torch.cuda']
+
+
 # --- copied from fsdp_verify/graph/ops.py: the harness's effectful calls this graph names ---
 def _free_tensor_storage(tensor: Any) -> None:
     """Release a tensor's storage (FSDP reshard free); idempotent and safe on non-tensors."""
@@ -677,6 +737,7 @@ def main(argv: list[str] | None = None) -> int:
                              "collective it never joins)")
     args = parser.parse_args(argv)
     outcome: dict = {"reproduced": False, "kind": "equal", "ranks": []}
+    states = snapshot()
     try:
         rewritten = rewrite_world(args)
     except Exception as exc:  # noqa: BLE001 - the target raising is the failure
@@ -687,6 +748,10 @@ def main(argv: list[str] | None = None) -> int:
         first = (str(exc).strip().splitlines() or [""])[0]
         print(f"REPRODUCED: the rewrite raised {type(exc).__name__}: {first}")  # one line, always the last
     else:
+        moved = [str(name.value) for name in drawn(states) if name.value not in RESTORED]
+        if moved:
+            outcome["generators"] = moved
+            print(f"the rewrite moved the global random generator(s) {moved}: the step's later random numbers shift")
         outcome["ranks"] = run_world(rewritten, args.timeout, args.peer_wait)
         for report in outcome["ranks"]:
             if report.get("inexact") and len(WORLD) > 2:
@@ -702,7 +767,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(report["traceback"], file=sys.stderr)
         kinds = {report["kind"] for report in outcome["ranks"]}
         # what a rank saw first in its own run outranks a peer left waiting for it
-        failing = [kind for kind in ("rewritten_raised", "outputs_differ", "hung") if kind in kinds]
+        failing = [kind for kind in ("rewritten_raised", "outputs_differ", "hung") if kind in kinds] + \
+            (["generator_drawn"] if moved else [])
         if failing:
             outcome.update(reproduced=True, kind=failing[0])
             print(f"REPRODUCED: {', '.join(failing)}")

@@ -34,6 +34,7 @@ from fsdp_verify.engine.stages import Stage
 from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
+from fsdp_verify.targets import generators
 from fsdp_verify.targets.base import Target
 from fsdp_verify.targets.outcome import PlanRecord, TargetRun
 from fsdp_verify.targets.watch import watching
@@ -133,9 +134,11 @@ def run_target(target: Target, case: Case, watch: bool = True,
 
     run.watched = watch_rounds(case, modules, heard) if watch and target.has_planner else None
     run.debug_logs = loggers_held(target, case)
+    states = generators.snapshot()
     try:
         with stages.timed(cpu, Stage.TARGET), watching(target, run.watched), debug_logs(run.debug_logs):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
+        run.generators_drawn = tuple(str(name.value) for name in generators.drawn(states))
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
         if run.debug_logs:

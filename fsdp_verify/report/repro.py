@@ -33,7 +33,7 @@ from fsdp_verify.graph.spec import (GraphSpec, NodeSpec, ParamSpec, gradient_wai
                                     traced_value, unpadded)
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
-from fsdp_verify.targets import post_grad
+from fsdp_verify.targets import generators, post_grad
 from fsdp_verify.targets.base import Target
 from fsdp_verify.targets.debug_logs import debug_logs, loggers_held
 from fsdp_verify.targets.fx_pass import FxPassTarget
@@ -303,6 +303,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
                        for n in spec.nodes),
         "graph_lines": graph_lines(spec), "attr_lines": _attr_lines(spec),
         "input_source": _input_source(), "post_grad_source": _module_source(post_grad),
+        "generators_source": _module_source(generators), "restored": repr(list(target.restored_generators)),
         "effects_source": "\n\n\n".join(inspect.getsource(fn).strip() for fn in
                                          (ops._free_tensor_storage, ops.effect_barrier)),
     }

@@ -172,7 +172,9 @@ def summary_text(result: Result, target: str) -> str:
              f"the target's loggers at DEBUG (one case in {DEBUG_EVERY}, by seed)"
              + (f"; {result.proofs['planner_disagreements_stopped']} worlds whose ranks' graphs the spec plans "
                 f"differently (uneven shards) stopped by the target as spec 3.6 says: the planner judged them, no "
-                f"rewrite was" if result.proofs['planner_disagreements_stopped'] else ""),
+                f"rewrite was" if result.proofs['planner_disagreements_stopped'] else "")
+             + (f"; {result.proofs['generators_excused']} draws from a global random generator the target's callers "
+                f"restore, not judged" if result.proofs['generators_excused'] else ""),
              *skipped_lines(result),
              *ranks_lines(result),
              "reason coverage (first round, rank 0):", *coverage_lines(result),

@@ -131,10 +131,12 @@ class Result:
 # graph seen in the target's own run or a replay of its earlier rounds, worlds whose ranks were
 # made to disagree (the exchange checker builds one for a sample of cases), and worlds whose ranks'
 # graphs the spec itself plans differently (uneven shards), which the target rightly refused: only
-# the planner judged those, never a rewrite; and cases whose target ran with its loggers at DEBUG.
+# the planner judged those, never a rewrite; cases whose target ran with its loggers at DEBUG; and
+# draws from a global generator that the target's callers restore (no finding, so counted here).
 PROOFS = ("ordering_segments_lockstep", "ordering_segments_z3", "numerics_shared_runs", "numerics_plain_runs",
           "planner_rounds_watched", "planner_rounds_replayed", "layout_proved", "layout_two_runs", "layout_tested",
-          "exchange_divergent_worlds", "planner_disagreements_stopped", "target_debug_logs")
+          "exchange_divergent_worlds", "planner_disagreements_stopped", "target_debug_logs",
+          "generators_excused")
 
 
 def proofs_of(metrics: dict) -> Counter:
@@ -152,7 +154,8 @@ def proofs_of(metrics: dict) -> Counter:
                     "layout_tested": int(layout.get("proved") is False and layout.get("two_digits") is not True),
                     "exchange_divergent_worlds": metrics.get("exchange", {}).get("divergent_worlds", 0),
                     "planner_disagreements_stopped": planner.get("disagreements_stopped", 0),
-                    "target_debug_logs": metrics.get("target", {}).get("debug_logs", 0)})
+                    "target_debug_logs": metrics.get("target", {}).get("debug_logs", 0),
+                    "generators_excused": metrics.get("generators", {}).get("excused", 0)})
 
 
 def merge_ranks(a: dict, b: dict) -> dict:

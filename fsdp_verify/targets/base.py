@@ -21,6 +21,9 @@ class Target(ABC):
     default_strategy: ClassVar[str] = "cases"
     # the loggers its code writes to: one case in four runs them at DEBUG (``targets/debug_logs.py``)
     loggers: ClassVar[tuple[str, ...]] = ()
+    # global random generators its real callers restore around it (``targets/generators.Generator``
+    # values): a draw from one of them is no finding (inductor's compile restores torch's)
+    restored_generators: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:

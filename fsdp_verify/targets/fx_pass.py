@@ -29,6 +29,7 @@ class FxPassTarget(Target):
 
     summary = "any torch.fx pass (graph in, graph out) as inductor's post-grad pipeline runs it"
     external = True
+    restored_generators = TorchInductorTarget.restored_generators  # as inductor's post-grad pipeline runs it
 
     def __init__(self, spec: str, fn: Callable[[fx.GraphModule], Any]):
         self.spec, self.fn = spec, fn

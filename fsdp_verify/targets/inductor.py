@@ -381,6 +381,9 @@ class TorchInductorTarget(Target):
     # where every pass that buckets collectives logs (bucketing, fsdp, the overlap scheduler and its
     # bucketer, the manual scheduler): some compute what they log only when DEBUG is on
     loggers = ("torch._inductor.fx_passes",)
+    # post-grad passes run inside compile_fx's ``preserve_rng_state()`` (torch's CPU and CUDA
+    # generators; Python's and numpy's are not restored)
+    restored_generators = ("torch", "torch.cuda")
 
     def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})

@@ -97,6 +97,7 @@ PLANTED = [
     ("exchange", "rewrite_then_exchange", "two_block", "were rewritten first"),
     ("module_plans", "explicit_scopes_unchecked", "two_block", "a scope the model lacks"),
     ("module_plans", "nested_blocks_kept", "two_block", "block types"),
+    ("generators", "estimates_with_random_inputs", "two_block", "moved the global random generator(s) ['torch']"),
 ]
 
 

@@ -66,7 +66,8 @@ def test_the_shared_setup_module_imports_only_torch():
 
 @pytest.mark.parametrize("planted, kind", [("negates_first_wait", "outputs_differ"),
                                            ("crashes_on_two_gathers", "target_raised"),
-                                           ("widens_first_output", "outputs_differ")])
+                                           ("widens_first_output", "outputs_differ"),
+                                           ("draws_from_python", "generator_drawn")])
 def test_a_planted_pass_bug_fails_standalone_and_the_corrected_pass_passes(tmp_path, torch_only_env, planted, kind):
     path = _save(tmp_path, f"fx-pass:helpers.torch_passes:{planted}", Case(mlp_graph(device="cpu")))
     script = _write(path, tmp_path / "repro.py")
@@ -80,6 +81,10 @@ def test_a_planted_pass_bug_fails_standalone_and_the_corrected_pass_passes(tmp_p
     if planted == "negates_first_wait":  # the three scripts differ only in the pass: one corrected run serves
         corrected = run_script(script, ["--pass", "helpers.torch_passes:correct"], env=torch_only_env, timeout=240)
         assert corrected.outcome is Outcome.NOT_REPRODUCED, corrected.output
+    if planted == "draws_from_python":  # torch's generator is one inductor's compile restores: no bug
+        restored = run_script(script, ["--pass", "helpers.torch_passes:draws_from_torch"], env=torch_only_env,
+                              timeout=240)
+        assert restored.outcome is Outcome.NOT_REPRODUCED, restored.output
     if planted == "widens_first_output":
         assert "dtype differ" in faulty.output  # what differs is said (for people; the kind is the record)
 

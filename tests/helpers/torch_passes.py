@@ -6,6 +6,8 @@ Repro tests run scripts written for these in an interpreter where fsdp_verify ca
 
 from __future__ import annotations
 
+import random
+
 import torch
 from torch import fx
 from torch._inductor.fx_passes.bucketing import bucket_all_gather
@@ -89,3 +91,15 @@ def dedups_one_addend_twice(gm: fx.GraphModule) -> None:
             summed.args = (summed.args[0], summed.args[0], *summed.args[2:])
     gm.graph.eliminate_dead_code()
     gm.recompile()
+
+
+def draws_from_torch(gm: fx.GraphModule) -> None:
+    """Correct, but draws from torch's global generator: inductor's compile restores that one."""
+    torch.rand(3)
+    correct(gm)
+
+
+def draws_from_python(gm: fx.GraphModule) -> None:
+    """Correct, but draws from Python's ``random``, which no compile restores."""
+    random.random()
+    correct(gm)

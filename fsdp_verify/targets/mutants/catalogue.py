@@ -30,6 +30,7 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     dim0_layout_by_order,
     negative_dims_accepted,
     debug_log_reads_second_member,
+    estimates_with_random_inputs,
     unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
@@ -149,6 +150,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("debug_log_reads_second_member", "the planner's per-bucket DEBUG line reads a bucket's second member, so "
            "a bucket of one raises, only with the planner's logger at DEBUG", ("target",),
            debug_log_reads_second_member, hunt="cases"),
+    Mutant("estimates_with_random_inputs", "the planner times each bucket's copy on random inputs, drawing from "
+           "torch's global generator: right buckets, shifted dropout masks", ("generators",),
+           estimates_with_random_inputs, hunt="cases"),
     Mutant("negative_dims_accepted", "rule 8 refuses a zero dim but passes a negative one", ("planner",),
            negative_dims_accepted, hunt="skip:unknown_or_dynamic_shape"),
     Mutant("one_rank_group_accepted", "a degree of 1 on a group of one rank passes rule 5 (only a degree that "

@@ -8,6 +8,7 @@ import operator
 from collections import Counter
 from typing import Callable
 
+import torch
 from torch import fx
 
 from fsdp_verify.reference import planner, predicates
@@ -574,3 +575,17 @@ def debug_log_reads_second_member() -> list[Patch]:
                                    bucket.members[1].param_name)
         correct(plan, selected, counts, order)
     return [(planner, "_log", log)]
+
+
+def estimates_with_random_inputs() -> list[Patch]:
+    """The planner estimates each bucket's cost by running its copy on random inputs, as runtime
+    estimators that benchmark do: the buckets are the spec's, but each estimate draws from torch's
+    global generator, so every random number the step draws afterwards (dropout masks) shifts."""
+    correct = planner._physical_buckets
+
+    def physical(*args, **kwargs) -> list:
+        buckets = correct(*args, **kwargs)
+        for bucket in buckets:
+            torch.cat([torch.randn(2) for _ in bucket.members])  # the estimate itself is thrown away
+        return buckets
+    return [(planner, "_physical_buckets", physical)]
