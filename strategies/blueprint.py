@@ -38,7 +38,8 @@ WIRES = ("bfloat16", "float16", "float32", "float8_e4m3fn", "float8_e5m2", "int8
 # wait, before any view (the post-all-gather step of float8 and quantised all-gathers). int32 (4-bit
 # weights packed eight to a word) is no wire of the mix: a mutation draws it beside a half-precision
 # one, where only float64 holds both.
-STORAGE_ONLY = frozenset({"float8_e4m3fn", "float8_e5m2", "int8", "uint8", "int32"})
+STORAGE_ONLY = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8", "uint8",
+                          "int32"})
 
 
 @dataclass(frozen=True)

@@ -322,8 +322,8 @@ def mutated_graphs(draw, size: Size | str = "default", *, kinds: tuple[str, ...]
             blueprint = _gathered_ahead(blueprint)
             case = replace(case, graph=render(blueprint))
         cast = getattr(variant, "needs_cast", None)
-        if cast in (mutations.Cast.PAIR, mutations.Cast.WIDE_PAIR):  # two cast members in one bucket
-            blueprint = _with_cast_pair(blueprint, "int32" if cast is mutations.Cast.WIDE_PAIR else "uint8")
+        if cast in _CAST_PAIRS:  # two cast members in one bucket
+            blueprint = _with_cast_pair(blueprint, *_CAST_PAIRS[cast])
             case = replace(case, graph=render(blueprint))
         elif cast is not None:  # the shape acts on a (scaled) cast: one in a few dozen params
             blueprint = _with_cast(blueprint, scaled=cast is mutations.Cast.SCALED,
@@ -382,11 +382,17 @@ def _with_cast(blueprint: Blueprint, scaled: bool, rows: Optional[mutations.Rows
     return blueprint
 
 
-def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8") -> Blueprint:
+# The two wires each pair kind of cast gives a block's first two parameters (None: a half-precision one).
+_CAST_PAIRS = {mutations.Cast.PAIR: ("uint8", None), mutations.Cast.WIDE_PAIR: ("int32", None),
+               mutations.Cast.FLOAT8_VENDORS: ("float8_e4m3fnuz", "float8_e4m3fn"),
+               mutations.Cast.FLOAT8_AMD: ("float8_e4m3fnuz", "float8_e5m2fnuz")}
+
+
+def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8", second: Optional[str] = None) -> Blueprint:
     """``blueprint`` with the first two parameters of a block gathered as casts: packed 4-bit weights
-    (``integer``: uint8, or int32) and a half-precision one. For uint8 every member of their bucket
-    moves a narrower dtype than the parameters' (the wire is neither the parameters' dtype nor
-    either member's alone: bf16 holds all 256 values); for int32 only float64 holds both."""
+    (``integer``: uint8, or int32) and a half-precision one (or ``second``). For uint8 every member
+    of their bucket moves a narrower dtype than the parameters' (the wire is neither the parameters'
+    dtype nor either member's alone: bf16 holds all 256 values); for int32 only float64 holds both."""
     blocks = list(blueprint.blocks)
     for index, block in enumerate(blocks):
         if len(block) > 1 and not block[0].frozen and not block[1].frozen:
@@ -396,7 +402,8 @@ def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8") -> Blueprint:
                 block = tuple(replace(param, dtype="float32") if param.dtype == "float16" else param
                               for param in block)
                 half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
-            blocks[index] = (replace(block[0], wire=integer, scaled=False), replace(block[1], wire=half, scaled=False),
+            blocks[index] = (replace(block[0], wire=integer, scaled=False),
+                             replace(block[1], wire=second or half, scaled=False),
                              *block[2:])
             return replace(blueprint, blocks=tuple(blocks))
     return blueprint

@@ -56,6 +56,8 @@ class Cast(enum.Enum):
     SCALED = "scaled"  # the same cast times a 0-dim float32 gain
     PAIR = "pair"  # its first two parameters gather a uint8 and a half-precision cast
     WIDE_PAIR = "wide_pair"  # the same with an int32 cast for the uint8: only float64 holds both
+    FLOAT8_VENDORS = "float8_vendors"  # AMD's float8_e4m3fnuz beside the OCP float8_e4m3fn: float16 holds both
+    FLOAT8_AMD = "float8_amd"  # AMD's two float8 formats, e4m3fnuz beside e5m2fnuz: float16 holds both
 
 
 class Rows(enum.Enum):
@@ -1356,6 +1358,27 @@ def wide_integer_beside_half(case: Case, a: str, b: str) -> Optional[Case]:
                                                                                     torch.float16) else None
 
 
+@needs_cast(pair=Cast.FLOAT8_VENDORS)
+@acts_on(*AG_KINDS)
+def two_vendors_float8(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers AMD's float8_e4m3fnuz cast and B the OCP float8_e4m3fn one (a model moved between
+    vendors' checkpoints): e4m3fn holds every e4m3fnuz value but those below its own smallest
+    subnormal step (2**-9; e4m3fnuz has normals down to 2**-7 and steps of 2**-10), so the wire is
+    float16. A hold test that reads the subnormal bound wrong packs both in e4m3fn and rounds A."""
+    dtypes = _cast_dtypes(case, a, b)
+    return case if dtypes == (torch.float8_e4m3fnuz, torch.float8_e4m3fn) else None
+
+
+@needs_cast(pair=Cast.FLOAT8_AMD)
+@acts_on(*AG_KINDS)
+def amd_float8_formats(case: Case, a: str, b: str) -> Optional[Case]:
+    """A gathers a float8_e4m3fnuz cast and B a float8_e5m2fnuz one (AMD's two float8 formats): the
+    wire is float16. ``torch.finfo(float8_e5m2fnuz).eps`` is 0.125, half the format's own, so a hold
+    test that trusts it takes e5m2fnuz (two mantissa bits) for a holder of e4m3fnuz (three)."""
+    dtypes = _cast_dtypes(case, a, b)
+    return case if dtypes == (torch.float8_e4m3fnuz, torch.float8_e5m2fnuz) else None
+
+
 VIEW_TARGETS = frozenset({"aten.view", "aten.view.default", "aten.t.default", "aten.transpose.int",
                           "aten.slice.Tensor", "aten.unsqueeze.default"})
 FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (source_after_view,),
@@ -1391,7 +1414,9 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                                 opaque_op_of_unfollowable_cast),
                                                       "scaled_cast_partly_traced": (scaled_cast_partly_traced,),
                                                       "every_member_cast": (every_member_cast,
-                                                                                wide_integer_beside_half),
+                                                                            wide_integer_beside_half,
+                                                                            two_vendors_float8,
+                                                                            amd_float8_formats),
                                                       "rs_chain_in_two_pieces": (chain_in_two_pieces,)}
 
 

@@ -45,9 +45,11 @@ from fsdp_verify.checks.graph_facts import (FSDP_KINDS, alias_class, by_name, ha
 INT_VIEW = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _EXACT_INT = {torch.float16: 2048, torch.bfloat16: 256, torch.float32: 2**24, torch.float64: 2**53}
 # dtype -> (mantissa bits, exponent bias, binades used): about 15k distinct codes for 2-byte types,
-# 48 and 56 for the float8 types (normal binades below 1 only, so no code is NaN or infinite)
+# 48 to 60 for the float8 types (normal binades below 1 only, so no code is NaN or infinite, and none
+# is zero, whose negative is the fnuz formats' NaN)
 _FORMATS = {torch.float16: (10, 15, 14), torch.bfloat16: (7, 127, 120), torch.float32: (23, 127, 4),
-            torch.float64: (52, 1023, 4), torch.float8_e4m3fn: (3, 7, 6), torch.float8_e5m2: (2, 15, 14)}
+            torch.float64: (52, 1023, 4), torch.float8_e4m3fn: (3, 7, 6), torch.float8_e5m2: (2, 15, 14),
+            torch.float8_e4m3fnuz: (3, 8, 7), torch.float8_e5m2fnuz: (2, 16, 15)}
 # Integer all-gather sources (quantised weights, 4-bit weights packed in uint8 or int32): every bit
 # pattern is a code, spread the same way.
 _INTEGERS = {torch.int8: -128, torch.uint8: 0, torch.int32: -(1 << 31)}  # dtype -> its smallest value
@@ -287,6 +289,7 @@ HALF_AND_UP = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 # narrow dtype -> the dtypes that hold each of its values exactly (so codes of it survive a cast)
 _WIDER = {torch.float16: (torch.float32, torch.float64), torch.bfloat16: (torch.float32, torch.float64),
           torch.float32: (torch.float64,), torch.float8_e4m3fn: HALF_AND_UP, torch.float8_e5m2: HALF_AND_UP,
+          torch.float8_e4m3fnuz: HALF_AND_UP, torch.float8_e5m2fnuz: HALF_AND_UP,
           torch.int8: HALF_AND_UP, torch.uint8: HALF_AND_UP, torch.int32: (torch.float64,)}
 
 

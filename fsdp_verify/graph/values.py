@@ -24,6 +24,8 @@ DTYPES: dict[str, torch.dtype] = {
     "float64": torch.float64,
     "float8_e4m3fn": torch.float8_e4m3fn,
     "float8_e5m2": torch.float8_e5m2,
+    "float8_e4m3fnuz": torch.float8_e4m3fnuz,  # AMD's float8 formats: no negative zero, NaN at -0's bits
+    "float8_e5m2fnuz": torch.float8_e5m2fnuz,
     "int8": torch.int8,
     "int16": torch.int16,
     "int32": torch.int32,

@@ -9,6 +9,7 @@ signature does not match the graph is rejected before anything changes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
@@ -320,16 +321,41 @@ def _promoted(name: str, args: tuple, walk: DtypeWalk) -> tuple[torch.dtype, boo
     return out.dtype, out.dim() == 0
 
 
+@dataclass(frozen=True)
+class _Float:
+    """What the hold test reads of a floating dtype."""
+
+    eps: float
+    max: float
+    smallest_normal: float
+    signed_zero: bool = True  # -0.0 is a value of its own (the fnuz formats have none: their -0 bits are NaN)
+    infinite: bool = True  # it has infinities (e4m3fn and the fnuz formats have none)
+
+
+@functools.cache
+def _finfo(dtype: torch.dtype) -> _Float:
+    """``torch.finfo(dtype)`` with its epsilon measured: the gap from 1 to the dtype's next value.
+    torch's own is 0.125 for float8_e5m2fnuz, where 1 + 0.125 rounds to 1 (two mantissa bits: 0.25)."""
+    info = torch.finfo(dtype)
+    eps = info.eps
+    while torch.tensor(1.0 + eps, dtype=torch.float64).to(dtype).item() == 1.0:
+        eps *= 2
+    specials = torch.tensor([-0.0, float("inf")], dtype=torch.float64).to(dtype).to(torch.float64)
+    return _Float(eps, info.max, info.smallest_normal, bool(torch.signbit(specials[0])), bool(torch.isinf(specials[1])))
+
+
 def _holds(narrow: torch.dtype, wide: torch.dtype) -> bool:
     """Whether every value of ``narrow`` is a value of ``wide`` (so a cast there and back is exact)."""
     if narrow == wide:
         return True
     if not wide.is_floating_point or narrow.is_complex or narrow == torch.bool:
         return False
-    w = torch.finfo(wide)
+    w = _finfo(wide)
     if not narrow.is_floating_point:
         return max(-torch.iinfo(narrow).min, torch.iinfo(narrow).max) <= 2 / w.eps
-    n = torch.finfo(narrow)
+    n = _finfo(narrow)
+    if (n.signed_zero and not w.signed_zero) or (n.infinite and not w.infinite):
+        return False  # a gathered -0.0 or infinity would come back as +0.0 or NaN
     # precision, range, and the smallest subnormal
     return n.eps >= w.eps and n.max <= w.max and n.smallest_normal * n.eps >= w.smallest_normal * w.eps
 

@@ -13,7 +13,8 @@ from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.graph.compose import ALL_REDUCE
 from fsdp_verify.graph.builder import build_module
 from fsdp_verify.model.case import Case
-from fsdp_verify.reference.rewrite import wire_dtype
+from fsdp_verify.graph.values import DTYPES
+from fsdp_verify.reference.rewrite import _holds, wire_dtype
 from fsdp_verify.strategies import mutations
 from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
 from fsdp_verify.targets import get_target
@@ -81,6 +82,37 @@ def test_the_wire_is_the_narrowest_that_holds_every_member():
     assert wire_dtype([torch.int8, torch.bfloat16], torch.int8) == torch.bfloat16
     assert wire_dtype([torch.float8_e4m3fn, torch.float8_e5m2], torch.float32) in (torch.float16, torch.bfloat16)
     assert wire_dtype([torch.float16, torch.bfloat16], torch.float16) == torch.float32
+    # AMD's two float8 formats: float16 holds both (not e5m2fnuz, whose finfo.eps says three mantissa bits)
+    assert wire_dtype([torch.float8_e4m3fnuz, torch.float8_e5m2fnuz], torch.float32) == torch.float16
+    # e4m3fn lacks e4m3fnuz's smallest steps (2**-10)
+    assert wire_dtype([torch.float8_e4m3fnuz, torch.float8_e4m3fn], torch.float32) == torch.float16
+
+
+def _every_value(dtype: torch.dtype) -> torch.Tensor:
+    """Every value but NaN of a dtype of one or two bytes (signed zeros and infinities included)."""
+    bits = torch.arange(1 << (8 * dtype.itemsize), dtype=torch.int32)
+    values = bits.to(INT_VIEW[dtype.itemsize]).view(dtype) if dtype.is_floating_point else \
+        torch.arange(torch.iinfo(dtype).min, torch.iinfo(dtype).max + 1).to(dtype)
+    return values[~torch.isnan(values.to(torch.float64))] if dtype.is_floating_point else values
+
+
+SMALL = [d for d in DTYPES.values() if d.itemsize <= 2 and d not in (torch.bool, torch.complex64)]
+
+
+@pytest.mark.parametrize("narrow", SMALL, ids=str)
+def test_a_dtype_holds_another_exactly_when_every_value_round_trips(narrow):
+    """The wire's hold test against the ground truth: every value of each dtype of one or two bytes
+    cast there and back, bit for bit (a -0.0 or an infinity too; the fnuz formats have neither).
+    ``torch.finfo(float8_e5m2fnuz).eps`` is 0.125 where 1 + 0.125 rounds to 1: a hold test that trusts
+    it takes e5m2fnuz for a holder of e4m3fnuz and rounds its gathers."""
+    values = _every_value(narrow)
+    bits = values.view(INT_VIEW[narrow.itemsize])
+    for wide in DTYPES.values():
+        if wide in (torch.bool, torch.complex64):
+            continue
+        back = values.to(wide).to(narrow)
+        exact = bool((back.view(INT_VIEW[narrow.itemsize]) == bits).all())
+        assert _holds(narrow, wide) == (exact and (wide.is_floating_point or narrow == wide)), (narrow, wide)
 
 
 def test_a_wire_wider_than_needed_is_killed_by_conformance_alone():

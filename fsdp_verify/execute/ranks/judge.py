@@ -367,7 +367,7 @@ def kept_in_every(names: tuple, graphs) -> tuple:
 
 
 # dtypes gloo's collectives refuse ("Invalid scalar type"); NCCL moves them as bytes
-GLOO_UNMOVABLE = frozenset({"float8_e4m3fn", "float8_e5m2"})
+GLOO_UNMOVABLE = frozenset({"float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"})
 
 
 def gloo_unmovable(case: Case) -> Optional[str]:

@@ -308,6 +308,9 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("integer_holds_floats", "an integer dtype is taken to hold floats, so an int8 gather beside a float32 "
            "one packs both in int8", ("layout", "numerics", "conformance"), rewrite_bugs.integer_holds_floats,
            hunt="mutations"),
+    Mutant("finfo_eps_trusted", "the wire's hold test trusts torch.finfo's float8_e5m2fnuz epsilon (0.125, half "
+           "the format's), so AMD's e4m3fnuz beside e5m2fnuz packs in e5m2fnuz and rounds", ("layout", "numerics"),
+           rewrite_bugs.finfo_eps_trusted, hunt="rule:every_member_cast/amd_float8_formats"),
     Mutant("integer_bound_ignored", "every integer dtype is taken to fit every float one, so an int32 gather "
            "(packed 4-bit weights) beside a bf16 one is packed in bf16 and rounded", ("layout", "numerics", "conformance"),
            rewrite_bugs.integer_bound_ignored, hunt="rule:every_member_cast/wide_integer_beside_half"),

@@ -448,6 +448,18 @@ def integer_holds_floats() -> list[tuple]:
                                                       and wide != torch.bool) or _holds(narrow, wide))]
 
 
+def finfo_eps_trusted() -> list[tuple]:
+    """The hold test reads ``torch.finfo`` as it is: its float8_e5m2fnuz epsilon is 0.125 (the format
+    has two mantissa bits: 0.25), so e5m2fnuz is taken to hold e4m3fnuz and a bucket of AMD's two
+    float8 formats is packed in e5m2fnuz, rounding the e4m3fnuz member."""
+    from fsdp_verify.reference import rewrite
+
+    def trusted(dtype: torch.dtype):
+        info = torch.finfo(dtype)
+        return rewrite._Float(info.eps, info.max, info.smallest_normal)
+    return [(rewrite, "_finfo", trusted)]
+
+
 def integer_bound_ignored() -> list[tuple]:
     """Every integer dtype is taken to fit every float one (the bound of exact integers unread): an
     int32 gather (packed 4-bit weights) beside a bf16 one is packed in bf16 and rounded."""
