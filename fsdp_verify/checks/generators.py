@@ -24,7 +24,7 @@ def check_generators(ctx: CheckContext) -> list[Finding]:
     excused = [name for name in drawn if name in restored]
     if excused:
         ctx.metrics.setdefault(NAME, {})["excused"] = len(excused)
-    moved = [name for name in drawn if name not in restored]
+    moved = [name.value for name in drawn if name not in restored]
     if not moved:
         return []
     return [Finding(NAME, f"the target's plan and rewrite moved the global random generator(s) {moved}: every "

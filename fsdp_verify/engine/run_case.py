@@ -138,7 +138,7 @@ def run_target(target: Target, case: Case, watch: bool = True,
     try:
         with stages.timed(cpu, Stage.TARGET), watching(target, run.watched), debug_logs(run.debug_logs):
             run.plans = _checked_plans(target.rewrite(case, modules), modules)
-        run.generators_drawn = tuple(str(name.value) for name in generators.drawn(states))
+        run.generators_drawn = generators.drawn(states)
         _lint(modules)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any target failure is a reported outcome
         if run.debug_logs:

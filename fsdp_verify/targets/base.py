@@ -9,6 +9,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 from torch import fx
 
 from fsdp_verify.model.case import Case
+from fsdp_verify.targets.generators import Generator
 
 
 class Target(ABC):
@@ -21,9 +22,9 @@ class Target(ABC):
     default_strategy: ClassVar[str] = "cases"
     # the loggers its code writes to: one case in four runs them at DEBUG (``targets/debug_logs.py``)
     loggers: ClassVar[tuple[str, ...]] = ()
-    # global random generators its real callers restore around it (``targets/generators.Generator``
-    # values): a draw from one of them is no finding (inductor's compile restores torch's)
-    restored_generators: ClassVar[tuple[str, ...]] = ()
+    # global random generators its real callers restore around it: a draw from one of them is no
+    # finding (inductor's compile restores torch's)
+    restored_generators: ClassVar[tuple[Generator, ...]] = ()
 
     @abstractmethod
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:

@@ -23,6 +23,7 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.execute.inputs import make_inputs
 from fsdp_verify.reference.planner import static_shape
 from fsdp_verify.targets.base import Target, TargetNotFound, family
+from fsdp_verify.targets.generators import Generator
 from fsdp_verify.targets.post_grad import MANUAL, MANUAL_DEPS, MANUAL_MODE, inductor_route, post_grad_pass
 
 MODES = ("default", "custom_ops", "custom_ops_multidtype", "coalesced")
@@ -383,7 +384,7 @@ class TorchInductorTarget(Target):
     loggers = ("torch._inductor.fx_passes",)
     # post-grad passes run inside compile_fx's ``preserve_rng_state()`` (torch's CPU and CUDA
     # generators; Python's and numpy's are not restored)
-    restored_generators = ("torch", "torch.cuda")
+    restored_generators = (Generator.TORCH, Generator.TORCH_CUDA)
 
     def __init__(self, pins: dict[str, Any] | None = None, drawn: dict[str, Any] | None = None):
         self.pins, self.drawn = dict(pins or {}), dict(drawn or {})

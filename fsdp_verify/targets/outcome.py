@@ -9,6 +9,7 @@ from typing import Any, Optional
 from torch import fx
 
 from fsdp_verify.model.case import Case
+from fsdp_verify.targets.generators import Generator
 
 
 @dataclass
@@ -26,7 +27,7 @@ class TargetRun:
     cpu: dict = field(default_factory=dict)  # CPU seconds by stage making this run (engine/stages.py)
     debug_logs: tuple[str, ...] = ()  # the target's loggers the run held at DEBUG (targets/debug_logs.py)
     raises_only_at_debug: bool = False  # it raised with them at DEBUG and runs clean without (a rerun says)
-    generators_drawn: tuple[str, ...] = ()  # global random generators the run moved (targets/generators.py)
+    generators_drawn: tuple[Generator, ...] = ()  # global random generators the run moved
 
 
 class PlanRecord:
