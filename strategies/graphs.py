@@ -388,21 +388,22 @@ _CAST_PAIRS = {mutations.Cast.PAIR: ("uint8", None), mutations.Cast.WIDE_PAIR: (
                mutations.Cast.FLOAT8_AMD: ("float8_e4m3fnuz", "float8_e5m2fnuz")}
 
 
-def _with_cast_pair(blueprint: Blueprint, integer: str = "uint8", second: Optional[str] = None) -> Blueprint:
-    """``blueprint`` with the first two parameters of a block gathered as casts: packed 4-bit weights
-    (``integer``: uint8, or int32) and a half-precision one (or ``second``). For uint8 every member
-    of their bucket moves a narrower dtype than the parameters' (the wire is neither the parameters'
-    dtype nor either member's alone: bf16 holds all 256 values); for int32 only float64 holds both."""
+def _with_cast_pair(blueprint: Blueprint, first: str = "uint8", second: Optional[str] = None) -> Blueprint:
+    """``blueprint`` with the first two parameters of a block gathered as casts: ``first`` (packed
+    4-bit weights in uint8 or int32, or a float8 format) and a half-precision one (or ``second``).
+    For uint8 every member of their bucket moves a narrower dtype than the parameters' (the wire is
+    neither the parameters' dtype nor either member's alone: bf16 holds all 256 values); for int32
+    only float64 holds both."""
     blocks = list(blueprint.blocks)
     for index, block in enumerate(blocks):
         if len(block) > 1 and not block[0].frozen and not block[1].frozen:
             half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
-            if integer == "int32":  # int32 codes (up to 2**31) unpacked into float16 would overflow:
+            if first == "int32":  # int32 codes (up to 2**31) unpacked into float16 would overflow:
                 # the block's parameters float32 (the pair stays one spec dtype, so one bucket)
                 block = tuple(replace(param, dtype="float32") if param.dtype == "float16" else param
                               for param in block)
                 half = "float16" if "bfloat16" in (block[0].dtype, block[1].dtype) else "bfloat16"
-            blocks[index] = (replace(block[0], wire=integer, scaled=False),
+            blocks[index] = (replace(block[0], wire=first, scaled=False),
                              replace(block[1], wire=second or half, scaled=False),
                              *block[2:])
             return replace(blueprint, blocks=tuple(blocks))

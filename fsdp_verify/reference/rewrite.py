@@ -328,8 +328,8 @@ class _Float:
     eps: float
     max: float
     smallest_normal: float
-    signed_zero: bool = True  # -0.0 is a value of its own (the fnuz formats have none: their -0 bits are NaN)
-    infinite: bool = True  # it has infinities (e4m3fn and the fnuz formats have none)
+    signed_zero: bool  # -0.0 is a value of its own (the fnuz formats have none: their -0 bits are NaN)
+    infinite: bool  # it has infinities (e4m3fn and the fnuz formats have none)
 
 
 @functools.cache

@@ -303,7 +303,8 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
                        for n in spec.nodes),
         "graph_lines": graph_lines(spec), "attr_lines": _attr_lines(spec),
         "input_source": _input_source(), "post_grad_source": _module_source(post_grad),
-        "generators_source": _module_source(generators), "restored": repr([name.value for name in target.restored_generators]),
+        "generators_source": _module_source(generators),
+        "restored": repr([name.value for name in target.restored_generators]),
         "effects_source": "\n\n\n".join(inspect.getsource(fn).strip() for fn in
                                          (ops._free_tensor_storage, ops.effect_barrier)),
     }
