@@ -1231,6 +1231,29 @@ def gain_squeezed_to_a_scalar(case: Case, a: str, b: str) -> Optional[Case]:
     return None if param is None or not Rows.SINGLE.fits(param.shard_shape) else _squeezed_gain(case, a, b)
 
 
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_of_a_dynamic_neighbour(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``squeeze_copy(amax(abs(q), [0], True))`` of B's parameter q (one scale for two
+    weights), whose gathers name a symbolic shard shape (a dynamic-shape trace; rule 8 skips them).
+    Their spec names q's dtype but no shard shape, so the gain's rank stays open and A moves in the
+    spec dtype. A walk that takes a parameter known by dtype alone for one known by shape too
+    raises on every such graph."""
+    found = _scaled(case, a, b)
+    abs_of = case.graph.node(found[2].args[0].name) if found else None
+    neighbour = case.graph.node(b).meta.get("param_node")
+    if abs_of is None or abs_of.target != "aten.abs.default" or not isinstance(neighbour, str) \
+            or abs_of.args[0] == NodeRef(neighbour):
+        return None
+    planted = _squeezed_gain(replace(case, graph=edit.update_node(case.graph, abs_of.name,
+                                                                  args=(NodeRef(neighbour),))), a, b)
+    for node in planted.graph.nodes:
+        shape = (node.meta.get("fsdp_bucket_spec") or {}).get("input_shape")
+        if node.meta.get("param_node") == neighbour and node.meta.get("comm_type") in AG_KINDS and shape:
+            planted = _spec_meta(planted, node.name, input_shape=(*tuple(shape)[:-1], "s0"))
+    return planted
+
+
 def _squeezed_gain(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain as ``squeeze_copy(amax(abs(p), [0], True))``."""
     planted = _gain_reduced(case, a, b, [0], True)
@@ -1398,7 +1421,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             cast_scaled_by_python_operator,
                                                                             gain_as_constant),
                                                       "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,
-                                                                        gain_squeezed_to_a_scalar),
+                                                                        gain_squeezed_to_a_scalar,
+                                                                        gain_of_a_dynamic_neighbour),
                                                       "gain_all_reduced": (gain_all_reduced,),
                                                       "cast_dtype_by_keyword": (cast_dtype_by_keyword, cast_as_to_copy,
                                                                                 scaled_cast_as_to_copy),

@@ -618,3 +618,28 @@ def test_a_gather_rule_8_refuses_says_nothing_of_its_parameter_s_shard_shape():
     assert moved_dtype(by_name(module)[a].args[0], torch.float32) == torch.bfloat16
     errors, _ = _errors("reference", mutated)
     assert not errors, errors
+
+
+def test_a_gain_of_a_neighbour_known_by_dtype_alone_leaves_the_member_in_its_spec_dtype():
+    """A's gain squeezes an amax of B's parameter, whose gathers name a symbolic shard shape: the walk
+    knows B's dtype (its spec) but not its shape, so the squeeze's rank stays open and A moves in the
+    spec dtype (float32 holds the bf16 cast either way). Known by dtype is not known by shape: a walk
+    that reads the shape of any parameter whose dtype it knows raises here."""
+    from fsdp_verify.graph.builder import build_module, localize
+    from fsdp_verify.reference.rewrite import moved_dtype, param_dtypes, param_shapes
+    from fsdp_verify.checks.graph_facts import by_name
+    from fsdp_verify.strategies import mutations as M
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.model.case import Case
+
+    blocks = ((ParamDraw((4, 3), wire="bfloat16", scaled=True), ParamDraw((3, 2))),)
+    case = Case(render(Blueprint(blocks=blocks)))
+    a, b = next((a, b) for a, b in M.sibling_pairs(case.graph)
+                if case.graph.node(a).meta["comm_type"] == "fsdp_all_gather")
+    mutated = M.gain_of_a_dynamic_neighbour(case, a, b)
+    neighbour = mutated.graph.node(b).meta["param_node"]
+    nodes = build_module(localize(mutated.graph, 0)).graph.nodes
+    assert neighbour in param_dtypes(nodes) and neighbour not in param_shapes(nodes)
+    launch = by_name(build_module(localize(mutated.graph, 0)))[a]
+    assert moved_dtype(launch.args[0], torch.float32) == torch.float32
+    assert not _errors("reference", mutated)[0]

@@ -379,6 +379,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("real_shapes_ignored", "the dtype walk never runs an op on the real shard shapes, so a cast times a "
            "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.real_shapes_ignored,
            hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),
+    Mutant("real_shape_of_any_known_parameter", "the real-shape walk takes a parameter known by dtype for one "
+           "known by shard shape too, so a gain reading a neighbour gathered with a symbolic shape raises and the "
+           "rewrite with it", ("target",), rewrite_bugs.real_shape_of_any_known_parameter,
+           hunt="rule:per_row_gains/gain_of_a_dynamic_neighbour"),
     Mutant("shard_shapes_unread", "the shard shapes are never read from the gathers' specs, so a cast times a "
            "gain squeezed to a scalar is packed in float32", ("layout", "numerics"), rewrite_bugs.shard_shapes_unread,
            hunt="rule:per_row_gains/gain_squeezed_to_a_scalar"),

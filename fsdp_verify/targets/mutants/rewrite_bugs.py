@@ -848,3 +848,26 @@ def uint8_exceeds_bf16() -> list[tuple]:
             return max(-torch.iinfo(narrow).min, torch.iinfo(narrow).max) <= 1 / torch.finfo(wide).eps
         return _holds(narrow, wide)
     return [(rewrite, "_holds", tight)]
+
+
+class _ShapesOfEveryDtype(dict):
+    """Shard shapes that claim to know every parameter whose dtype the walk knows."""
+
+    def __init__(self, shapes: dict, params: dict):
+        super().__init__(shapes)
+        self.params = params
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self.params
+
+
+def real_shape_of_any_known_parameter() -> list[tuple]:
+    """The real-shape walk takes a parameter whose collectives name its dtype for one whose gathers
+    name its shard shape too: a gain that reads a neighbour gathered with a symbolic shape raises
+    KeyError, and the whole rewrite with it."""
+    from fsdp_verify.reference import rewrite
+    correct = rewrite._real
+
+    def real(node: fx.Node, walk) -> torch.Tensor | None:
+        return correct(node, dataclasses.replace(walk, shapes=_ShapesOfEveryDtype(walk.shapes, walk.params)))
+    return [(rewrite, "_real", real)]
