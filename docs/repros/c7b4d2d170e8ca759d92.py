@@ -42,6 +42,7 @@ from torch.fx.node import has_side_effect  # noqa: F401
 WORLD = [0, 1, 2, 3]
 GROUPS = {'fsdp': [[0, 1, 2, 3]], 'fsdp_expert': [[0, 1], [2, 3]]}
 SEED = 0
+RANK_SEEDS = {0: 2366587899, 1: 1283562555, 2: 3580099130, 3: 351086074}  # where each rank's random generator starts, in every run
 # placeholder name -> (shape, dtype, high): this rank's parameter shards and inputs, in graph order
 INPUTS = {
     'x': ([4], 'float32', 0),
@@ -542,6 +543,9 @@ def run_graph(module: fx.GraphModule, rank: int, exact: set) -> list:
                 value = exact_tensor(SEED, rank, node.name, value)
             return value
 
+    # each run starts the rank's generator afresh (as the harness's simulated rank does), so random
+    # ops draw the same numbers wherever a rewrite keeps their order
+    torch.manual_seed(RANK_SEEDS[rank])
     outputs = Run(module).run(*make_inputs(rank))
     return [t.detach().clone() if isinstance(t, torch.Tensor) else t for t in torch.utils._pytree.tree_flatten(outputs)[0]]
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import zlib
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import AbstractSet, Any, Callable, Iterator, Mapping, NamedTuple, Optional
@@ -270,9 +271,63 @@ class Kind(IntEnum):
     VARIANT = 4  # an ``*_out`` or ``*_coalesced`` launch
     OUTPUT = 5
     OTHER = 6  # placeholders, attributes, modules and methods: the interpreter's own methods
+    SEEDED = 7  # an ordinary call that draws from the global random generator (rand, dropout)
 
 
-_CALL, _FREE, _WAIT, _COLLECTIVE, _VARIANT, _OUTPUT, _OTHER = tuple(Kind)
+_CALL, _FREE, _WAIT, _COLLECTIVE, _VARIANT, _OUTPUT, _OTHER, _SEEDED = tuple(Kind)
+
+
+def draws(target: Any) -> bool:
+    """Whether a call of ``target`` draws from the global random generator: an overload torch tags
+    ``nondeterministic_seeded``, or a packet any of whose overloads it tags so."""
+    if isinstance(target, torch._ops.OpOverload):
+        return torch.Tag.nondeterministic_seeded in target.tags
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return any(torch.Tag.nondeterministic_seeded in getattr(target, name).tags for name in target.overloads())
+    return False
+
+
+def rank_seed(rank: int, seed: int = 0) -> int:
+    """The seed of ``rank``'s own random generators: each world run starts every rank's from it, so a
+    rank's draws are its own and repeat in every world that runs its random ops in the same order."""
+    return zlib.crc32(f"{seed}:{rank}:generator".encode())
+
+
+def _global_generators() -> list[torch.Generator]:
+    """torch's CPU generator, and the current CUDA device's where CUDA has started."""
+    found = [torch.default_generator]
+    if torch.cuda.is_initialized():
+        found.append(torch.cuda.default_generators[torch.cuda.current_device()])
+    return found
+
+
+class RankGenerators:
+    """One rank's random state, swapped into torch's global generators around each of its random
+    ops. Ranks step in lockstep, so with one shared generator a rank's draws would depend on how the
+    world interleaves the ranks, which a rewrite changes; and a run would move the generators the
+    caller (and the target) see. Per rank, the draws repeat exactly where the rank runs its random
+    ops in the same order, and a rewrite that reorders, drops or repeats one changes them."""
+
+    def __init__(self, seed: int):
+        self.seed = seed
+        self.states: dict[str, torch.Tensor] = {}  # by device: each generator's state between draws
+
+    @contextlib.contextmanager
+    def drawing(self) -> Iterator[None]:
+        generators = _global_generators()
+        outside = [generator.get_state() for generator in generators]
+        for generator in generators:
+            state = self.states.get(str(generator.device))
+            if state is None:
+                generator.manual_seed(self.seed)
+            else:
+                generator.set_state(state)
+        try:
+            yield
+        finally:
+            for generator, state in zip(generators, outside):
+                self.states[str(generator.device)] = generator.get_state()
+                generator.set_state(state)
 
 
 class Step(NamedTuple):
@@ -295,7 +350,9 @@ def _call_kind(target: Any) -> tuple[Kind, Optional[str]]:
         return _COLLECTIVE, op
     if op in _VARIANTS:
         return _VARIANT, op
-    return (_FREE if is_free_target(target) else _CALL), op
+    if is_free_target(target):
+        return _FREE, op
+    return (_SEEDED if draws(target) else _CALL), op
 
 
 _remembered_kind = functools.cache(_call_kind)
@@ -349,6 +406,7 @@ class RankInterpreter(fx.Interpreter):
         self.sizes: dict[str, int] = {}  # bytes of each node's tensor result (aliases included)
         self.blocked: Optional[tuple[str, tuple]] = None  # (wait node, slot key) while blocked
         self.in_flight: dict[int, tuple[str, tuple]] = {}  # storage -> (launch, slot key) until its wait
+        self.generators = RankGenerators(rank_seed(rank))
 
     def _variant(self, node: fx.Node, target: Any, op: str, args: tuple, kwargs: dict) -> Any:
         """``*_out`` writes into ``out``; ``*_coalesced`` is one collective per input."""
@@ -414,6 +472,10 @@ class RankInterpreter(fx.Interpreter):
             if kind == _CALL:
                 self._check_reads(node, reads)
                 value = node.target(*args, **kwargs)
+            elif kind == _SEEDED:
+                self._check_reads(node, reads)
+                with self.generators.drawing():
+                    value = node.target(*args, **kwargs)
             elif kind == _FREE:  # idempotent: freeing freed storage is no read
                 self._free(node, args)
                 value = node.target(*args, **kwargs)
@@ -534,5 +596,5 @@ def _run_world(modules: Mapping[int, fx.GraphModule], inputs: Mapping[int, list[
     return WorldRun(outputs, world.streams, {rank: interp.sizes for rank, interp in interpreters.items()})
 
 
-__all__ = ["CollectiveRecord", "Deadlock", "Desync", "FreedInFlight", "ReadAfterFree", "RankInterpreter", "SimulationError", "World",
-           "WorldRun", "run_world"]
+__all__ = ["CollectiveRecord", "Deadlock", "Desync", "FreedInFlight", "RankGenerators", "ReadAfterFree", "RankInterpreter",
+           "SimulationError", "World", "WorldRun", "draws", "rank_seed", "run_world"]

@@ -28,6 +28,7 @@ import torch
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from fsdp_verify.execute import inputs as input_values
+from fsdp_verify.execute.simulated import rank_seed
 from fsdp_verify.graph import collectives, ops
 from fsdp_verify.graph.spec import (GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_casts, padded_result, phase_of,
                                     traced_value, unpadded)
@@ -291,7 +292,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "recorded": _recorded(list(recorded)),
         "notes": [f"{note.caveat.value}: {note.reason}; a failure here is no defect of the target" for note in notes], "filename": filename,
         "world": world, "groups": {group: [list(part) for part in parts] for group, parts in spec.groups.items()},
-        "seed": case.seed, "inputs": _inputs(spec),
+        "seed": case.seed, "inputs": _inputs(spec), "rank_seeds": repr({rank: rank_seed(rank) for rank in world}),
         "loggers": repr(list(held)) if held else "",
         "debug_logs_source": inspect.getsource(debug_logs).strip(),
         "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding})

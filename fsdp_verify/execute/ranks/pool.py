@@ -147,6 +147,7 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, stag
     from fsdp_verify.graph.builder import build_module
     from fsdp_verify.graph.spec import graph_from_json
     from fsdp_verify.execute.inputs import exact_override, make_inputs
+    from fsdp_verify.execute.simulated import rank_seed
 
     spec = graph_from_json(document)
     module = build_module(spec)
@@ -163,7 +164,11 @@ def _run_graph(document: dict, job: Job, rank: int, device: str, slot: Any, stag
                     return override(rank, node, _staged_collective(self, node))
             return override(rank, node, super().run_node(node))
 
-    outputs = Recorder(module).run(*make_inputs(spec, rank, job.seed, job.mode, device))
+    # random ops draw what the simulated world's rank draws (its generator starts from the same seed
+    # in each run); the process's own generators come back as they were
+    with torch.random.fork_rng(devices=[torch.cuda.current_device()] if torch.device(device).type == "cuda" else []):
+        torch.manual_seed(rank_seed(rank))
+        outputs = Recorder(module).run(*make_inputs(spec, rank, job.seed, job.mode, device))
     flat = torch.utils._pytree.tree_flatten(outputs)[0]
     return [t.detach().cpu().clone() if isinstance(t, torch.Tensor) else t for t in flat]
 
