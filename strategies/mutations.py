@@ -1304,6 +1304,25 @@ def gain_as_constant(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_drawn_without_device(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's scaled cast takes a random gain a graph pass wrote by hand, ``randint(1, 9, [],
+    dtype=float32)`` with no device keyword (the factory's default device; a trace always names one):
+    0-dim, so torch keeps the cast's dtype. The walk can run it only for real, drawing from the global
+    generator, so it leaves the gain unknown and A moves in the spec dtype. A walk that runs a
+    device-less factory moves every random number the training step draws after the compile."""
+    found = _scaled(case, a, b)
+    if found is None:
+        return None
+    scaled = found[0]
+    graph = case.graph
+    name = edit.fresh_name(graph, f"{a}_random_gain")
+    drawn = edit.call(name, "aten.randint.low", 1, 9, [], meta=_phase(case, a), dtype=torch.float32)
+    graph = edit.insert_before(graph, scaled.name, [drawn])
+    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
     the same promotion as ``aten.mul.Tensor``."""
@@ -1419,7 +1438,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_by_mean,
                                                                             gain_of_python_negation,
                                                                             cast_scaled_by_python_operator,
-                                                                            gain_as_constant),
+                                                                            gain_as_constant,
+                                                                            gain_drawn_without_device),
                                                       "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,
                                                                         gain_squeezed_to_a_scalar,
                                                                         gain_of_a_dynamic_neighbour),

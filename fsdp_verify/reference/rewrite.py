@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable
 
 import torch
 from torch import fx
@@ -171,18 +171,27 @@ def _read_by(node: fx.Node) -> list[fx.Node]:
 
 def _evaluable(node: fx.Node) -> bool:
     """An aten or prims op (an overload, or the packet the FSDP pass calls) the walk may run on
-    stand-ins: one with a tensor input or a ``device`` keyword, and no device by position. Every
+    stand-ins: one with a tensor input or a ``device`` argument, and no device by position. Every
     device an aten or prims schema takes by keyword is named ``device`` (two ops that compare
-    devices aside), and ``_on_meta`` makes it meta: a traced ``.to(device)`` names a device object
-    there, and a factory (a constant gain's ``scalar_tensor``) then makes a meta tensor. So nothing
-    it runs allocates real memory, draws from a real generator or starts a device. An op whose
-    tensors are not all direct arguments (cat's list, a tensor by keyword) gets graph nodes where it
-    wants tensors and fails, which ``_run`` answers as unknown."""
+    devices aside), and ``_on_meta`` makes it meta, given or not: a traced ``.to(device)`` names a
+    device object there, and a factory (a constant gain's ``scalar_tensor``, a pass's ``randint``
+    with no device keyword) then makes a meta tensor. So nothing it runs allocates real memory,
+    draws from a real generator or starts a device. An op whose tensors are not all direct
+    arguments (cat's list, a tensor by keyword) gets graph nodes where it wants tensors and fails,
+    which ``_run`` answers as unknown."""
     target = node.target
     namespace = target.namespace if isinstance(target, torch._ops.OpOverload) else \
         target._qualified_op_name.split("::")[0] if isinstance(target, torch._ops.OpOverloadPacket) else None
     return namespace in ("aten", "prims") and not any(isinstance(a, torch.device) for a in node.args) and \
-        (any(isinstance(a, fx.Node) for a in node.args) or "device" in node.kwargs)
+        (any(isinstance(a, fx.Node) for a in node.args) or "device" in node.kwargs or _takes_device(target))
+
+
+@functools.cache
+def _takes_device(target: torch._ops.OpOverload | torch._ops.OpOverloadPacket) -> bool:
+    """Whether the op's schema (any overload's, for a packet) has a ``device`` argument."""
+    overloads = [getattr(target, name) for name in target.overloads()] \
+        if isinstance(target, torch._ops.OpOverloadPacket) else [target]
+    return any(arg.name == "device" for overload in overloads for arg in overload._schema.arguments)
 
 
 def _walk(node: fx.Node, walk: DtypeWalk) -> tuple[torch.dtype, bool] | None:
@@ -274,7 +283,7 @@ def _meta_like(value: torch.Tensor) -> torch.Tensor | None:
 def _call(node: fx.Node, args: list) -> torch.Tensor | None:
     """``node``'s op on ``args`` (meta tensors) with its keywords on meta, or None where it does not fit."""
     try:
-        out = node.target(*args, **_on_meta(node.kwargs))
+        out = node.target(*args, **_on_meta(node))
     except Exception:  # noqa: BLE001 - an op these tensors do not fit: unknown
         return None
     return out if isinstance(out, torch.Tensor) else None
@@ -287,10 +296,15 @@ def _run(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...]) -> torch.Tensor
     return None if any(standin is None for standin in standins) else _call(node, standins)
 
 
-def _on_meta(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    """An op's keywords with its ``device`` (a string or a device object) made ``meta``: the stand-ins
-    are meta tensors, and a copy out of one to a real device fails."""
-    return {key: "meta" if key == "device" else value for key, value in kwargs.items()}
+def _on_meta(node: fx.Node) -> dict[str, Any]:
+    """An op's keywords with its ``device`` (a string or a device object) made ``meta``, and given as
+    ``meta`` where the op takes one and the node names none (a factory then makes no real tensor):
+    the stand-ins are meta tensors, and a copy out of one to a real device fails."""
+    kwargs = {key: "meta" if key == "device" else value for key, value in node.kwargs.items()}
+    if "device" not in kwargs and isinstance(node.target, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)) \
+            and _takes_device(node.target):
+        kwargs["device"] = "meta"
+    return kwargs
 
 
 def _standin(node: fx.Node, walk: DtypeWalk, shape: tuple[int, ...] = ()) -> torch.Tensor | None:

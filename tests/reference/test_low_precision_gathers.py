@@ -395,7 +395,9 @@ def test_a_cast_written_as_to_copy_is_the_dtype_moved():
     assert _fused_moves(ctx) == {"torch.float32"}
 
 
-def test_the_walk_runs_packets_and_device_moves_on_meta_and_never_a_factory():
+def test_the_walk_runs_packets_device_moves_and_device_less_factories_on_meta():
+    """A factory a pass wrote with no device keyword runs on meta too: the right dtype, with no real
+    memory and no draw from the global generator (a random one would move every later draw)."""
     from torch import fx
     from fsdp_verify.reference.rewrite import moved_dtype
     graph = fx.Graph()
@@ -404,7 +406,11 @@ def test_the_walk_runs_packets_and_device_moves_on_meta_and_never_a_factory():
     cast = graph.call_function(torch.ops.prims.convert_element_type.default, (p, torch.bfloat16))
     assert moved_dtype(graph.call_function(torch.ops.aten.relu, (cast,)), torch.float32) == torch.bfloat16
     zeros = graph.call_function(torch.ops.aten.zeros.default, ([3],), {"dtype": torch.bfloat16})
-    assert moved_dtype(zeros, torch.float32) == torch.float32, "no tensor input: not run, the spec dtype"
+    assert moved_dtype(zeros, torch.float32) == torch.bfloat16, "no device named: run on meta"
+    drawn = graph.call_function(torch.ops.aten.randint.low, (1, 9, []), {"dtype": torch.float16})
+    before = torch.get_rng_state()
+    assert moved_dtype(drawn, torch.float32) == torch.float16
+    assert torch.equal(torch.get_rng_state(), before), "a random factory run on meta draws nothing"
     moved = graph.call_function(torch.ops.aten._to_copy.default, (cast,), {"device": torch.device("cpu")})
     assert moved_dtype(moved, torch.float32) == torch.bfloat16, "a traced .to(device): run on meta, the cast's dtype"
     by_position = graph.call_function(torch.ops.aten.to.device, (cast, torch.device("cpu"), torch.bfloat16))

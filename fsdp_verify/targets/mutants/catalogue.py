@@ -411,6 +411,14 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "traced graph's move of a bf16 cast to the device is packed in the parameter's dtype",
            ("layout", "numerics"), rewrite_bugs.device_objects_refused,
            hunt="rule:cast_beside_opaque_op/cast_moved_by_device_object"),
+    Mutant("device_less_factories_unknown", "the dtype walk runs a factory only where the node names its device, "
+           "so a bf16 cast scaled by a random gain a pass wrote without one is packed and handed back in the "
+           "parameter's dtype", ("layout", "numerics"), rewrite_bugs.device_less_factories_unknown,
+           hunt="rule:scaled_cast_forms/gain_drawn_without_device"),
+    Mutant("device_less_factories_run_for_real", "the dtype walk makes a factory's device meta only where the node "
+           "names one, so a random gain a pass wrote without a device keyword draws from torch's global generator "
+           "during the rewrite", ("generators",), rewrite_bugs.device_less_factories_run_for_real,
+           hunt="rule:scaled_cast_forms/gain_drawn_without_device"),
     Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
            "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.factories_unevaluated,

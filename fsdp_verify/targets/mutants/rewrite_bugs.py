@@ -871,3 +871,22 @@ def real_shape_of_any_known_parameter() -> list[tuple]:
     def real(node: fx.Node, walk) -> torch.Tensor | None:
         return correct(node, dataclasses.replace(walk, shapes=_ShapesOfEveryDtype(walk.shapes, walk.params)))
     return [(rewrite, "_real", real)]
+
+
+def device_less_factories_unknown() -> list[tuple]:
+    """The walk runs a factory only where the node names its device (the reference until session 35):
+    a random gain a pass wrote with no device keyword is unknown, so its scaled cast is packed and
+    handed back in the parameter's dtype, though torch keeps the cast's."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_takes_device", lambda target: False)]
+
+
+def device_less_factories_run_for_real() -> list[tuple]:
+    """The walk gives a factory ``device="meta"`` only where the node names a device: one that names
+    none runs on the real default device, so a pass's random gain draws from torch's global generator
+    during the compile (right dtype, every later random number of the step moved)."""
+    from fsdp_verify.reference import rewrite
+
+    def named_only(node: fx.Node) -> dict:
+        return {key: "meta" if key == "device" else value for key, value in node.kwargs.items()}
+    return [(rewrite, "_on_meta", named_only)]
