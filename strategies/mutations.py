@@ -1180,6 +1180,31 @@ def gain_by_mean(case: Case, a: str, b: str) -> Optional[Case]:
 
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
+def gain_by_standard_deviation(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``std(abs(p), correction=0)`` (a scale from the weights' spread): a full reduction
+    with a keyword the walk must hand over as it is, 0-dim, so torch keeps the cast's dtype."""
+    return _gain_reduced(case, a, b, target="aten.std.correction", kwargs={"correction": 0})
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
+def gain_indexed_by_python(case: Case, a: str, b: str) -> Optional[Case]:
+    """A's gain is ``amax(abs(p), [0], True)[0]`` with Python's indexing (``operator.getitem``, as a
+    symbolic trace records ``t[0]``): the per-column scales' one row, 0-dim for a 1-D shard and
+    dimensioned for a wider one, so A moves the cast's dtype or float32 by the shard's rank."""
+    planted = _gain_reduced(case, a, b, [0], True)
+    if planted is None:
+        return None
+    gain = _scaled(planted, a, b)[1]
+    amax = gain.args[0]
+    graph = planted.graph
+    name = edit.fresh_name(graph, f"{a}_indexed")
+    graph = edit.insert_after(graph, amax.name, [edit.call(name, "operator.getitem", amax, 0, meta=_phase(case, a))])
+    return replace(planted, graph=edit.update_node(graph, gain.name, args=(NodeRef(name), *gain.args[1:])))
+
+
+@needs_cast(scaled=True)
+@acts_on(*AG_KINDS)
 def gain_of_python_negation(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain reduces ``-abs(p)`` negated by Python's ``-`` (``operator.neg``, as a symbolic trace
     records it): still a reduction over every dim, 0-dim, so torch keeps the cast's dtype. The walk
@@ -1238,12 +1263,21 @@ def gain_of_a_dynamic_neighbour(case: Case, a: str, b: str) -> Optional[Case]:
     weights), whose gathers name a symbolic shard shape (a dynamic-shape trace; rule 8 skips them).
     Their spec names q's dtype but no shard shape, so the gain's rank stays open and A moves in the
     spec dtype. A walk that takes a parameter known by dtype alone for one known by shape too
-    raises on every such graph."""
+    raises on every such graph.
+
+    The walk can only guess the open rank (dimensioned, as a shard is), so q's rows hold several
+    elements (the squeeze keeps a dim: the guess is right), and A's parameter is gathered again in
+    the backward, whose own cast its gradient reads: the forward product turns float32 here, and
+    a gradient of it would no longer be the dtype its reduce-scatter's spec names."""
     found = _scaled(case, a, b)
     abs_of = case.graph.node(found[2].args[0].name) if found else None
     neighbour = case.graph.node(b).meta.get("param_node")
+    shard = next((p.shard_shape for p in case.graph.params if p.placeholder == neighbour), ())
+    own = case.graph.node(a).meta.get("param_node")
+    again = any(n.meta.get("param_node") == own and n.meta.get("comm_type") == "fsdp_all_gather_backward"
+                for n in case.graph.nodes)
     if abs_of is None or abs_of.target != "aten.abs.default" or not isinstance(neighbour, str) \
-            or abs_of.args[0] == NodeRef(neighbour):
+            or abs_of.args[0] == NodeRef(neighbour) or not Rows.WIDE.fits(tuple(shard)) or not again:
         return None
     planted = _squeezed_gain(replace(case, graph=edit.update_node(case.graph, abs_of.name,
                                                                   args=(NodeRef(neighbour),))), a, b)
@@ -1436,6 +1470,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_by_positional_keepdim,
                                                                             gain_summed_with_every_keyword,
                                                                             gain_by_mean,
+                                                                            gain_by_standard_deviation,
+                                                                            gain_indexed_by_python,
                                                                             gain_of_python_negation,
                                                                             cast_scaled_by_python_operator,
                                                                             gain_as_constant,

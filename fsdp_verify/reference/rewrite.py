@@ -10,6 +10,7 @@ signature does not match the graph is rejected before anything changes.
 from __future__ import annotations
 
 import functools
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -178,8 +179,12 @@ def _evaluable(node: fx.Node) -> bool:
     with no device keyword) then makes a meta tensor. So nothing it runs allocates real memory,
     draws from a real generator or starts a device. An op whose tensors are not all direct
     arguments (cat's list, a tensor by keyword) gets graph nodes where it wants tensors and fails,
-    which ``_run`` answers as unknown."""
+    which ``_run`` answers as unknown. Python's indexing of a node (``operator.getitem``, as a
+    symbolic trace records ``t[0]``) runs too: on a tensor it is torch's own indexing, and a
+    multi-output op's list has no stand-in, so its pieces stay unknown."""
     target = node.target
+    if target is operator.getitem:
+        return bool(node.args) and isinstance(node.args[0], fx.Node)
     namespace = target.namespace if isinstance(target, torch._ops.OpOverload) else \
         target._qualified_op_name.split("::")[0] if isinstance(target, torch._ops.OpOverloadPacket) else None
     return namespace in ("aten", "prims") and not any(isinstance(a, torch.device) for a in node.args) and \

@@ -649,3 +649,30 @@ def test_a_gain_of_a_neighbour_known_by_dtype_alone_leaves_the_member_in_its_spe
     launch = by_name(build_module(localize(mutated.graph, 0)))[a]
     assert moved_dtype(launch.args[0], torch.float32) == torch.float32
     assert not _errors("reference", mutated)[0]
+
+
+def test_a_gain_indexed_by_python_is_walked_as_torch_indexes_it():
+    """``amax(abs(p), [0], True)[0]`` with Python's indexing: 0-dim for a 1-D shard (the bf16 product
+    stays bf16), dimensioned for a wider one (float32). The walk runs the index on stand-ins and on
+    the real shard shape as any op; left unknown, the cast after it took it for dimensioned and a 1-D
+    shard's member was packed and handed back in float32. Checked against a run of the graph."""
+    from fsdp_verify.graph.builder import build_module, localize
+    from fsdp_verify.reference.rewrite import moved_dtype
+    from fsdp_verify.checks.graph_facts import by_name
+    from fsdp_verify.execute.world import simulate
+    from fsdp_verify.strategies import mutations as M
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.model.case import Case
+
+    for shape, moved in (((4,), torch.bfloat16), ((4, 3), torch.float32), ((4, 1), torch.float32)):
+        blocks = ((ParamDraw(shape, wire="bfloat16", scaled=True), ParamDraw((3,))),)
+        case = Case(render(Blueprint(blocks=blocks)))
+        a, b = next((a, b) for a, b in M.sibling_pairs(case.graph)
+                    if case.graph.node(a).meta["comm_type"] == "fsdp_all_gather")
+        mutated = M.gain_indexed_by_python(case, a, b)
+        source = by_name(build_module(localize(mutated.graph, 0)))[a].args[0]
+        ran = {}
+        simulate(mutated, {r: build_module(localize(mutated.graph, r)) for r in mutated.graph.world()},
+                 observe=lambda rank, node, inputs, value: ran.setdefault(node.name, value))
+        assert moved_dtype(source, torch.float32) == ran[source.name].dtype == moved, shape
+        assert not _errors("reference", mutated)[0]

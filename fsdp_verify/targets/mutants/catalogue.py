@@ -419,6 +419,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "names one, so a random gain a pass wrote without a device keyword draws from torch's global generator "
            "during the rewrite", ("generators",), rewrite_bugs.device_less_factories_run_for_real,
            hunt="rule:scaled_cast_forms/gain_drawn_without_device"),
+    Mutant("python_indexing_unknown", "the dtype walk runs no Python function, so a gain indexed by Python "
+           "(amax(abs(p), [0], True)[0] of a 1-D shard, 0-dim) is taken for dimensioned and its bf16 product is "
+           "packed in float32", ("layout", "numerics"), rewrite_bugs.python_indexing_unknown,
+           hunt="rule:scaled_cast_forms/gain_indexed_by_python"),
     Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
            "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.factories_unevaluated,

@@ -890,3 +890,14 @@ def device_less_factories_run_for_real() -> list[tuple]:
     def named_only(node: fx.Node) -> dict:
         return {key: "meta" if key == "device" else value for key, value in node.kwargs.items()}
     return [(rewrite, "_on_meta", named_only)]
+
+
+def python_indexing_unknown() -> list[tuple]:
+    """The walk runs no Python function, indexing included (the reference until session 35): a gain
+    a symbolic trace indexed (``amax(abs(p), [0], True)[0]``) is unknown, the cast after it takes it
+    for dimensioned, and a 1-D shard's half-precision product is packed and handed back in float32."""
+    from fsdp_verify.reference import rewrite
+
+    def no_python(node: fx.Node) -> bool:
+        return node.target is not operator.getitem and _correct_evaluable(node)
+    return [(rewrite, "_evaluable", no_python)]
