@@ -210,7 +210,9 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     constant = next(i for i, text in enumerate(lines, 1) if text.startswith("_PROBE_SIZE ="))
     assert hunts.named_at(source, helper) == ("_on_meta",) and hunts.named_at(source, constant) == ("_PROBE_SIZE",)
     # each planted bug's own hunt, its variant kept: the map measures the reason (``aim.measured``)
-    assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op/cast_copied_to_device:tiny",)
+    assert hunts.hunts_for(module, source, helper) == ("rule:cast_beside_opaque_op/cast_copied_to_device:tiny",
+                                                       "rule:scaled_cast_forms/gain_drawn_without_device:tiny",
+                                                       "rule:scaled_cast_forms/gain_by_standard_deviation:tiny")
     assert hunts.hunts_for(module, source, constant) == ("rule:per_row_gains/gain_squeezed_per_channel:tiny",)
     assert aim.measured("rule:per_row_gains/gain_squeezed_per_channel:tiny") == "rule:per_row_gains:tiny"
     assert aim.measured("skip:unsupported_wait_users/wait_in_legacy_namespace+spec:tiny") == \
@@ -223,7 +225,7 @@ def test_a_mutant_of_what_a_planted_bug_replaces_is_aimed_at_that_bug_s_hunt() -
     assert hunts.named_at("x = 1\nfor i in range(2):\n    pass\n", 3) == ()  # neither a definition nor a constant
     key = aim._key(path)
     shapes = {"rule:cast_beside_opaque_op:tiny": {helper: 5}, "rule:cast_scaled_twice:tiny": {helper: 20},
-              "rule:scaled_cast_forms:tiny": {helper: 20}, "rule:per_row_gains:tiny": {}}
+              "rule:scaled_cast_forms:tiny": {helper: 2}, "rule:per_row_gains:tiny": {}}
     reach = aim.Reach(examples={"cases:default": 40, **{shape: 20 for shape in shapes}},
                       hits={"cases:default": {key: {}}, **{shape: {key: hit} for shape, hit in shapes.items()}},
                       statements={key: sorted({helper, constant})})

@@ -423,6 +423,13 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "(amax(abs(p), [0], True)[0] of a 1-D shard, 0-dim) is taken for dimensioned and its bf16 product is "
            "packed in float32", ("layout", "numerics"), rewrite_bugs.python_indexing_unknown,
            hunt="rule:scaled_cast_forms/gain_indexed_by_python"),
+    Mutant("every_keyword_made_meta", "the dtype walk makes every keyword of an op it runs meta, so a gain of "
+           "std(abs(p), correction=0) is unknown and its bf16 product is packed in float32", ("layout", "numerics"),
+           rewrite_bugs.every_keyword_made_meta, hunt="rule:scaled_cast_forms/gain_by_standard_deviation"),
+    Mutant("every_op_given_a_device", "the dtype walk gives every op it runs a meta device, whether it takes one "
+           "or not, so a gain of std(abs(p), correction=0) is unknown and its bf16 product is packed in float32",
+           ("layout", "numerics"), rewrite_bugs.every_op_given_a_device,
+           hunt="rule:scaled_cast_forms/gain_by_standard_deviation"),
     Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
            "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.factories_unevaluated,

@@ -901,3 +901,23 @@ def python_indexing_unknown() -> list[tuple]:
     def no_python(node: fx.Node) -> bool:
         return node.target is not operator.getitem and _correct_evaluable(node)
     return [(rewrite, "_evaluable", no_python)]
+
+
+def every_keyword_made_meta() -> list[tuple]:
+    """The walk makes every keyword of an op it runs ``meta``, not only the device: a gain of
+    ``std(abs(p), correction=0)`` then fails on the stand-ins, is unknown, and its bf16 product is
+    packed and handed back in float32."""
+    from fsdp_verify.reference import rewrite
+    correct = rewrite._on_meta
+
+    def all_meta(node: fx.Node) -> dict:
+        return {**correct(node), **{key: "meta" for key in node.kwargs}}
+    return [(rewrite, "_on_meta", all_meta)]
+
+
+def every_op_given_a_device() -> list[tuple]:
+    """The walk gives every op it runs ``device="meta"``, whether its schema takes one or not: a gain
+    of ``std(abs(p), correction=0)`` then fails on the stand-ins, is unknown, and its bf16 product is
+    packed and handed back in float32."""
+    from fsdp_verify.reference import rewrite
+    return [(rewrite, "_takes_device", lambda target: True)]
