@@ -1324,15 +1324,20 @@ def gain_as_constant(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast takes a constant gain, ``scalar_tensor(0.5, dtype=float32, device=...)`` as a
     traced ``torch.tensor(0.5)`` writes it: a factory with no tensor input, 0-dim, so torch keeps the
     cast's dtype. A walk that runs only ops with a tensor input falls back to the parameter's."""
+    return _gain_from_factory(case, a, b, "constant_gain", "aten.scalar_tensor.default", 0.5, dtype=torch.float32,
+                              device=torch.device("cpu"))
+
+
+def _gain_from_factory(case: Case, a: str, b: str, suffix: str, target: str, *args: Any,
+                       **kwargs: Any) -> Optional[Case]:
+    """A's scaled cast times a factory's result (``target(*args, **kwargs)``) in place of its gain."""
     found = _scaled(case, a, b)
     if found is None:
         return None
     scaled = found[0]
     graph = case.graph
-    name = edit.fresh_name(graph, f"{a}_constant_gain")
-    constant = edit.call(name, "aten.scalar_tensor.default", 0.5, meta=_phase(case, a), dtype=torch.float32,
-                         device=torch.device("cpu"))
-    graph = edit.insert_before(graph, scaled.name, [constant])
+    name = edit.fresh_name(graph, f"{a}_{suffix}")
+    graph = edit.insert_before(graph, scaled.name, [edit.call(name, target, *args, meta=_phase(case, a), **kwargs)])
     return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
 
 
@@ -1341,18 +1346,10 @@ def gain_as_constant(case: Case, a: str, b: str) -> Optional[Case]:
 def gain_drawn_without_device(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast takes a random gain a graph pass wrote by hand, ``randint(1, 9, [],
     dtype=float32)`` with no device keyword (the factory's default device; a trace always names one):
-    0-dim, so torch keeps the cast's dtype. The walk can run it only for real, drawing from the global
-    generator, so it leaves the gain unknown and A moves in the spec dtype. A walk that runs a
-    device-less factory moves every random number the training step draws after the compile."""
-    found = _scaled(case, a, b)
-    if found is None:
-        return None
-    scaled = found[0]
-    graph = case.graph
-    name = edit.fresh_name(graph, f"{a}_random_gain")
-    drawn = edit.call(name, "aten.randint.low", 1, 9, [], meta=_phase(case, a), dtype=torch.float32)
-    graph = edit.insert_before(graph, scaled.name, [drawn])
-    return replace(case, graph=edit.update_node(graph, scaled.name, args=(scaled.args[0], NodeRef(name))))
+    0-dim, so torch keeps the cast's dtype. A walk that runs factories only where the node names a
+    device leaves the gain unknown (A moves in the spec dtype); one that runs this factory on the real
+    device draws from the global generator and moves every random number the step draws after it."""
+    return _gain_from_factory(case, a, b, "random_gain", "aten.randint.low", 1, 9, [], dtype=torch.float32)
 
 
 @needs_cast(scaled=True)
