@@ -184,7 +184,7 @@ def _evaluable(node: fx.Node) -> bool:
     multi-output op's list has no stand-in, so its pieces stay unknown."""
     target = node.target
     if target is operator.getitem:
-        return bool(node.args) and isinstance(node.args[0], fx.Node)
+        return any(isinstance(first, fx.Node) for first in node.args[:1])
     namespace = target.namespace if isinstance(target, torch._ops.OpOverload) else \
         target._qualified_op_name.split("::")[0] if isinstance(target, torch._ops.OpOverloadPacket) else None
     return namespace in ("aten", "prims") and not any(isinstance(a, torch.device) for a in node.args) and \
