@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from fsdp_verify.model.case import Case
-from fsdp_verify.graph import collectives, edit, ops
+from fsdp_verify.graph import collectives, edit
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
 from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec, cast_dtype
 from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
@@ -159,17 +159,6 @@ def kwargs_signature(case: Case, launch: str) -> Case:
     node = case.graph.node(launch)
     graph = edit.update_node(case.graph, launch, args=node.args[:-1], kwargs={"group_name": node.args[-1]})
     return replace(case, graph=graph)
-
-
-@plants("skip", "unsupported_signature")
-def group_alone_by_position(case: Case, launch: str) -> Case:
-    """Only the group name by position, every other argument by its schema name (a pass that builds
-    the call by hand): a reader of the positional arguments by index finds just one."""
-    node = case.graph.node(launch)
-    op = ops.resolve_target(node.target)
-    schema = (op.default if isinstance(op, torch._ops.OpOverloadPacket) else op)._schema
-    kwargs = {arg.name: value for arg, value in zip(schema.arguments, node.args[:-1])}
-    return replace(case, graph=edit.update_node(case.graph, launch, args=(node.args[-1],), kwargs=kwargs))
 
 
 @plants("skip", "unsupported_signature")

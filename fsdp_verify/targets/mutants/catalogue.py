@@ -31,7 +31,6 @@ from fsdp_verify.targets.mutants.planner_bugs import (
     negative_dims_accepted,
     debug_log_reads_second_member,
     estimates_with_random_inputs,
-    reduce_op_read_by_index,
     unread_launch_without_consumer,
     _shapes_swapped,
     _suppress,
@@ -151,9 +150,6 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("debug_log_reads_second_member", "the planner's per-bucket DEBUG line reads a bucket's second member, so "
            "a bucket of one raises, only with the planner's logger at DEBUG", ("target",),
            debug_log_reads_second_member, hunt="cases"),
-    Mutant("reduce_op_read_by_index", "the wire record reads a reduce-scatter's reduce op by index wherever it has a "
-           "positional argument, so a launch with only its group by position raises instead of being skipped",
-           ("target",), reduce_op_read_by_index, hunt="skip:unsupported_signature/group_alone_by_position"),
     Mutant("estimates_with_random_inputs", "the planner times each bucket's copy on random inputs, drawing from "
            "torch's global generator: right buckets, shifted dropout masks", ("generators",),
            estimates_with_random_inputs, hunt="cases"),

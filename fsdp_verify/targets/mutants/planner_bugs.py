@@ -589,16 +589,3 @@ def estimates_with_random_inputs() -> list[Patch]:
             torch.cat([torch.randn(2) for _ in bucket.members])  # the estimate itself is thrown away
         return buckets
     return [(planner, "_physical_buckets", physical)]
-
-
-def reduce_op_read_by_index() -> list[Patch]:
-    """The wire record reads a reduce-scatter's reduce op at ``args[1]`` wherever it has a positional
-    argument: a launch a pass built with only its group by position (the rest by keyword) raises
-    IndexError, where the planner must skip it (rule 3, ``unsupported_signature``)."""
-    correct = planner._wire_record
-
-    def wire_record(node: fx.Node) -> tuple:
-        if node.meta.get("comm_type") == planner.RS_KIND and node.args:
-            node.args[1]  # noqa: B018 - the read that raises
-        return correct(node)
-    return [(planner, "_wire_record", wire_record)]
