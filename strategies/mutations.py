@@ -1261,9 +1261,9 @@ def gain_squeezed_to_a_scalar(case: Case, a: str, b: str) -> Optional[Case]:
 def gain_of_a_dynamic_neighbour(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``squeeze_copy(amax(abs(q), [0], True))`` of B's parameter q (one scale for two
     weights), whose gathers name a symbolic shard shape (a dynamic-shape trace; rule 8 skips them).
-    Their spec names q's dtype but no shard shape, so the gain's rank stays open and A moves in the
-    spec dtype. A walk that takes a parameter known by dtype alone for one known by shape too
-    raises on every such graph.
+    Their spec names q's dtype but no shard shape, so the gain's rank stays open to the walk, which
+    takes it for dimensioned (as a shard is): A moves float32. A walk that takes a parameter known by
+    dtype alone for one known by shape too raises on every such graph.
 
     The walk can only guess the open rank (dimensioned, as a shard is), so q's rows hold several
     elements (the squeeze keeps a dim: the guess is right), and A's parameter is gathered again in

@@ -626,11 +626,11 @@ def test_a_gather_rule_8_refuses_says_nothing_of_its_parameter_s_shard_shape():
     assert not errors, errors
 
 
-def test_a_gain_of_a_neighbour_known_by_dtype_alone_leaves_the_member_in_its_spec_dtype():
+def test_a_gain_of_a_neighbour_known_by_dtype_alone_is_walked_without_its_shape():
     """A's gain squeezes an amax of B's parameter, whose gathers name a symbolic shard shape: the walk
-    knows B's dtype (its spec) but not its shape, so the squeeze's rank stays open and A moves in the
-    spec dtype (float32 holds the bf16 cast either way). Known by dtype is not known by shape: a walk
-    that reads the shape of any parameter whose dtype it knows raises here."""
+    knows B's dtype (its spec) but not its shape, so the squeeze's rank stays open and is taken for
+    dimensioned, which B's rows of two elements make true: A moves float32. Known by dtype is not
+    known by shape: a walk that reads the shape of any parameter whose dtype it knows raises here."""
     from fsdp_verify.graph.builder import build_module, localize
     from fsdp_verify.reference.rewrite import moved_dtype, param_dtypes, param_shapes
     from fsdp_verify.checks.graph_facts import by_name
