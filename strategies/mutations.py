@@ -1353,6 +1353,19 @@ def gain_drawn_without_device(case: Case, a: str, b: str) -> Optional[Case]:
 
 
 @needs_cast(scaled=True)
+@acts_on("fsdp_all_gather")
+def gains_drawn_in_both_phases(case: Case, a: str, b: str) -> Optional[Case]:
+    """As ``gain_drawn_without_device``, for A's forward gather and its backward one (each casts
+    afresh): two random ops on every rank, drawn in graph order. A rewrite that moves one past the
+    other deals each rank's numbers to the other gain."""
+    own = case.graph.node(a).meta.get("param_node")
+    again = next((n.name for n in case.graph.nodes if n.meta.get("param_node") == own
+                  and n.meta.get("comm_type") == "fsdp_all_gather_backward"), None)
+    planted = gain_drawn_without_device(case, a, b)
+    return None if planted is None or again is None else gain_drawn_without_device(planted, again, b)
+
+
+@needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def cast_scaled_by_python_operator(case: Case, a: str, b: str) -> Optional[Case]:
     """A's scaled cast multiplies with ``operator.mul``, as a symbolic trace records ``cast * gain``:
@@ -1472,7 +1485,8 @@ FUSION_MUTATIONS: dict[str, tuple[Callable, ...]] = {"view_moved_past_source": (
                                                                             gain_of_python_negation,
                                                                             cast_scaled_by_python_operator,
                                                                             gain_as_constant,
-                                                                            gain_drawn_without_device),
+                                                                            gain_drawn_without_device,
+                                                                            gains_drawn_in_both_phases),
                                                       "per_row_gains": (gain_per_channel, gain_squeezed_per_channel,
                                                                         gain_squeezed_to_a_scalar,
                                                                         gain_of_a_dynamic_neighbour),

@@ -430,6 +430,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
            "or not, so a gain of std(abs(p), correction=0) is unknown and its bf16 product is packed in float32",
            ("layout", "numerics"), rewrite_bugs.every_op_given_a_device,
            hunt="rule:scaled_cast_forms/gain_by_standard_deviation"),
+    Mutant("random_factory_hoisted", "the rewrite hoists the last random factory to the top of the graph, so it "
+           "draws before the one that came first and each rank's numbers go to the other gain (and it crosses the "
+           "frees between)", ("numerics", "ordering"),
+           damage=rewrite_bugs.random_factory_hoisted, hunt="rule:scaled_cast_forms/gains_drawn_in_both_phases"),
     Mutant("factories_unevaluated", "the dtype walk runs only ops with a tensor input, so a bf16 cast scaled by a "
            "constant gain (scalar_tensor) is packed in the parameter's dtype", ("layout", "numerics"),
            rewrite_bugs.factories_unevaluated,

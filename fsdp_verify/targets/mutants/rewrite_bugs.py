@@ -9,6 +9,7 @@ import os
 import torch
 from torch import fx
 
+from fsdp_verify.execute.simulated import draws
 from fsdp_verify.graph import collectives
 from fsdp_verify.graph.ops import _free_tensor_storage
 # the correct rules, bound before a planted bug patches the module's own names
@@ -921,3 +922,15 @@ def every_op_given_a_device() -> list[tuple]:
     packed and handed back in float32."""
     from fsdp_verify.reference import rewrite
     return [(rewrite, "_takes_device", lambda target: True)]
+
+
+def random_factory_hoisted(module: fx.GraphModule, rank: int) -> None:
+    """The last random op with no input (a factory) is hoisted to the top of the graph, as a pass
+    that prefetches a gather's whole input chain moves it: it now draws before the random ops that
+    came first, and each rank's numbers go to other ops (the frees it crosses tell ``ordering``; the
+    numbers, ``numerics``)."""
+    factories = [node for node in module.graph.nodes
+                 if node.op == "call_function" and draws(node.target) and not node.all_input_nodes]
+    if len(factories) < 2:
+        return
+    next(node for node in module.graph.nodes if node.op != "placeholder").prepend(factories[-1])
