@@ -1192,15 +1192,7 @@ def gain_indexed_by_python(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain is ``amax(abs(p), [0], True)[0]`` with Python's indexing (``operator.getitem``, as a
     symbolic trace records ``t[0]``): the per-column scales' one row, 0-dim for a 1-D shard and
     dimensioned for a wider one, so A moves the cast's dtype or float32 by the shard's rank."""
-    planted = _gain_reduced(case, a, b, [0], True)
-    if planted is None:
-        return None
-    gain = _scaled(planted, a, b)[1]
-    amax = gain.args[0]
-    graph = planted.graph
-    name = edit.fresh_name(graph, f"{a}_indexed")
-    graph = edit.insert_after(graph, amax.name, [edit.call(name, "operator.getitem", amax, 0, meta=_phase(case, a))])
-    return replace(planted, graph=edit.update_node(graph, gain.name, args=(NodeRef(name), *gain.args[1:])))
+    return _per_column_gain_through(case, a, b, "indexed", "operator.getitem", 0)
 
 
 @needs_cast(scaled=True)
@@ -1290,13 +1282,19 @@ def gain_of_a_dynamic_neighbour(case: Case, a: str, b: str) -> Optional[Case]:
 
 def _squeezed_gain(case: Case, a: str, b: str) -> Optional[Case]:
     """A's gain as ``squeeze_copy(amax(abs(p), [0], True))``."""
+    return _per_column_gain_through(case, a, b, "squeezed", "aten.squeeze_copy.default")
+
+
+def _per_column_gain_through(case: Case, a: str, b: str, suffix: str, target: str, *args: Any) -> Optional[Case]:
+    """A's gain as ``target(amax(abs(p), [0], True), *args)``: the per-column scales through one op."""
     planted = _gain_reduced(case, a, b, [0], True)
+    if planted is None:
+        return None
     gain = _scaled(planted, a, b)[1]
     amax = gain.args[0]
     graph = planted.graph
-    name = edit.fresh_name(graph, f"{a}_squeezed")
-    graph = edit.insert_after(graph, amax.name, [edit.call(name, "aten.squeeze_copy.default", amax,
-                                                           meta=_phase(case, a))])
+    name = edit.fresh_name(graph, f"{a}_{suffix}")
+    graph = edit.insert_after(graph, amax.name, [edit.call(name, target, amax, *args, meta=_phase(case, a))])
     return replace(planted, graph=edit.update_node(graph, gain.name, args=(NodeRef(name), *gain.args[1:])))
 
 

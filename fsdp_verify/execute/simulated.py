@@ -287,10 +287,10 @@ def draws(target: Any) -> bool:
     return False
 
 
-def rank_seed(rank: int, seed: int = 0) -> int:
+def rank_seed(rank: int) -> int:
     """The seed of ``rank``'s own random generators: each world run starts every rank's from it, so a
     rank's draws are its own and repeat in every world that runs its random ops in the same order."""
-    return zlib.crc32(f"{seed}:{rank}:generator".encode())
+    return zlib.crc32(f"0:{rank}:generator".encode())
 
 
 def _global_generators() -> list[torch.Generator]:
