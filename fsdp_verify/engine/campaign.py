@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.connection
 import os
-import queue
 import signal
 import time
 from dataclasses import dataclass, field, replace
@@ -583,28 +583,78 @@ class Stop:
 TICK_EVERY = 0.5  # seconds between a worker's progress messages
 
 
-def _worker(config: Config, results, parent: int) -> None:
+def _worker(config: Config, results: Any, parent: int) -> None:
     die_with_parent(signal.SIGTERM, parent)  # stop cleanly, not killed, when the parent dies
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
     stop = signal.getsignal(signal.SIGTERM)
 
     def orphaned(signum, frame) -> None:
-        # A dead parent reads nothing: a clean stop would block at exit, flushing the failures it
-        # streams into a pipe nobody empties. The corpus files it wrote stay.
+        # A dead parent reads nothing: a clean stop has nobody to send its result to. The corpus
+        # files it wrote stay.
         if os.getppid() != parent:
             os._exit(128 + signum)
         stop(signum, frame)
     signal.signal(signal.SIGTERM, orphaned)
     last = [0.0]
 
+    def send(message: tuple) -> None:
+        try:
+            results.send(message)
+        except OSError:  # the reading end is gone: so is the parent, and the corpus files stay
+            os._exit(1)
+
     def tick(examples: int, failures: int, steps: int) -> None:
         if time.monotonic() - last[0] >= TICK_EVERY:
             last[0] = time.monotonic()
-            results.put(("tick", config.worker, (examples, failures, steps)))
+            send(("tick", config.worker, (examples, failures, steps)))
 
     def saved(failure: dict) -> None:
-        results.put(("failure", config.worker, failure))
-    results.put(("done", config.worker, run(config, tick, on_failure=saved)))
+        send(("failure", config.worker, failure))
+    send(("done", config.worker, run(config, tick, on_failure=saved)))
+
+
+class _Inbox:
+    """The parent's end of one pipe per worker. A shared ``multiprocessing.Queue`` has one write
+    lock for all its writers: a worker SIGKILLed (the OOM killer) while its feeder thread held it
+    left every other worker blocked at exit, and the campaign waiting on them for ever. Here a
+    worker killed mid-message garbles only its own pipe, whose end the parent reads as a death."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+        self._readers: dict[int, Any] = {}
+
+    def open(self, index: int) -> Any:
+        """The writing end for worker ``index``; the parent closes its copy once the worker holds it."""
+        reader, writer = self._context.Pipe(duplex=False)
+        self._readers[index] = reader
+        return writer
+
+    def receive(self, timeout: float, sentinels: list) -> list[tuple]:
+        """The messages that arrive within ``timeout`` (or fewer once a worker's process ends)."""
+        ready = set(multiprocessing.connection.wait([*self._readers.values(), *sentinels], timeout))
+        return [message for index, reader in list(self._readers.items()) if reader in ready
+                for message in self._read(index, reader)]
+
+    def drain(self, index: int, patience: float = 0.2) -> list[tuple]:
+        """What worker ``index`` sent before it ended: read until its pipe is closed or quiet."""
+        messages = []
+        reader = self._readers.get(index)
+        while reader is not None and index in self._readers and reader.poll(patience):
+            messages += self._read(index, reader)
+        return messages
+
+    def _read(self, index: int, reader: Any) -> list[tuple]:
+        try:
+            return [reader.recv()]
+        except (EOFError, OSError):  # closed, or cut mid-message by the worker's death
+            reader.close()
+            del self._readers[index]
+            return []
+
+    def close(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
 
 
 MAX_RESTARTS = 3  # workers restarted in one campaign after they died; past that the run ends short
@@ -617,14 +667,16 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
     if workers <= 1:
         return run(config, progress)
     context = multiprocessing.get_context("spawn")
-    results = context.Queue()
+    inbox = _Inbox(context)
     # Not daemonic (a worker forks a child per case); PR_SET_PDEATHSIG and the finally below reap them.
     began = time.monotonic()
 
     def start(index: int, budget: Budget) -> Any:
+        writer = inbox.open(index)
         process = context.Process(target=_worker, args=(Config(**{**config.__dict__, "worker": index,
-                                                                  "budget": budget}), results, os.getpid()))
+                                                                  "budget": budget}), writer, os.getpid()))
         process.start()
+        writer.close()  # the worker's copy is the only one: its death closes the pipe
         return process
 
     running = {index: start(index, config.budget) for index in range(workers)}  # worker index -> process
@@ -634,18 +686,21 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
     streamed: dict[int, list[dict]] = {}  # failures a running worker has saved, kept if it dies
     restarts = 0
 
-    def receive(timeout: float) -> None:
-        kind, index, part = results.get(timeout=timeout)
-        if kind == "tick":
-            counts[index] = part
-        elif kind == "failure":
-            streamed.setdefault(index, []).append(part)
-        else:
-            done.add(index)
-            streamed.pop(index, None)  # the worker's own result holds them
-            merged.merge(part)
-            counts[index] = (part.examples, len(part.failures), part.shrink_steps)
+    def take(messages: list[tuple]) -> None:
+        for kind, index, part in messages:
+            if kind == "tick":
+                counts[index] = part
+            elif kind == "failure":
+                streamed.setdefault(index, []).append(part)
+            else:
+                done.add(index)
+                streamed.pop(index, None)  # the worker's own result holds them
+                merged.merge(part)
+                counts[index] = (part.examples, len(part.failures), part.shrink_steps)
         report()
+
+    def receive(timeout: float) -> None:
+        take(inbox.receive(timeout, [p.sentinel for i, p in running.items() if i not in done]))
 
     def bury(index: int, process: Any) -> None:
         """A worker died without its result: keep what it streamed, say so, and restart it."""
@@ -677,20 +732,13 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
 
     try:
         while len(done) < len(running):
-            try:
-                receive(0.5)
-            except queue.Empty:
-                for index, process in list(running.items()):
-                    if index not in done and not process.is_alive():
-                        try:  # its result may still be in the queue
-                            while True:
-                                receive(0.2)
-                        except queue.Empty:
-                            pass
-                        if index not in done:
-                            bury(index, process)
-                            done.add(index)
-                report()  # keeps a periodic progress line periodic while examples are slow
+            receive(0.5)
+            for index, process in list(running.items()):
+                if index not in done and not process.is_alive():
+                    take(inbox.drain(index))  # its result may still be in its pipe
+                    if index not in done:
+                        bury(index, process)
+                        done.add(index)
     except KeyboardInterrupt:
         merged.interrupted = True
         for process in processes:
@@ -698,15 +746,18 @@ def run_parallel(config: Config, workers: int, grace: float = 1.5, progress: Opt
                 os.kill(process.pid, signal.SIGINT)
         deadline = time.monotonic() + grace
         while len(done) < len(running) and time.monotonic() < deadline:
-            try:
-                receive(max(0.05, deadline - time.monotonic()))
-            except queue.Empty:
-                break
+            receive(max(0.05, deadline - time.monotonic()))
+            for index, process in list(running.items()):
+                if index not in done and not process.is_alive():
+                    take(inbox.drain(index))
+            if all(index in done or not process.is_alive() for index, process in running.items()):
+                break  # every worker has reported or ended: nothing more will come
     finally:
         for process in processes:
             if process.is_alive():
                 process.kill()
             process.join(5)
+        inbox.close()
     lost = [p for index, p in running.items() if index not in done]
     if lost and not merged.interrupted:
         merged.harness_errors += len(lost)

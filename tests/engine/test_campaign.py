@@ -249,6 +249,25 @@ def test_a_worker_killed_mid_campaign_is_named_its_failures_kept_and_it_is_resta
     assert all(Path(f["file"]).exists() for f in result.failures if f["file"])
 
 
+def test_a_worker_cut_off_mid_message_garbles_only_its_own_pipe():
+    """A worker SIGKILLed while it sends: its pipe holds half a message and then closes. The parent
+    reads that as the worker's end, without waiting, and the other worker's messages still arrive
+    (one shared queue's write lock, held by the dead worker, once stalled every other writer)."""
+    import multiprocessing
+    import struct
+    inbox = campaign._Inbox(multiprocessing.get_context("spawn"))
+    cut, whole = inbox.open(0), inbox.open(1)
+    os.write(cut.fileno(), struct.pack("!i", 1000) + b"\x80\x05half")  # a header for 1000 bytes, 7 sent
+    cut.close()
+    whole.send(("tick", 1, (3, 0, 0)))
+    began = time.monotonic()
+    messages = inbox.receive(1.0, []) + inbox.drain(0)
+    assert messages == [("tick", 1, (3, 0, 0))] and time.monotonic() - began < 1.0
+    whole.send(("done", 1, None))
+    assert inbox.receive(1.0, []) == [("done", 1, None)]
+    inbox.close()
+
+
 def _raised(trace: str) -> list[Finding]:
     return [Finding("target", "target raised", details={"traceback": trace}, rule="raised")]
 
