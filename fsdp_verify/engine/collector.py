@@ -28,7 +28,8 @@ def settle(tuned: bool = True, generation: int = 2) -> None:
         gc.set_threshold(*THRESHOLDS)
 
 
-_owed = False  # a block ended without a full collection of its garbage: the next block's start pays it
+FULL_EVERY = 8  # blocks between full collections, in a process that runs campaigns one after another
+_owed = 0  # blocks that ended since the last full collection of their garbage
 
 
 @contextlib.contextmanager
@@ -41,18 +42,21 @@ def tuned() -> Iterator[None]:
     oldest generation holds of garbage is frozen with the rest for the block and handed back to the
     collector after it.
 
-    What the block leaves (its live caches and its garbage) is walked by the start of the next
+    What the block leaves (its live caches and its garbage) is walked by the start of a later
     block, not by the end of this one: a command that runs one campaign and exits never pays that
-    walk (0.6-1 CPU-s after 200 examples), and processes that run campaigns one after another
-    (self-test hunts, a mutant's phases) still collect each block's garbage before the next freeze,
-    so it never piles up frozen."""
+    walk (0.6-1 CPU-s after 200 examples). Processes that run campaigns one after another (self-test
+    hunts, a mutant's phases) collect the young generations before each freeze and all of them
+    before every ``FULL_EVERY``-th: the oldest generation's garbage of at most that many blocks is
+    frozen with the rest meanwhile, never piled up, and the walk over everything loaded (a sixth of
+    a hunt) is paid once per ``FULL_EVERY`` blocks."""
     global _owed
     before = gc.get_threshold()
-    settle(generation=2 if _owed else 1)
-    _owed = False
+    full = _owed >= FULL_EVERY
+    settle(generation=2 if full else 1)
+    _owed = 0 if full else _owed
     try:
         yield
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
-        _owed = True
+        _owed += 1

@@ -19,7 +19,7 @@ def _cycle() -> tuple[_Cycle, weakref.ref]:
 
 
 def test_a_campaign_block_freezes_collects_its_own_garbage_and_hands_the_old_back(monkeypatch):
-    monkeypatch.setattr(collector, "_owed", False)  # the process's first block (a later one collects first)
+    monkeypatch.setattr(collector, "_owed", 0)  # the process's first block (a later one collects first)
     before = gc.get_threshold()
     old, old_ref = _cycle()
     gc.collect()  # survives into the oldest generation
@@ -36,19 +36,25 @@ def test_a_campaign_block_freezes_collects_its_own_garbage_and_hands_the_old_bac
     assert old_ref() is None  # handed back, and collected
 
 
-def test_what_a_block_leaves_in_the_oldest_generation_is_collected_before_the_next_block_freezes():
-    """Else the next block freezes it: campaigns run one after another (self-test hunts, a mutant's
-    phases) would pile up their garbage. A process that runs one block and exits never walks it."""
+def test_what_blocks_leave_in_the_oldest_generation_is_collected_within_full_every_blocks(monkeypatch):
+    """Else later blocks freeze it for good: campaigns run one after another (self-test hunts, a
+    mutant's phases) would pile up their garbage. The walk over everything loaded is paid once per
+    ``FULL_EVERY`` blocks; a process that runs one block and exits never pays it."""
+    monkeypatch.setattr(collector, "_owed", 0)
     with collector.tuned():
         kept, kept_ref = _cycle()
         gc.collect(1)
         gc.collect(1)  # promoted to the oldest generation
         del kept  # garbage there, which the block's young collections never walk
         assert kept_ref() is not None
-    gc.disable()  # no automatic collection between the blocks: only the next block's start may free it
+    gc.disable()  # no automatic collection between the blocks: only a block's start may free it
     try:
         assert kept_ref() is not None  # the block's end walks nothing
+        for _ in range(collector.FULL_EVERY - 1):
+            with collector.tuned():
+                pass
+        assert kept_ref() is not None  # no full walk yet
         with collector.tuned():
-            assert kept_ref() is None  # collected before the freeze
+            assert kept_ref() is None  # collected before the FULL_EVERY-th block's freeze
     finally:
         gc.enable()
