@@ -1266,8 +1266,10 @@ def gain_of_a_dynamic_neighbour(case: Case, a: str, b: str) -> Optional[Case]:
     neighbour = case.graph.node(b).meta.get("param_node")
     shard = next((p.shard_shape for p in case.graph.params if p.placeholder == neighbour), ())
     own = case.graph.node(a).meta.get("param_node")
-    again = any(n.meta.get("param_node") == own and n.meta.get("comm_type") == "fsdp_all_gather_backward"
-                for n in case.graph.nodes)
+    # A is a forward gather: a backward one's product is what the gradient reads
+    again = case.graph.node(a).meta.get("comm_type") != "fsdp_all_gather_backward" and any(
+        n.meta.get("param_node") == own and n.meta.get("comm_type") == "fsdp_all_gather_backward"
+        for n in case.graph.nodes)
     if abs_of is None or abs_of.target != "aten.abs.default" or not isinstance(neighbour, str) \
             or abs_of.args[0] == NodeRef(neighbour) or not Rows.WIDE.fits(tuple(shard)) or not again:
         return None

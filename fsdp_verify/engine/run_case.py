@@ -26,6 +26,7 @@ from fsdp_verify.graph import fx_sources
 from fsdp_verify.model.case import Case
 from fsdp_verify.checks import INVALID, CheckContext, Finding, default_checkers, registered
 from fsdp_verify.model import spec_params
+from fsdp_verify.checks import annotation
 from fsdp_verify.checks.planner_oracle import Refusal, spec_refusal, watch_rounds
 from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
@@ -189,6 +190,24 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
+def _misannotated(ctx: CheckContext) -> list[Finding]:
+    """The case is invalid input where a reduce-scatter's spec dtype is not its input's
+    (``checks/annotation.py``): no annotator writes that graph, so no checker judges it. It reads
+    the original world's one run, which the checkers share afterwards (it is the same run, made
+    earlier; an original that cannot run is numerics' to report)."""
+    run = ctx.original_sim
+    if isinstance(run, Exception):
+        return []
+    found = annotation.disagreements(ctx.original, run)
+    if not found:
+        return []
+    return [Finding("harness", f"a reduce-scatter's spec dtype is not its input's ({found[0].describe()}; "
+                               f"{len(found)} in all): no annotator writes this graph, so it cannot be judged",
+                    nodes=tuple(sorted({f.node for f in found})), severity=INVALID,
+                    details={"kind": "spec_disagrees_with_input", "disagreements": len(found)},
+                    rule="spec_disagrees_with_input")]
+
+
 def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Finding]:
     """Every applicable checker on one target run; a crashing checker is itself a finding and a
     checker that cannot judge the case is recorded in ``ctx.skipped``."""
@@ -198,6 +217,10 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     if ctx.run.error is not None:
         with stages.timed(cpu, stages.checker("planner")):
             return _target_failure(ctx)
+    with stages.timed(cpu, stages.checker("annotation")):
+        misannotated = _misannotated(ctx)
+    if misannotated:
+        return misannotated
     findings: list[Finding] = []
     chosen = registered() if only is not None else default_checkers()
     for name, checker in chosen.items():
