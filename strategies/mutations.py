@@ -21,6 +21,7 @@ import torch
 
 from fsdp_verify.model.case import Case
 from fsdp_verify.graph import collectives, edit
+from fsdp_verify.strategies.annotate import reannotating
 from fsdp_verify.graph.compose import ALL_REDUCE, BARRIER, FREE, WAIT
 from fsdp_verify.graph.spec import TRACED, GraphSpec, NodeSpec, ParamSpec, cast_dtype
 from fsdp_verify.graph.values import DTYPE_NAMES, NodeRef
@@ -996,6 +997,7 @@ def gain_through_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_replaced(case, a, b, "aten.relu.default", "gain", None)
 
 
+@reannotating
 @needs_cast()
 @acts_on(*AG_KINDS)
 def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1014,6 +1016,7 @@ def cast_beside_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, a, args=(NodeRef(total), *graph.node(a).args[1:])))
 
 
+@reannotating
 @needs_cast()
 @acts_on(*AG_KINDS)
 def cast_before_opaque_op(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1186,6 +1189,7 @@ def gain_by_standard_deviation(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, target="aten.std.correction", kwargs={"correction": 0})
 
 
+@reannotating
 @needs_cast(scaled=True)
 @acts_on(*AG_KINDS)
 def gain_indexed_by_python(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1213,6 +1217,7 @@ def gain_of_python_negation(case: Case, a: str, b: str) -> Optional[Case]:
     return replace(case, graph=edit.update_node(graph, amax.name, args=(NodeRef(name), *amax.args[1:])))
 
 
+@reannotating
 @needs_cast(scaled=True, rows=Rows.WIDE)
 @acts_on(*AG_KINDS)
 def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
@@ -1226,6 +1231,7 @@ def gain_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
     return _gain_reduced(case, a, b, [0], target="aten.sum.dim_IntList")
 
 
+@reannotating
 @needs_cast(scaled=True, rows=Rows.WIDE)
 @acts_on(*AG_KINDS)
 def gain_squeezed_per_channel(case: Case, a: str, b: str) -> Optional[Case]:
