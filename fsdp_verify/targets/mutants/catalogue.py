@@ -311,6 +311,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     Mutant("finfo_eps_trusted", "the wire's hold test trusts torch.finfo's float8_e5m2fnuz epsilon (0.125, half "
            "the format's), so AMD's e4m3fnuz beside e5m2fnuz packs in e5m2fnuz and rounds", ("layout", "numerics"),
            rewrite_bugs.finfo_eps_trusted, hunt="rule:every_member_cast/amd_float8_formats"),
+    Mutant("subnormal_bound_ignored", "the wire's hold test reads precision and range but not the smallest "
+           "subnormal, so AMD's e4m3fnuz beside the OCP e4m3fn packs in e4m3fn and rounds the fnuz member's "
+           "smallest steps", ("layout", "numerics"), rewrite_bugs.subnormal_bound_ignored,
+           hunt="rule:every_member_cast/two_vendors_float8"),
     Mutant("integer_bound_ignored", "every integer dtype is taken to fit every float one, so an int32 gather "
            "(packed 4-bit weights) beside a bf16 one is packed in bf16 and rounded", ("layout", "numerics", "conformance"),
            rewrite_bugs.integer_bound_ignored, hunt="rule:every_member_cast/wide_integer_beside_half"),
