@@ -7,6 +7,7 @@ left as written, the graph is one no annotator writes, and the harness rejects i
 (``fsdp_verify/checks/annotation.py``), losing the gather it was drawn for. ``reannotated`` runs
 the graph on meta tensors (no memory, no values) and writes each such spec's dtype as the annotator
 would. Shapes are left: a gradient of another shape than its spec's is no gradient of the shard.
+It shares no code with the gate on purpose: a fault in one is what the other is there to catch.
 """
 
 from __future__ import annotations

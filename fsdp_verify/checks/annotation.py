@@ -43,8 +43,8 @@ class SpecDisagreement:
 
 
 def disagreements(modules: Mapping[int, fx.GraphModule], run: WorldRun) -> list[SpecDisagreement]:
-    """The annotated reduce-scatters of the original ``modules`` whose spec dtype differs from the
-    dtype their input had in ``run`` (the original world's run), rank by rank."""
+    """The annotated reduce-scatters of the original ``modules`` whose well-formed spec names
+    another dtype or shape than their input had in ``run`` (the original world's run), rank by rank."""
     found = []
     for rank, records in sorted(run.streams.items()):
         module = modules.get(rank)
@@ -52,11 +52,10 @@ def disagreements(modules: Mapping[int, fx.GraphModule], run: WorldRun) -> list[
             continue
         specs = {node.name: node.meta["fsdp_bucket_spec"] for node in module.graph.nodes
                  if node.meta.get("comm_type") == RS_KIND and isinstance(node.meta.get("fsdp_bucket_spec"), dict)
-                 and isinstance(node.meta.get("fsdp_degree"), int) and node.meta["fsdp_degree"] > 1}
+                 and _well_formed(node.meta["fsdp_bucket_spec"], node.meta.get("fsdp_degree"))}
         for record in records:
             spec = specs.get(record.node)
-            if spec is None or record.op != "reduce_scatter_tensor" or spec.get("dtype") not in ANNOTATED_DTYPES \
-                    or not _well_formed(spec, module.graph, record.node):
+            if spec is None or record.op != "reduce_scatter_tensor":
                 continue
             if str(spec["dtype"]) != record.dtype or tuple(spec["input_shape"]) != tuple(record.shape):
                 found.append(SpecDisagreement(rank, record.node, _described(spec["dtype"], spec["input_shape"]),
@@ -68,15 +67,15 @@ def _described(dtype: object, shape: object) -> str:
     return f"{str(dtype).removeprefix('torch.')} {list(shape)}"
 
 
-def _well_formed(spec: dict, graph: fx.Graph, name: str) -> bool:
-    """Whether the spec's shapes are what the annotator writes for some input (static positive
-    dims, the output's dim 0 the input's divided by the degree): a spec the planner cannot fault
-    on its face. One it can is a hazard, whatever the input."""
+def _well_formed(spec: dict, degree: object) -> bool:
+    """Whether the spec is what the annotator writes for some input (a bucketable dtype, static
+    positive dims, the output's dim 0 the input's divided by the degree, a degree over 1): a spec
+    the planner cannot fault on its face. One it can is a hazard, whatever the input."""
     shape, out = spec.get("input_shape"), spec.get("output_shape")
-    if not isinstance(shape, (tuple, list)) or not isinstance(out, (tuple, list)) or not shape \
-            or len(shape) != len(out):
+    if spec.get("dtype") not in ANNOTATED_DTYPES or not isinstance(degree, int) or isinstance(degree, bool) \
+            or degree <= 1 or not isinstance(shape, (tuple, list)) or not isinstance(out, (tuple, list)) \
+            or not shape or len(shape) != len(out):
         return False
     if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in (*shape, *out)):
         return False
-    degree = next(node.meta.get("fsdp_degree") for node in graph.nodes if node.name == name)
     return shape[0] == out[0] * degree and tuple(shape[1:]) == tuple(out[1:])
