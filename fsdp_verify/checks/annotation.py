@@ -19,13 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-import torch
 from torch import fx
 
+from fsdp_verify.checks.plan_model import FLOATS, RS_KIND
 from fsdp_verify.execute.simulated import WorldRun
-
-RS_KIND = "fsdp_reduce_scatter"
-ANNOTATED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
@@ -72,7 +69,7 @@ def _well_formed(spec: dict, degree: object) -> bool:
     positive dims, the output's dim 0 the input's divided by the degree, a degree over 1): a spec
     the planner cannot fault on its face. One it can is a hazard, whatever the input."""
     shape, out = spec.get("input_shape"), spec.get("output_shape")
-    if spec.get("dtype") not in ANNOTATED_DTYPES or not isinstance(degree, int) or isinstance(degree, bool) \
+    if spec.get("dtype") not in FLOATS or not isinstance(degree, int) or isinstance(degree, bool) \
             or degree <= 1 or not isinstance(shape, (tuple, list)) or not isinstance(out, (tuple, list)) \
             or not shape or len(shape) != len(out):
         return False

@@ -191,7 +191,7 @@ def _target_failure(ctx: CheckContext) -> list[Finding]:
 
 
 def _misannotated(ctx: CheckContext) -> list[Finding]:
-    """The case is invalid input where a reduce-scatter's spec dtype is not its input's
+    """The case is invalid input where a reduce-scatter's spec (dtype or shape) is not its input's
     (``checks/annotation.py``): no annotator writes that graph, so no checker judges it. It reads
     the original world's one run, which the checkers share afterwards (it is the same run, made
     earlier; an original that cannot run is numerics' to report)."""
@@ -201,7 +201,7 @@ def _misannotated(ctx: CheckContext) -> list[Finding]:
     found = annotation.disagreements(ctx.original, run)
     if not found:
         return []
-    return [Finding("harness", f"a reduce-scatter's spec dtype is not its input's ({found[0].describe()}; "
+    return [Finding("harness", f"a reduce-scatter's spec is not its input's ({found[0].describe()}; "
                                f"{len(found)} in all): no annotator writes this graph, so it cannot be judged",
                     nodes=tuple(sorted({f.node for f in found})), severity=INVALID,
                     details={"kind": "spec_disagrees_with_input", "disagreements": len(found)},
