@@ -7,14 +7,20 @@ absent when a later job only loads the compiled graph. An in-process second comp
 have it. Why a fresh cache folder per configuration: an entry from another run or another
 configuration must not be the one loaded (the cold compile must store, the warm one must hit).
 
-The process comes from a fork server that has imported torch and this harness but never compiled
-anything, so each check pays a fork, not an interpreter's start and torch's import; what a compile
-loads or registers is still absent there. The child reads a JSON request and writes a JSON reply
+The process comes from a fork server that has imported torch, dynamo, inductor's ``compile_fx`` and
+this harness, and has probed the machine's vector instruction sets (``probed.py``), but never
+compiled anything, so each check pays a fork, not an interpreter's start, those imports and the probe
+(3 of a warm check's 4 seconds, then 1 of the 2.4 left). Why that keeps the process fresh: a user's warm start
+imports the same modules before it looks in the cache (``torch.compile`` is dynamo, the lookup is in
+``compile_fx``), and what only the post-grad passes import (the bucketing modules, which register
+their custom ops on import: F11) is still absent. The child checks that before it compiles: a server
+that holds a pass module gives no verdict. The child reads a JSON request and writes a JSON reply
 (tensors as dtype, shape and base64 bytes, so the comparison stays bitwise).
 """
 
 from __future__ import annotations
 
+import atexit
 import base64
 import json
 import multiprocessing
@@ -92,7 +98,13 @@ def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
 
 
 _SHARED_STATE = ("TORCH_COMPILE_JOB_ID", "TORCH_CACHING_PRECOMPILE")
-_PRELOAD = ["torch", "torch.distributed", "fsdp_verify.capture.model", "fsdp_verify.execute.compiled.builtin"]
+_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torch._inductor.compile_fx", "fsdp_verify.capture.model",
+            "fsdp_verify.execute.compiled.builtin", "fsdp_verify.execute.compiled.probed"]
+# The modules of inductor's passes that bucket collectives: only running a pass imports them, and a
+# cache hit runs none, so a process that holds one at its start is not the fresh process a warm
+# start is.
+PASS_MODULES = tuple(f"torch._inductor.fx_passes.{name}" for name in (
+    "bucketing", "fsdp", "overlap_scheduling", "overlap_preserving_bucketer", "overlap_manual_scheduling"))
 _server: Optional[Any] = None
 
 
@@ -102,7 +114,33 @@ def _context() -> Any:
     if _server is None:
         _server = multiprocessing.get_context("forkserver")
         _server.set_forkserver_preload(_PRELOAD)
+        atexit.register(_stop_server)
     return _server
+
+
+def start_server() -> None:
+    """Start the fork server now: its imports then overlap the compiles before the first warm check
+    instead of delaying it (3 s of wall time on a spare core)."""
+    from multiprocessing import forkserver
+    _context()
+    forkserver.ensure_running()
+
+
+def _stop_server() -> None:
+    """Stop the fork server and wait for it: its CPU and its children's then count in this process's
+    (a benchmark's figure), and no server outlives the run."""
+    from multiprocessing import forkserver
+    stop = getattr(getattr(forkserver, "_forkserver", None), "_stop", None)
+    if stop is not None:
+        try:
+            stop()
+        except OSError:  # already gone
+            pass
+
+
+def held_passes(modules: Any) -> list[str]:
+    """The bucketing pass modules among ``modules`` (``sys.modules``)."""
+    return [name for name in PASS_MODULES if name in modules]
 
 
 def _child(request: str, reply: str, folder: str, log: str) -> None:
@@ -140,7 +178,15 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
             tail = ""
         return Warm(unjudged=f"the warm compile's process exited {process.exitcode} without a reply: {tail}",
                     seconds=seconds)
+    return read_reply(doc, seconds)
+
+
+def read_reply(doc: dict[str, Any], seconds: float) -> Warm:
+    """The warm process's reply as a ``Warm``: a process that was not fresh judged nothing."""
     state = str(doc.get("blas", ""))
+    if doc.get("held_passes"):
+        return Warm(unjudged=f"the warm process was not fresh: it held {', '.join(doc['held_passes'])} before "
+                             f"loading (a warm start imports no pass)", seconds=seconds, blas=state)
     if doc.get("error"):
         return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
                     seconds=seconds, blas=state)
@@ -156,6 +202,10 @@ def main(argv: list[str]) -> int:
     from fsdp_verify.capture.model import desc_from_json
     from fsdp_verify.execute.compiled.drawn import compiled_outputs
     answer: dict[str, Any] = {"blas": blas.pin().value}
+    held = held_passes(sys.modules)
+    if held:  # its ops registered: a cache hit would find what a user's warm start lacks
+        reply.write_text(json.dumps({**answer, "held_passes": held}))
+        return 0
     try:
         outputs, _ = compiled_outputs(desc_from_json(doc["desc"]), doc["options"], doc["seed"], cache=True)
         answer["outputs"] = _encode(outputs)

@@ -1,0 +1,69 @@
+"""The warm path's fresh process: a fork server preloaded with what every warm start imports, never
+with a bucketing pass (whose import registers the ops F11 needs), and stopped and waited at exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from fsdp_verify.capture import Layer, ModelDesc
+from fsdp_verify.execute.compiled.warm import PASS_MODULES, held_passes, read_reply
+
+
+def test_a_warm_process_that_already_holds_a_bucketing_pass_judges_nothing(tmp_path):
+    # Planted: the process imported inductor's bucketing pass before loading, so the custom ops a
+    # cache hit needs are registered where a user's warm start has none (F11 would pass unseen).
+    request, reply = tmp_path / "request.json", tmp_path / "reply.json"
+    desc = ModelDesc((Layer("linear", 8), Layer("linear", 8)))
+    request.write_text(json.dumps({"desc": desc.to_json(), "seed": 0, "options": {
+        "bucket_all_gathers_fx": "all", "bucket_all_gathers_bucket_mode": "custom_ops", "compile_cache": "warm"}}))
+    code = textwrap.dedent(f"""
+        import sys
+        import torch._inductor.fx_passes.bucketing
+        from fsdp_verify.execute.compiled.warm import main
+        sys.exit(main([{str(request)!r}, {str(reply)!r}]))
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    doc = json.loads(reply.read_text())
+    assert doc["held_passes"] == ["torch._inductor.fx_passes.bucketing"] and "outputs" not in doc
+    warm = read_reply(doc, 1.0)
+    assert warm.unjudged and "torch._inductor.fx_passes.bucketing" in warm.unjudged and not warm.visited
+
+
+def test_what_the_fork_server_preloads_holds_no_bucketing_pass():
+    code = textwrap.dedent("""
+        import sys
+        from fsdp_verify.execute.compiled import warm
+        for name in warm._PRELOAD:
+            __import__(name)
+        print(",".join(warm.held_passes(sys.modules)))
+    """)
+    found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert found.stdout.strip() == ""
+    assert held_passes({PASS_MODULES[0]: None, "torch": None}) == [PASS_MODULES[0]]
+
+
+def test_the_fork_server_is_stopped_and_waited_at_exit():
+    # A waited server's CPU (and its children's) counts in the run's; an unwaited one is lost to it.
+    code = textwrap.dedent("""
+        import multiprocessing.forkserver as forkserver
+        from fsdp_verify.execute.compiled import warm
+        warm._PRELOAD = ["os"]
+        warm._context()
+        forkserver._forkserver.ensure_running()
+        pid = forkserver._forkserver._forkserver_pid
+        warm._stop_server()
+        print(pid, forkserver._forkserver._forkserver_pid)
+    """)
+    found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    pid, after = found.stdout.split()
+    assert after == "None"
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        pass
+    else:
+        raise AssertionError(f"the fork server {pid} outlived its stop")
