@@ -123,7 +123,10 @@ def start_server() -> None:
     instead of delaying it (3 s of wall time on a spare core)."""
     from multiprocessing import forkserver
     _context()
-    forkserver.ensure_running()
+    try:
+        forkserver.ensure_running()
+    except OSError:  # the first warm check tries again and, failing, says so in its report
+        pass
 
 
 def _stop_server() -> None:
@@ -162,7 +165,10 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
     request.write_text(json.dumps({"desc": desc_json, "options": options, "seed": seed}))
     started = time.monotonic()
     process = _context().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)), daemon=True)
-    process.start()
+    try:
+        process.start()
+    except OSError as exc:  # no process to load in: the harness's failure, nothing said of torch
+        return Warm(unjudged=f"the warm compile's process did not start: {exc}", seconds=time.monotonic() - started)
     process.join(timeout)
     if process.is_alive():
         process.kill()

@@ -67,3 +67,18 @@ def test_the_fork_server_is_stopped_and_waited_at_exit():
         pass
     else:
         raise AssertionError(f"the fork server {pid} outlived its stop")
+
+
+def test_a_warm_process_that_cannot_start_is_the_harness_s_failure_not_inductor_s(monkeypatch, tmp_path):
+    from fsdp_verify.execute.compiled import warm
+
+    class Refused:
+        def __init__(self, **_: object) -> None:
+            pass
+
+        def start(self) -> None:
+            raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(warm, "_context", lambda: type("Context", (), {"Process": Refused})())
+    found = warm.warm_outputs({"layers": []}, {}, 0, tmp_path)
+    assert found.unjudged and "did not start" in found.unjudged and found.error is None
