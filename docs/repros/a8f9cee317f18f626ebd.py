@@ -26,10 +26,13 @@ import argparse
 import contextlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import operator  # noqa: F401 - the graph code may name operator.getitem
 import os
+import signal
 import sys
 import tempfile
+import time
 import traceback
 import zlib
 from datetime import timedelta
@@ -601,7 +604,8 @@ def register_groups(rank: int) -> None:
 
 
 def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any) -> None:
-    """Run this rank's original and rewritten graphs with real collectives; report what differs."""
+    """Run this rank's original and rewritten graphs with real collectives; report what differs
+    (``results.send``: first the stage it reached, so that a death after it is the rewritten graph's)."""
     report: dict = {"rank": rank}
     try:
         dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=len(WORLD),
@@ -611,6 +615,7 @@ def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any)
         exact = set(EXACT) & {node.name for node in rewritten.graph.nodes}
         report["inexact"] = sorted(set(EXACT) - exact)
         expected = run_graph(build_graph(rank), rank, exact)
+        results.send({"rank": rank, "stage": "rewritten"})
         try:
             actual = run_graph(rewritten, rank, exact)
         except Exception as exc:  # noqa: BLE001 - the rewritten graph failing to run is the failure
@@ -621,41 +626,84 @@ def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any)
             report.update(kind="outputs_differ" if found else "equal", differences=found)
     except Exception as exc:  # noqa: BLE001 - the original graph or the world failing: the case cannot be run here
         report.update(kind="cannot_run", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-3000:])
-    results.put(report)
+    results.send(report)
     with contextlib.suppress(Exception):
         dist.destroy_process_group()
 
 
+class Collected:
+    """What one rank run in this process sent."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+
+    def send(self, message: dict) -> None:
+        self.messages.append(message)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+def _died(rank: int, code: int | None, stage: str | None) -> dict:
+    """A rank whose process ended without a report: after it began the rewritten graph, that graph's
+    failure; before, the original graph or the world could not run here."""
+    if stage == "rewritten":
+        return {"rank": rank, "kind": "rewritten_died",
+                "error": f"the rank's process ended ({_exit_status(code)}) while running the rewritten graph"}
+    return {"rank": rank, "kind": "cannot_run",
+            "error": f"the rank's process ended ({_exit_status(code)}) before the rewritten graph ran"}
+
+
 def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[dict]:
-    """Every rank in its own process (forked: it inherits the rewritten modules), or this one."""
+    """Every rank in its own process (forked: it inherits the rewritten modules), or this one. Each
+    rank has its own pipe, so a rank that dies, even half-way through a message, is named at once
+    and never holds up the others' reports."""
     store = tempfile.NamedTemporaryFile(prefix="repro-store-", delete=False)
     store.close()
     os.unlink(store.name)
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
     if len(WORLD) == 1:
-        on_rank(WORLD[0], store.name, rewritten[WORLD[0]], results)
-        return [results.get()]
-    procs = [context.Process(target=on_rank, args=(rank, store.name, rewritten[rank], results), daemon=True)
-             for rank in WORLD]
-    for proc in procs:
-        proc.start()
-    reports = []
-    wait = timeout
-    try:
-        for _ in WORLD:
-            reports.append(results.get(timeout=wait))
-            if reports[-1]["kind"] != "equal":  # its peers may now wait in a collective it never joins
-                wait = min(wait, peer_wait)
-    except Exception:  # noqa: BLE001 - queue.Empty: some rank did not finish in time
-        seen = {r["rank"] for r in reports}
-        reports += [{"rank": rank, "kind": "hung", "error": f"no result within {wait:.0f} s"}
-                    for rank in WORLD if rank not in seen]
-    for proc in procs:
+        collected = Collected()
+        on_rank(WORLD[0], store.name, rewritten[WORLD[0]], collected)
+        return [collected.messages[-1]]
+    context = multiprocessing.get_context("fork")
+    pipes, procs = {}, {}
+    for rank in WORLD:
+        reader, writer = context.Pipe(duplex=False)
+        procs[rank] = context.Process(target=on_rank, args=(rank, store.name, rewritten[rank], writer), daemon=True)
+        procs[rank].start()
+        writer.close()  # the rank holds the only writing end: its death closes the pipe
+        pipes[rank] = reader
+    reports: dict[int, dict] = {}
+    stages: dict[int, str] = {}
+    deadline = time.monotonic() + timeout
+    waiting = timeout
+    while len(reports) < len(WORLD) and time.monotonic() < deadline:
+        open_pipes = {pipes[rank]: rank for rank in WORLD if rank not in reports}
+        for conn in multiprocessing.connection.wait(list(open_pipes), timeout=deadline - time.monotonic()):
+            rank = open_pipes[conn]
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the pipe closed without a report: the rank's process ended
+                procs[rank].join(timeout=5)
+                reports[rank] = _died(rank, procs[rank].exitcode, stages.get(rank))
+            else:
+                if "stage" in message:
+                    stages[rank] = message["stage"]
+                    continue
+                reports[rank] = message
+            if reports[rank]["kind"] != "equal" and waiting > peer_wait:  # peers may wait in a collective it left
+                waiting, deadline = peer_wait, min(deadline, time.monotonic() + peer_wait)
+    reports.update({rank: {"rank": rank, "kind": "hung", "error": f"no result within {waiting:.0f} s"}
+                    for rank in WORLD if rank not in reports})
+    for proc in procs.values():
         proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
-    return sorted(reports, key=lambda r: r["rank"])
+    return [reports[rank] for rank in sorted(reports)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -698,8 +746,9 @@ def main(argv: list[str] | None = None) -> int:
                 if report.get("traceback"):
                     print(report["traceback"], file=sys.stderr)
         kinds = {report["kind"] for report in outcome["ranks"]}
-        # what a rank saw first in its own run outranks a peer left waiting for it
-        failing = [kind for kind in ("rewritten_raised", "outputs_differ", "hung") if kind in kinds] + \
+        # a rank that died, then what a rank saw first in its own run, outrank a peer left waiting for it
+        failing = [kind for kind in ("rewritten_died", "rewritten_raised", "outputs_differ", "hung")
+                   if kind in kinds] + \
             (["generator_drawn"] if moved else [])
         if failing:
             outcome.update(reproduced=True, kind=failing[0])

@@ -22,7 +22,7 @@ from typing import Any, Optional, Sequence
 class Outcome(Enum):
     """What a repro script's run showed."""
 
-    REPRODUCED = "reproduced"          # exit 1: the rewrite raised, failed to run, hung, or an output differs
+    REPRODUCED = "reproduced"          # exit 1: the rewrite raised, failed to run, died, hung, or an output differs
     NOT_REPRODUCED = "not_reproduced"  # exit 0: bitwise equal on every rank
     CANNOT_RUN = "cannot_run"          # exit 3: the original graph does not run on real ranks here
     BROKEN = "broken"                  # any other exit, or no outcome file: the script itself failed

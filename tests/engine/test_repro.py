@@ -11,6 +11,7 @@ import ast
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,17 @@ def test_a_planted_pass_bug_fails_standalone_and_the_corrected_pass_passes(tmp_p
         assert restored.outcome is Outcome.NOT_REPRODUCED, restored.output
     if planted == "widens_first_output":
         assert "dtype differ" in faulty.output  # what differs is said (for people; the kind is the record)
+
+
+def test_a_rank_whose_process_ends_in_the_rewritten_graph_is_named_at_once_not_hung(tmp_path, torch_only_env):
+    # Before, every rank put its report on one queue: a rank that died was "hung" after the timeout.
+    path = _save(tmp_path, "fx-pass:helpers.torch_passes:ends_the_rank", Case(mlp_graph(device="cpu")))
+    script = _write(path, tmp_path / "repro.py")
+    began = time.monotonic()
+    faulty = run_script(script, env=torch_only_env, timeout=240)
+    assert faulty.outcome is Outcome.REPRODUCED and faulty.kind == "rewritten_died", faulty.output
+    assert "exit status 3) while running the rewritten graph" in faulty.output
+    assert time.monotonic() - began < 100, "a dead rank was waited for as if it could still report"
 
 
 def test_an_inductor_crash_reproduces_on_torch_alone_and_a_corrected_configuration_passes(tmp_path, torch_only_env):

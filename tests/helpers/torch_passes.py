@@ -6,6 +6,7 @@ Repro tests run scripts written for these in an interpreter where fsdp_verify ca
 
 from __future__ import annotations
 
+import os
 import random
 
 import torch
@@ -38,6 +39,20 @@ def negates_first_wait(gm: fx.GraphModule) -> None:
 
 def _member(members: list, index: int) -> fx.Node:
     return members[index]  # the planted crash: an off-by-one past the last member
+
+
+def _ends_real_ranks(tensor: torch.Tensor) -> torch.Tensor:
+    if torch.distributed.is_initialized():  # a real rank's process: it ends here, as a crashing kernel would
+        os._exit(3)
+    return tensor.neg()  # the harness's simulated ranks: a value bug it kills without dying
+
+
+def ends_the_rank(gm: fx.GraphModule) -> None:
+    """Planted crash of the rewritten graph: on real ranks its process ends at the first gathered
+    result (exit status 3), so the repro must name each rank's death."""
+    correct(gm)
+    first = next(n for n in gm.graph.nodes if n.target is WAIT)
+    _insert_after(gm.graph, first, _ends_real_ranks)
 
 
 def crashes_on_two_gathers(gm: fx.GraphModule) -> None:
