@@ -109,3 +109,9 @@ def staged_variants_handler(job, ctx):
         results.append((direct, staged, kwargs.get("out")))
     dist.barrier()
     return results
+
+
+def environment_handler(job, ctx):
+    """A rank's value of the environment variable ``job`` and its parent's pid."""
+    import os
+    return os.environ.get(job), os.getppid()

@@ -18,6 +18,7 @@ and what that compile leaves behind would hide the next configuration's warm-pat
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
                                                 is_gradient, vector_bound, vector_order, within_ulps)
+from fsdp_verify.execute.compiled.warm import fork_server
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -128,8 +130,11 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     """The warm pool's handler: one step of the configuration compiled with the cache in
     ``job.folder``, and this rank's cache hits and misses. A failure raises: the pool names the
     rank, and its peers, left in a collective, are the pool's to reap."""
-    from fsdp_verify.execute.compiled.warm import cache_counts
+    from fsdp_verify.execute.compiled.warm import cache_counts, held_passes
     state = blas.pin().value
+    held = held_passes(sys.modules)
+    if held:  # the pass's ops registered: a load would find what a user's warm start lacks
+        return {"held_passes": held, "blas": state}
     for shape in job.meshes:
         _mesh(tuple(shape), ctx)
     outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)
@@ -268,15 +273,21 @@ class RankSweeper:
         return results
 
     def _load(self, job: WarmJob, world: int) -> "WarmLoad":
-        """``job`` on a pool of fresh ranks, closed after it."""
+        """``job`` on a pool of fresh ranks, closed after it. The ranks fork from the warm path's
+        server (``warm.py`` says why its processes are as fresh as a user's warm start), and each
+        checks, before it loads, that it holds no bucketing pass."""
         pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_warm_job,
-                        collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env)
+                        collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env, context=fork_server())
         try:
             pool.start()
         except PoolStartFailure as exc:  # the harness's failure: nothing said of torch
             return WarmLoad(unjudged=f"the warm ranks did not start: {exc}")
         try:
-            return WarmLoad(ranks=pool.run({rank: job for rank in range(world)}))
+            loaded = pool.run({rank: job for rank in range(world)})
+            held = sorted({name for run in loaded.values() for name in run.get("held_passes", ())})
+            if held:
+                return WarmLoad(unjudged=f"the warm ranks were not fresh: they held {', '.join(held)} before loading")
+            return WarmLoad(ranks=loaded)
         except RankFailure as exc:
             return WarmLoad(failure=_said(exc))
         finally:

@@ -108,7 +108,7 @@ PASS_MODULES = tuple(f"torch._inductor.fx_passes.{name}" for name in (
 _server: Optional[Any] = None
 
 
-def _context() -> Any:
+def fork_server() -> Any:
     """The fork server's context (started on first use, with torch and the harness imported)."""
     global _server
     if _server is None:
@@ -122,7 +122,7 @@ def start_server() -> None:
     """Start the fork server now: its imports then overlap the compiles before the first warm check
     instead of delaying it (3 s of wall time on a spare core)."""
     from multiprocessing import forkserver
-    _context()
+    fork_server()
     try:
         forkserver.ensure_running()
     except OSError:  # the first warm check tries again and, failing, says so in its report
@@ -164,7 +164,7 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
     request, reply, log = folder / "warm-request.json", folder / "warm-reply.json", folder / "warm-output.log"
     request.write_text(json.dumps({"desc": desc_json, "options": options, "seed": seed}))
     started = time.monotonic()
-    process = _context().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)), daemon=True)
+    process = fork_server().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)), daemon=True)
     try:
         process.start()
     except OSError as exc:  # no process to load in: the harness's failure, nothing said of torch

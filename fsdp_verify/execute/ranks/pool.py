@@ -217,8 +217,10 @@ def _default_handler(job: Job, ctx: RankContext) -> dict:
 
 
 def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: str, timeout: float,
-            device_kind: str = "cpu", handler: Optional[str] = None, parent: Optional[int] = None) -> None:
+            device_kind: str = "cpu", handler: Optional[str] = None, parent: Optional[int] = None,
+            env: Optional[dict[str, str]] = None) -> None:
     die_with_parent(parent=parent)  # before the seconds importing torch (and the handler's module) takes
+    os.environ.update(env or {})  # a rank forked by a server did not start with this process's environment
     import importlib
 
     import torch
@@ -256,8 +258,14 @@ class RankPool:
     def __init__(self, world_size: int, backend: Optional[str] = None, deadline: float = 30.0,
                  start_timeout: float = 120.0, handler: Optional[Callable] = None,
                  env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None,
-                 collective_timeout: Optional[float] = None):
+                 collective_timeout: Optional[float] = None, context: Any = None):
+        """``context``: where the ranks start from, a fresh interpreter (``spawn``, the default) or a
+        fork server's context (``execute/compiled/warm.py``: torch already imported, seconds less a
+        start). A forked rank sets ``env`` itself when it starts, so only what is read after that
+        (MKL's settings, inductor's folders) takes effect, and it dies with the server, which dies
+        with this process."""
         self.world_size = world_size
+        self.context = context
         self.placement = placement or place(backend, world_size)  # ValueError: NCCL asked for without GPUs
         if backend and backend != "auto" and self.placement.backend != backend:
             warnings.warn(f"RankPool: {backend} was asked for; running {self.placement.describe()}", stacklevel=2)
@@ -293,7 +301,8 @@ class RankPool:
             raise PoolStartFailure("error", f"the pool did not start: {type(exc).__name__}: {exc}", {}, {}) from exc
 
     def _start(self) -> None:
-        context = multiprocessing.get_context("spawn")
+        context = self.context or multiprocessing.get_context("spawn")
+        spawned = context.get_start_method() == "spawn"
         self.folder = tempfile.mkdtemp(prefix="fsdp-verify-pg-")
         store = os.path.join(self.folder, "store")
         self.slots = [context.Array(ctypes.c_char, ENTRY_BYTES, lock=False) for _ in range(self.world_size)]
@@ -303,7 +312,8 @@ class RankPool:
             parent, child = context.Pipe()
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
-                                            self.collective_timeout, self.device, handler, os.getpid()))
+                                            self.collective_timeout, self.device, handler,
+                                            os.getpid() if spawned else None, self.env(rank) if self.env else {}))
             with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
                 process.start()
             child.close()

@@ -52,7 +52,7 @@ def test_the_fork_server_is_stopped_and_waited_at_exit():
         import multiprocessing.forkserver as forkserver
         from fsdp_verify.execute.compiled import warm
         warm._PRELOAD = ["os"]
-        warm._context()
+        warm.fork_server()
         forkserver._forkserver.ensure_running()
         pid = forkserver._forkserver._forkserver_pid
         warm._stop_server()
@@ -79,6 +79,44 @@ def test_a_warm_process_that_cannot_start_is_the_harness_s_failure_not_inductor_
         def start(self) -> None:
             raise OSError("Resource temporarily unavailable")
 
-    monkeypatch.setattr(warm, "_context", lambda: type("Context", (), {"Process": Refused})())
+    monkeypatch.setattr(warm, "fork_server", lambda: type("Context", (), {"Process": Refused})())
     found = warm.warm_outputs({"layers": []}, {}, 0, tmp_path)
     assert found.unjudged and "did not start" in found.unjudged and found.error is None
+
+
+def test_ranks_forked_by_the_server_read_the_environment_the_pool_gives_each():
+    # A fork server's children start with the server's environment: the pool hands each rank its own.
+    from fsdp_verify.execute.compiled.warm import fork_server
+    from fsdp_verify.execute.ranks.pool import RankPool
+    from helpers.rank_targets import environment_handler
+    with RankPool(2, backend="gloo", deadline=60, handler=environment_handler,
+                  env=lambda rank: {"FSDP_VERIFY_RANK_PROBE": f"rank {rank}"}, context=fork_server()) as pool:
+        found = pool.run({rank: "FSDP_VERIFY_RANK_PROBE" for rank in range(2)})
+    assert [found[rank][0] for rank in range(2)] == ["rank 0", "rank 1"]
+    assert all(found[rank][1] != os.getpid() for rank in range(2))  # the server's children, not this process's
+
+
+def test_warm_ranks_that_already_hold_a_bucketing_pass_judge_nothing(monkeypatch):
+    import torch._inductor.fx_passes.bucketing  # noqa: F401 - planted: a rank that is not fresh
+
+    from fsdp_verify.execute.compiled import drawn_ranks
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, WarmJob, run_warm_job
+    said = run_warm_job(WarmJob({"layers": []}, {}, 0, "", []), None)
+    assert "torch._inductor.fx_passes.bucketing" in said["held_passes"] and "outputs" not in said
+
+    class Pool:  # each rank replies as run_warm_job did above
+        def __init__(self, world, **_):
+            self.world = world
+
+        def start(self):
+            pass
+
+        def run(self, jobs):
+            return {rank: said for rank in jobs}
+
+        def close(self):
+            pass
+    monkeypatch.setattr(drawn_ranks, "RankPool", Pool)
+    load = RankSweeper()._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
+    assert load.unjudged and "torch._inductor.fx_passes.bucketing" in load.unjudged and not load.failure
+    assert load.summary(2) == {"visited": False, "unjudged": load.unjudged}
