@@ -8,7 +8,7 @@ and the warm checks' seconds.
 without it runs share one folder made for this benchmark, warmed by a first run that is not counted
 (a nightly job on a kept machine).
 
-    python benchmarks/bench_endtoend.py [--models 2] [--configs 4] [--seed 1] [--rounds 2] [--cold]
+    python benchmarks/bench_endtoend.py [--models 2] [--configs 4] [--seed 1] [--rounds 2] [--cold] [--ranks real]
 """
 
 from __future__ import annotations
@@ -46,12 +46,12 @@ def _reap() -> None:
             return
 
 
-def run(models: int, configs: int, seed: int, cache: str) -> dict:
+def run(models: int, configs: int, seed: int, cache: str, ranks: str = "one") -> dict:
     """One ``endtoend`` in a fresh process on the inductor cache folder ``cache``."""
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "report.json"
         command = [sys.executable, "-m", "fsdp_verify", "endtoend", "--models", str(models), "--configs", str(configs),
-                   "--seed", str(seed), "--json", str(report)]
+                   "--seed", str(seed), "--ranks", ranks, "--json", str(report)]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         began = time.monotonic()
         subprocess.run(command, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -72,16 +72,17 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cold", action="store_true", help="a fresh inductor cache folder for every run")
+    parser.add_argument("--ranks", choices=("one", "real"), default="one", help="endtoend's --ranks")
     args = parser.parse_args()
     _adopt_orphans()
     with tempfile.TemporaryDirectory(prefix="bench-endtoend-cache-") as shared:
         if not args.cold:
-            run(args.models, args.configs, args.seed, shared)  # fills the kept folder: not counted
+            run(args.models, args.configs, args.seed, shared, args.ranks)  # fills the kept folder: not counted
         runs = []
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="bench-endtoend-cold-") as fresh:
-                runs.append(run(args.models, args.configs, args.seed, fresh if args.cold else shared))
-    print(f"endtoend --models {args.models} --configs {args.configs} --seed {args.seed}, "
+                runs.append(run(args.models, args.configs, args.seed, fresh if args.cold else shared, args.ranks))
+    print(f"endtoend --models {args.models} --configs {args.configs} --seed {args.seed} --ranks {args.ranks}, "
           f"{'a fresh' if args.cold else 'a kept (warmed)'} inductor cache folder per run, {args.rounds} runs")
     print("| run | examples | wall s | CPU s (all processes) | examples/s (command's wall) | examples per CPU-s | "
           "the command's own examples/s | warm checks, s |")

@@ -199,8 +199,9 @@ class RankSweeper:
     def pool(self, world: int) -> RankPool:
         """The started pool of ``world`` ranks."""
         if world not in self.pools:
+            # forked from the warm path's server: torch, dynamo and compile_fx imported once, not per rank
             pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_sweep_job,
-                            collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env)
+                            collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env, context=fork_server())
             pool.start()
             self.pools[world] = pool
         return self.pools[world]
