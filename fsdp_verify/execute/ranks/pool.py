@@ -252,6 +252,10 @@ def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: st
     dist.destroy_process_group()
 
 
+# Environment variables Python reads once, when its interpreter starts.
+READ_AT_START = ("PYTHONHASHSEED", "PYTHONPATH", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE")
+
+
 class RankPool:
     """N rank processes sharing one process group; reused across cases, restarted after failures."""
 
@@ -303,6 +307,11 @@ class RankPool:
     def _start(self) -> None:
         context = self.context or multiprocessing.get_context("spawn")
         spawned = context.get_start_method() == "spawn"
+        unset = sorted({name for rank in range(self.world_size) for name in (self.env(rank) if self.env else {})
+                        if name in READ_AT_START}) if not spawned else []
+        if unset:  # a forked rank's interpreter has started: these would silently keep the server's values
+            raise PoolStartFailure("error", f"the pool did not start: {', '.join(unset)} is read when an "
+                                   f"interpreter starts, so forked ranks cannot take it (spawn them)", {}, {})
         self.folder = tempfile.mkdtemp(prefix="fsdp-verify-pg-")
         store = os.path.join(self.folder, "store")
         self.slots = [context.Array(ctypes.c_char, ENTRY_BYTES, lock=False) for _ in range(self.world_size)]

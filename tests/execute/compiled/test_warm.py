@@ -120,3 +120,18 @@ def test_warm_ranks_that_already_hold_a_bucketing_pass_judge_nothing(monkeypatch
     load = RankSweeper()._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
     assert load.unjudged and "torch._inductor.fx_passes.bucketing" in load.unjudged and not load.failure
     assert load.summary(2) == {"visited": False, "unjudged": load.unjudged}
+
+
+def test_a_forked_pool_refuses_what_only_an_interpreter_s_start_reads():
+    # PYTHONHASHSEED per rank is real mode's way to give ranks different set orders: a forked rank
+    # would keep the server's seed and every rank would agree, silently.
+    import multiprocessing
+
+    import pytest
+
+    from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankPool
+    pool = RankPool(2, backend="gloo", env=lambda rank: {"PYTHONHASHSEED": str(rank)},
+                    context=multiprocessing.get_context("forkserver"))
+    with pytest.raises(PoolStartFailure, match="PYTHONHASHSEED is read when an interpreter starts"):
+        pool.start()
+    assert pool.processes == []
