@@ -3,13 +3,15 @@ one gloo rank process per rank, DTensor parameters as SimpleFSDP holds them (une
 HSDP included), compiled by inductor under each configuration; every rank's output and gradient
 shards are compared bit for bit with the unbucketed compile (the verdict) and with eager (reported).
 
-The ranks are a ``RankPool`` with this module's handler, kept for a whole run (``RankSweeper``):
-torch imports cost seconds a rank, so they are paid once per world size, not once per model. Each
-rank runs every configuration of a model in one job.
+The ranks are a ``RankPool`` with this module's handler, kept for a whole run (``RankSweeper``), and
+forked from the warm path's fork server, which has imported torch, dynamo and ``compile_fx`` once:
+a spawned rank paid those seconds itself, every rank at once. Each rank runs every configuration of
+a model in one job.
 
 A configuration drawn with a warm compile cache is compiled cold by those ranks into a cache folder
 that all of them share, as the local ranks of one host share inductor's default folder; then a
-fresh pool of ranks (fresh processes: nothing a cold compile registered) loads it. Why shared: a
+fresh pool of ranks (fresh processes from the same server, ``warm.py`` says why they are as fresh as
+a user's warm start: nothing a cold compile registered) loads it. Why shared: a
 cache key that leaves out what differs between ranks (a DTensor's local shape) only shows when one
 rank can load what another stored (F14). Why one fresh pool per configuration: a miss compiles,
 and what that compile leaves behind would hide the next configuration's warm-path bug (F11).
