@@ -88,8 +88,8 @@ def main() -> None:
           "the command's own examples/s | warm checks, s |")
     print("|---:|---:|---:|---:|---:|---:|---:|---|")
     for index, one in enumerate(runs, 1):
-        print(f"| {index} | {one['examples']} | {one['wall']:.1f} | {one['cpu']:.1f} | {one['examples'] / one['wall']:.3f} | "
-              f"{one['examples'] / one['cpu']:.3f} | {one['examples'] / one['judging']:.3f} | "
+        print(f"| {index} | {one['examples']} | {one['wall']:.1f} | {one['cpu']:.1f} | "
+              f"{one['examples'] / one['wall']:.3f} | {one['examples'] / one['cpu']:.3f} | {one['examples'] / one['judging']:.3f} | "
               f"{', '.join(f'{s:.1f}' for s in one['warm']) or '-'} |")
     print(f"median examples/s {statistics.median(r['examples'] / r['wall'] for r in runs):.3f}, "
           f"median examples per CPU-s {statistics.median(r['examples'] / r['cpu'] for r in runs):.3f}")

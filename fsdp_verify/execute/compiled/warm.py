@@ -8,14 +8,14 @@ have it. Why a fresh cache folder per configuration: an entry from another run o
 configuration must not be the one loaded (the cold compile must store, the warm one must hit).
 
 The process comes from a fork server that has imported torch, dynamo, inductor's ``compile_fx`` and
-this harness, and has probed the machine's vector instruction sets (``probed.py``), but never
-compiled anything, so each check pays a fork, not an interpreter's start, those imports and the probe
-(3 of a warm check's 4 seconds, then 1 of the 2.4 left). Why that keeps the process fresh: a user's warm start
-imports the same modules before it looks in the cache (``torch.compile`` is dynamo, the lookup is in
-``compile_fx``), and what only the post-grad passes import (the bucketing modules, which register
-their custom ops on import: F11) is still absent. The child checks that before it compiles: a server
-that holds a pass module gives no verdict. The child reads a JSON request and writes a JSON reply
-(tensors as dtype, shape and base64 bytes, so the comparison stays bitwise).
+this harness and has probed the machine's vector instruction sets (``probed.py``), but never
+compiled anything: each check pays a fork, not an interpreter's start, those imports and the probe
+(three of the four seconds a check would take). Why that keeps the process fresh: a user's warm start
+imports the same modules before it looks in the cache (``torch.compile`` is dynamo, the lookup is
+in ``compile_fx``), and what only the post-grad passes import (the bucketing modules, which register
+their custom ops on import: F11) is still absent. The child checks that before it compiles: a
+server that holds a pass module gives no verdict. The child reads a JSON request and writes a JSON
+reply (tensors as dtype, shape and base64 bytes, so the comparison stays bitwise).
 """
 
 from __future__ import annotations
