@@ -115,3 +115,9 @@ def environment_handler(job, ctx):
     """A rank's value of the environment variable ``job`` and its parent's pid."""
     import os
     return os.environ.get(job), os.getppid()
+
+
+def tqdm_lock_handler(job, ctx):
+    """The class of the lock tqdm uses in this rank."""
+    from tqdm import tqdm
+    return type(tqdm.get_lock()).__module__

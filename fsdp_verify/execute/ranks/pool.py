@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -230,6 +231,11 @@ def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: st
         module, _, name = handler.partition(":")
         run_job = getattr(importlib.import_module(module), name)
     torch.set_num_threads(1)
+    # tqdm's default lock (torch.fx and inductor draw progress bars) is a named semaphore, released
+    # only when the process ends cleanly: each rank killed after a failed case left one for the
+    # resource tracker to warn of at exit. A rank's bars need no lock shared with other processes.
+    from tqdm import tqdm
+    tqdm.set_lock(threading.RLock())
     device = "cpu"
     if device_kind == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())

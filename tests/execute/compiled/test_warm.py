@@ -88,11 +88,15 @@ def test_ranks_forked_by_the_server_read_the_environment_the_pool_gives_each():
     # A fork server's children start with the server's environment: the pool hands each rank its own.
     from fsdp_verify.execute.compiled.warm import fork_server
     from fsdp_verify.execute.ranks.pool import RankPool
-    from helpers.rank_targets import environment_handler
+    from helpers.rank_targets import environment_handler, tqdm_lock_handler
     with RankPool(2, backend="gloo", deadline=60, handler=environment_handler,
                   env=lambda rank: {"FSDP_VERIFY_RANK_PROBE": f"rank {rank}"}, context=fork_server()) as pool:
         found = pool.run({rank: "FSDP_VERIFY_RANK_PROBE" for rank in range(2)})
     assert [found[rank][0] for rank in range(2)] == ["rank 0", "rank 1"]
+    with RankPool(2, backend="gloo", deadline=60, handler=tqdm_lock_handler, context=fork_server()) as pool:
+        locks = pool.run({rank: "lock" for rank in range(2)})
+    # tqdm's default lock is a named semaphore: a rank killed after a failed case would leak it
+    assert all("multiprocessing" not in locks[rank] and "tqdm" not in locks[rank] for rank in range(2)), locks
     assert all(found[rank][1] != os.getpid() for rank in range(2))  # the server's children, not this process's
 
 
