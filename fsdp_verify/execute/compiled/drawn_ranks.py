@@ -11,9 +11,9 @@ a model in one job.
 A configuration drawn with a warm compile cache is compiled cold by those ranks into a cache folder
 that all of them share, as the local ranks of one host share inductor's default folder; then a
 fresh pool of ranks (fresh processes from the same server, ``warm.py`` says why they are as fresh as
-a user's warm start: nothing a cold compile registered) loads it. Why shared: a
-cache key that leaves out what differs between ranks (a DTensor's local shape) only shows when one
-rank can load what another stored (F14). Why one fresh pool per configuration: a miss compiles,
+a user's warm start: nothing a cold compile registered) loads it. Why shared: a cache key that
+leaves out what differs between ranks (a DTensor's local shape) only shows when one rank can load
+what another stored (F14). Why one fresh pool per configuration: a miss compiles,
 and what that compile leaves behind would hide the next configuration's warm-path bug (F11).
 """
 

@@ -270,10 +270,10 @@ class RankPool:
                  env: Optional[Callable[[int], dict[str, str]]] = None, placement: Optional[Placement] = None,
                  collective_timeout: Optional[float] = None, context: Any = None):
         """``context``: where the ranks start from, a fresh interpreter (``spawn``, the default) or a
-        fork server's context (``execute/compiled/warm.py``: torch already imported, seconds less a
-        start). A forked rank sets ``env`` itself when it starts, so only what is read after that
-        (MKL's settings, inductor's folders) takes effect, and it dies with the server, which dies
-        with this process."""
+        fork server's context (``execute/compiled/warm.py``: torch already imported, so a rank starts
+        in a fraction of a second). A forked rank sets ``env`` itself when it starts, so only what is
+        read after that (MKL's settings, inductor's folders) takes effect, and it dies with the
+        server, which dies with this process."""
         self.world_size = world_size
         self.context = context
         self.placement = placement or place(backend, world_size)  # ValueError: NCCL asked for without GPUs
