@@ -108,7 +108,7 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     start = time.monotonic()
     first: dict[str, Any] = {}
     sweeper = RankSweeper() if ranks else None  # its rank pools serve every model of the run
-    if any(c.get("compile_cache") == "warm" for c in chosen):  # fresh processes, local or ranks, fork from it
+    if ranks or any(c.get("compile_cache") == "warm" for c in chosen):  # the processes that fork from it
         start_server()
 
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),

@@ -109,24 +109,34 @@ _server: Optional[Any] = None
 
 
 def fork_server() -> Any:
-    """The fork server's context (started on first use, with torch and the harness imported)."""
+    """The fork server's context, its server running (or to be started by the next process start,
+    which then says why it cannot), with torch and the harness imported."""
     global _server
     if _server is None:
         _server = multiprocessing.get_context("forkserver")
         _server.set_forkserver_preload(_PRELOAD)
         atexit.register(_stop_server)
+    _start_without_shared_state()
     return _server
+
+
+def _start_without_shared_state() -> None:
+    """Start the server, once, in an environment without ``_SHARED_STATE``: torch reads those
+    variables when the server imports it, before any child could drop them."""
+    from multiprocessing import forkserver
+    saved = {name: os.environ.pop(name) for name in _SHARED_STATE if name in os.environ}
+    try:
+        forkserver.ensure_running()
+    except OSError:  # the next process start tries again and, failing, is reported by its caller
+        pass
+    finally:
+        os.environ.update(saved)
 
 
 def start_server() -> None:
     """Start the fork server now: its imports then overlap the compiles before the first warm check
-    instead of delaying it (3 s of wall time on a spare core)."""
-    from multiprocessing import forkserver
+    or rank start instead of delaying it (3 s of wall time on a spare core)."""
     fork_server()
-    try:
-        forkserver.ensure_running()
-    except OSError:  # the first warm check tries again and, failing, says so in its report
-        pass
 
 
 def _stop_server() -> None:
@@ -164,8 +174,9 @@ def warm_outputs(desc_json: dict, options: dict[str, Any], seed: int, folder: st
     request, reply, log = folder / "warm-request.json", folder / "warm-reply.json", folder / "warm-output.log"
     request.write_text(json.dumps({"desc": desc_json, "options": options, "seed": seed}))
     started = time.monotonic()
-    process = fork_server().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)), daemon=True)
     try:
+        process = fork_server().Process(target=_child, args=(str(request), str(reply), str(folder), str(log)),
+                                        daemon=True)
         process.start()
     except OSError as exc:  # no process to load in: the harness's failure, nothing said of torch
         return Warm(unjudged=f"the warm compile's process did not start: {exc}", seconds=time.monotonic() - started)

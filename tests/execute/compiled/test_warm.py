@@ -48,15 +48,15 @@ def test_what_the_fork_server_preloads_holds_no_bucketing_pass():
 
 def test_the_fork_server_is_stopped_and_waited_at_exit():
     # A waited server's CPU (and its children's) counts in the run's; an unwaited one is lost to it.
+    # The handler registered first runs last: it sees what the server's stop left at exit.
     code = textwrap.dedent("""
+        import atexit
         import multiprocessing.forkserver as forkserver
         from fsdp_verify.execute.compiled import warm
+        atexit.register(lambda: print(forkserver._forkserver._forkserver_pid, flush=True))
         warm._PRELOAD = ["os"]
         warm.fork_server()
-        forkserver._forkserver.ensure_running()
-        pid = forkserver._forkserver._forkserver_pid
-        warm._stop_server()
-        print(pid, forkserver._forkserver._forkserver_pid)
+        print(forkserver._forkserver._forkserver_pid, flush=True)
     """)
     found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
     pid, after = found.stdout.split()
@@ -67,6 +67,23 @@ def test_the_fork_server_is_stopped_and_waited_at_exit():
         pass
     else:
         raise AssertionError(f"the fork server {pid} outlived its stop")
+
+
+def test_the_fork_server_starts_without_the_job_keyed_cache_settings():
+    # torch reads them when the server imports it: a child could no longer drop them.
+    code = textwrap.dedent("""
+        import os
+        import multiprocessing.forkserver as forkserver
+        from fsdp_verify.execute.compiled import warm
+        os.environ["TORCH_COMPILE_JOB_ID"] = "another-job"
+        warm._PRELOAD = ["os"]
+        warm.fork_server()
+        with open(f"/proc/{forkserver._forkserver._forkserver_pid}/environ", "rb") as handle:
+            server = handle.read().split(b"\\0")
+        print(any(entry.startswith(b"TORCH_COMPILE_JOB_ID=") for entry in server), os.environ["TORCH_COMPILE_JOB_ID"])
+    """)
+    found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120)
+    assert found.stdout.split() == ["False", "another-job"], found.stdout + found.stderr
 
 
 def test_a_warm_process_that_cannot_start_is_the_harness_s_failure_not_inductor_s(monkeypatch, tmp_path):
@@ -101,10 +118,11 @@ def test_ranks_forked_by_the_server_read_the_environment_the_pool_gives_each():
 
 
 def test_warm_ranks_that_already_hold_a_bucketing_pass_judge_nothing(monkeypatch):
-    import torch._inductor.fx_passes.bucketing  # noqa: F401 - planted: a rank that is not fresh
-
-    from fsdp_verify.execute.compiled import drawn_ranks
+    from fsdp_verify.execute.compiled import blas, drawn_ranks
     from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, WarmJob, run_warm_job
+    # planted: a rank that is not fresh (a stand-in module: this process's state stays as it was)
+    monkeypatch.setitem(sys.modules, "torch._inductor.fx_passes.bucketing", type(sys)("stand-in"))
+    monkeypatch.setattr(blas, "pin", lambda: blas.Blas.PINNED)
     said = run_warm_job(WarmJob({"layers": []}, {}, 0, "", []), None)
     assert "torch._inductor.fx_passes.bucketing" in said["held_passes"] and "outputs" not in said
 
