@@ -587,16 +587,6 @@ def on_rank(rank: int, store_path: str, rewritten: fx.GraphModule, results: Any)
         dist.destroy_process_group()
 
 
-class Collected:
-    """What one rank run in this process sent."""
-
-    def __init__(self) -> None:
-        self.messages: list[dict] = []
-
-    def send(self, message: dict) -> None:
-        self.messages.append(message)
-
-
 def _exit_status(code: int | None) -> str:
     if code is not None and code < 0:
         with contextlib.suppress(ValueError):
@@ -615,16 +605,14 @@ def _died(rank: int, code: int | None, stage: str | None) -> dict:
 
 
 def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[dict]:
-    """Every rank in its own process (forked: it inherits the rewritten modules), or this one. Each
-    rank has its own pipe, so a rank that dies, even half-way through a message, is named at once
-    and never holds up the others' reports."""
+    """Every rank in its own forked process (it inherits the rewritten modules; one rank too, so that
+    a graph that ends its process ends a rank's, not this script). Each rank has its own pipe, and
+    its process is polled beside it (a child it left behind may hold the pipe, and the process's
+    sentinel, open), so a rank that dies, even half-way through a message, is named at once and
+    never holds up the others' reports."""
     store = tempfile.NamedTemporaryFile(prefix="repro-store-", delete=False)
     store.close()
     os.unlink(store.name)
-    if len(WORLD) == 1:
-        collected = Collected()
-        on_rank(WORLD[0], store.name, rewritten[WORLD[0]], collected)
-        return [collected.messages[-1]]
     context = multiprocessing.get_context("fork")
     pipes, procs = {}, {}
     for rank in WORLD:
@@ -637,22 +625,30 @@ def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[
     stages: dict[int, str] = {}
     deadline = time.monotonic() + timeout
     waiting = timeout
+
+    def settle(rank: int, report: dict) -> None:
+        nonlocal waiting, deadline
+        reports[rank] = report
+        if report["kind"] != "equal" and waiting > peer_wait:  # peers may wait in a collective it left
+            waiting, deadline = peer_wait, min(deadline, time.monotonic() + peer_wait)
+
     while len(reports) < len(WORLD) and time.monotonic() < deadline:
         open_pipes = {pipes[rank]: rank for rank in WORLD if rank not in reports}
-        for conn in multiprocessing.connection.wait(list(open_pipes), timeout=deadline - time.monotonic()):
+        for conn in multiprocessing.connection.wait(list(open_pipes), timeout=min(0.5, deadline - time.monotonic())):
             rank = open_pipes[conn]
             try:
                 message = conn.recv()
             except (EOFError, OSError):  # the pipe closed without a report: the rank's process ended
                 procs[rank].join(timeout=5)
-                reports[rank] = _died(rank, procs[rank].exitcode, stages.get(rank))
+                settle(rank, _died(rank, procs[rank].exitcode, stages.get(rank)))
+                continue
+            if "stage" in message:
+                stages[rank] = message["stage"]
             else:
-                if "stage" in message:
-                    stages[rank] = message["stage"]
-                    continue
-                reports[rank] = message
-            if reports[rank]["kind"] != "equal" and waiting > peer_wait:  # peers may wait in a collective it left
-                waiting, deadline = peer_wait, min(deadline, time.monotonic() + peer_wait)
+                settle(rank, message)
+        for rank in WORLD:  # ended, with nothing left to read: no report will come
+            if rank not in reports and procs[rank].exitcode is not None and not pipes[rank].poll(0):
+                settle(rank, _died(rank, procs[rank].exitcode, stages.get(rank)))
     reports.update({rank: {"rank": rank, "kind": "hung", "error": f"no result within {waiting:.0f} s"}
                     for rank in WORLD if rank not in reports})
     for proc in procs.values():

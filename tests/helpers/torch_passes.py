@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import torch
 from torch import fx
@@ -43,13 +44,20 @@ def _member(members: list, index: int) -> fx.Node:
 
 def _ends_real_ranks(tensor: torch.Tensor) -> torch.Tensor:
     if torch.distributed.is_initialized():  # a real rank's process: it ends here, as a crashing kernel would
+        if os.fork() == 0:  # a helper process it leaves behind holds its pipe to the script (not its output)
+            quiet = os.open(os.devnull, os.O_RDWR)
+            for stream in (0, 1, 2):
+                os.dup2(quiet, stream)
+            time.sleep(90)
+            os._exit(0)
         os._exit(3)
     return tensor.neg()  # the harness's simulated ranks: a value bug it kills without dying
 
 
 def ends_the_rank(gm: fx.GraphModule) -> None:
     """Planted crash of the rewritten graph: on real ranks its process ends at the first gathered
-    result (exit status 3), so the repro must name each rank's death."""
+    result (exit status 3), leaving a child that holds its pipe for 90 s, so the repro must name each
+    rank's death by the process, not by its pipe."""
     correct(gm)
     first = next(n for n in gm.graph.nodes if n.target is WAIT)
     _insert_after(gm.graph, first, _ends_real_ranks)
