@@ -97,6 +97,8 @@ def _decode(doc: dict[str, list]) -> dict[str, torch.Tensor]:
     return tensors({name: (dtype, shape, base64.b64decode(data)) for name, (dtype, shape, data) in doc.items()})
 
 
+# Caches keyed by a job, not by the cache folder, would load another run's graphs: the server starts
+# without these (torch reads them at import, so a child could not drop them).
 _SHARED_STATE = ("TORCH_COMPILE_JOB_ID", "TORCH_CACHING_PRECOMPILE")
 _PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torch._inductor.compile_fx", "fsdp_verify.capture.model",
             "fsdp_verify.execute.compiled.builtin", "fsdp_verify.execute.compiled.probed"]
@@ -162,8 +164,6 @@ def _child(request: str, reply: str, folder: str, log: str) -> None:
     os.dup2(descriptor, 2)
     os.environ[_ENV] = folder  # read by inductor at each use: this process's whole cache is the folder
     os.environ.update(blas.ENV)  # read by MKL at its first use, which is this process's (blas.py)
-    for name in _SHARED_STATE:  # caches keyed by a job, not by this folder, would be another run's
-        os.environ.pop(name, None)
     sys.exit(main([request, reply]))
 
 
