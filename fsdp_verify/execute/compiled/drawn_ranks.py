@@ -32,7 +32,7 @@ from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
                                                 is_gradient, vector_bound, vector_order, within_ulps)
-from fsdp_verify.execute.compiled.warm import fork_server
+from fsdp_verify.execute.compiled.warm import fork_server, not_fresh
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -289,7 +289,7 @@ class RankSweeper:
             loaded = pool.run({rank: job for rank in range(world)})
             held = sorted({name for run in loaded.values() for name in run.get("held_passes", ())})
             if held:
-                return WarmLoad(unjudged=f"the warm ranks were not fresh: they held {', '.join(held)} before loading")
+                return WarmLoad(unjudged=not_fresh(held))
             return WarmLoad(ranks=loaded)
         except RankFailure as exc:
             return WarmLoad(failure=_said(exc))

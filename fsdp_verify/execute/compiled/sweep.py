@@ -19,7 +19,7 @@ from fsdp_verify.execute.compiled.blas import Blas
 from fsdp_verify.execute.compiled.blas import worst as blas_worst
 from fsdp_verify.execute.compiled.drawn import COMPILE_SPACE, PLANTS, BaselineFailed, configurations, failed, judge, sweep
 from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper
-from fsdp_verify.execute.compiled.warm import start_server
+from fsdp_verify.execute.compiled.warm import fork_server
 from fsdp_verify.strategies.captured import model_descs
 from fsdp_verify.targets.inductor import CONFIG_SPACE
 
@@ -108,8 +108,8 @@ def run(models: int, configs: int, seed: int = 0, plant: Optional[str] = None, s
     start = time.monotonic()
     first: dict[str, Any] = {}
     sweeper = RankSweeper() if ranks else None  # its rank pools serve every model of the run
-    if ranks or any(c.get("compile_cache") == "warm" for c in chosen):  # the processes that fork from it
-        start_server()
+    if ranks or any(c.get("compile_cache") == "warm" for c in chosen):
+        fork_server()  # started now, its imports overlap the first compiles instead of delaying a fork
 
     @settings(max_examples=models, database=None, deadline=None, suppress_health_check=list(HealthCheck),
               phases=[hypothesis.Phase.generate] + ([hypothesis.Phase.shrink] if shrink else []), print_blob=False)

@@ -135,12 +135,6 @@ def _start_without_shared_state() -> None:
         os.environ.update(saved)
 
 
-def start_server() -> None:
-    """Start the fork server now: its imports then overlap the compiles before the first warm check
-    or rank start instead of delaying it (3 s of wall time on a spare core)."""
-    fork_server()
-
-
 def _stop_server() -> None:
     """Stop the fork server and wait for it: its CPU and its children's then count in this process's
     (a benchmark's figure), and no server outlives the run."""
@@ -156,6 +150,11 @@ def _stop_server() -> None:
 def held_passes(modules: Any) -> list[str]:
     """The bucketing pass modules among ``modules`` (``sys.modules``)."""
     return [name for name in PASS_MODULES if name in modules]
+
+
+def not_fresh(held: list[str]) -> str:
+    """Why a warm process (or rank) that held ``held`` judged nothing."""
+    return f"the warm process was not fresh: it held {', '.join(held)} before loading (a warm start imports no pass)"
 
 
 def _child(request: str, reply: str, folder: str, log: str) -> None:
@@ -202,8 +201,7 @@ def read_reply(doc: dict[str, Any], seconds: float) -> Warm:
     """The warm process's reply as a ``Warm``: a process that was not fresh judged nothing."""
     state = str(doc.get("blas", ""))
     if doc.get("held_passes"):
-        return Warm(unjudged=f"the warm process was not fresh: it held {', '.join(doc['held_passes'])} before "
-                             f"loading (a warm start imports no pass)", seconds=seconds, blas=state)
+        return Warm(unjudged=not_fresh(doc["held_passes"]), seconds=seconds, blas=state)
     if doc.get("error"):
         return Warm(hits=int(doc.get("hits", 0)), misses=int(doc.get("misses", 0)), error=str(doc["error"]),
                     seconds=seconds, blas=state)

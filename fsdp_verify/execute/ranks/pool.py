@@ -313,8 +313,8 @@ class RankPool:
     def _start(self) -> None:
         context = self.context or multiprocessing.get_context("spawn")
         spawned = context.get_start_method() == "spawn"
-        unset = sorted({name for rank in range(self.world_size) for name in (self.env(rank) if self.env else {})
-                        if name in READ_AT_START}) if not spawned else []
+        envs = [self.env(rank) if self.env else {} for rank in range(self.world_size)]
+        unset = [] if spawned else sorted({name for env in envs for name in env if name in READ_AT_START})
         if unset:  # a forked rank's interpreter has started: these would silently keep the server's values
             raise PoolStartFailure("error", f"the pool did not start: {', '.join(unset)} is read when an "
                                    f"interpreter starts, so forked ranks cannot take it (spawn them)", {}, {})
@@ -328,8 +328,8 @@ class RankPool:
             process = context.Process(target=_worker, daemon=True, name=f"fsdp-verify-rank{rank}",
                                       args=(rank, self.world_size, store, child, self.slots[rank], self.backend,
                                             self.collective_timeout, self.device, handler,
-                                            os.getpid() if spawned else None, self.env(rank) if self.env else {}))
-            with _environment(self.env(rank) if self.env else {}):  # a spawned child reads it at start
+                                            os.getpid() if spawned else None, envs[rank]))
+            with _environment(envs[rank]):  # a spawned child reads it at start
                 process.start()
             child.close()
             self.conns.append(parent)
