@@ -152,31 +152,34 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
     it is saved (a worker streams them, so its parent keeps them if the worker is killed).
     ``session``: real ranks to use (and leave open) instead of the ones ``config.ranks`` opens."""
     result = Result(shrunk=config.shrink)
+    clock = stages.StageClock(result.cpu_by_stage)  # from here to the end: every CPU second is some stage's
     _read_known(config, result)
     if on_failure is not None:
         progress = _streaming(result, progress, on_failure)
     runner = Runner(config, get_target(config.target), result, progress,
                     database=example_db.open_database(config.db),
                     base=settings.get_profile(config.profile if config.profile in profiles.PROFILES else "dev"),
-                    clock=stages.StageClock(result.cpu_by_stage))
+                    clock=clock)
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
     runner.real = real
-    with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
-        if progress is not None:
-            progress(0, 0, 0)  # the work starts now
-        try:
-            runner.explore()
-        except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
-            result.interrupted = True
-            runner.keep_shrunk()  # shrunk as far as it got
-        finally:
-            result.isolated, result.forks = config.deadline is not None, children_started()
-            result.output_kept = result.isolated and not shows_output()
-            close_children()
-            runner.clock.finish()
-            result.ranks = real_ranks.session_report(real)
-            if real is not None and session is None:
-                real.close()
+    try:
+        with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
+            if progress is not None:
+                progress(0, 0, 0)  # the work starts now
+            try:
+                runner.explore()
+            except KeyboardInterrupt:  # SIGINT or SIGTERM (install_stop_handlers): keep what was found, report, leave
+                result.interrupted = True
+                runner.keep_shrunk()  # shrunk as far as it got
+            finally:
+                result.isolated, result.forks = config.deadline is not None, children_started()
+                result.output_kept = result.isolated and not shows_output()
+                close_children()
+                result.ranks = real_ranks.session_report(real)
+                if real is not None and session is None:
+                    real.close()
+    finally:  # after the collector's thresholds are restored: the young collection they owe is this run's
+        clock.finish()
     result.seconds = time.monotonic() - runner.start
     return result
 
