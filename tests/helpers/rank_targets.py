@@ -121,3 +121,11 @@ def tqdm_lock_handler(job, ctx):
     """The class of the lock tqdm uses in this rank."""
     from tqdm import tqdm
     return type(tqdm.get_lock()).__module__
+
+
+def sleeping_handler(job, ctx):
+    """Sleeps ``job`` seconds, then returns this rank's pid."""
+    import os
+    import time
+    time.sleep(job)
+    return os.getpid()

@@ -33,7 +33,7 @@ from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
                                                 is_gradient, vector_bound, vector_order, within_ulps)
 from fsdp_verify.execute.compiled.warm import fork_server, not_fresh
-from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool
+from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool, ServerLost
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
 WARM_NOT_LOADED = "the cold compile failed, so there was nothing to load"
@@ -200,10 +200,13 @@ class RankSweeper:
 
     def pool(self, world: int) -> RankPool:
         """The started pool of ``world`` ranks."""
+        # forked from the warm path's server: torch, dynamo and compile_fx imported once, not per rank.
+        # Asked each time, so a server that died is restarted as ``fork_server`` starts it before the
+        # pool restarts its ranks from it.
+        context = fork_server()
         if world not in self.pools:
-            # forked from the warm path's server: torch, dynamo and compile_fx imported once, not per rank
             pool = RankPool(world, backend="gloo", deadline=self.timeout, handler=run_sweep_job,
-                            collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env, context=fork_server())
+                            collective_timeout=COLLECTIVE_TIMEOUT, env=_blas_env, context=context)
             pool.start()
             self.pools[world] = pool
         return self.pools[world]
@@ -248,8 +251,21 @@ class RankSweeper:
                         for rank in range(world)} for position, index in enumerate(indexes)}
 
     def _run(self, world: int, job: SweepJob) -> dict[int, dict]:
+        """``job`` on every rank. A fork server lost during the job says nothing of the job: it runs
+        once more on a restarted server, and a second loss is the harness's RuntimeError."""
+        try:
+            return self._run_once(world, job)
+        except ServerLost:
+            try:
+                return self._run_once(world, job)
+            except ServerLost as exc:
+                raise RuntimeError(f"the sweep's ranks lost their fork server twice: {exc}") from None
+
+    def _run_once(self, world: int, job: SweepJob) -> dict[int, dict]:
         try:
             return self.pool(world).run({rank: job for rank in range(world)})
+        except ServerLost:
+            raise
         except PoolStartFailure as exc:
             raise RuntimeError(f"the sweep's ranks did not start: {exc}") from None
 
@@ -291,6 +307,8 @@ class RankSweeper:
             if held:
                 return WarmLoad(unjudged=not_fresh(held))
             return WarmLoad(ranks=loaded)
+        except ServerLost as exc:  # the ranks' exit status is unknown: nothing said of torch
+            return WarmLoad(unjudged=f"the warm ranks lost their fork server: {exc}")
         except RankFailure as exc:
             return WarmLoad(failure=_said(exc))
         finally:

@@ -106,6 +106,34 @@ class PoolStartFailure(RankFailure):
     case's target. Its spawned ranks are killed and reaped before it is raised."""
 
 
+class ServerLost(PoolStartFailure):
+    """The fork server the ranks started from died during a case. A fork server's child reports its
+    exit status through the server, so every rank then reads as exit code 255 whatever it did: the
+    harness's resource failed, and nothing is known of the case. The ranks are killed and reaped
+    before this is raised; the next run restarts them (the server first, by whoever gave the
+    context: it may start it in an environment of its own)."""
+
+
+def lost_server(context: Any) -> Optional[int]:
+    """The pid of the fork server ``context`` starts processes from, when that server has died (a
+    zombie: the server is this process's child, reaped only when the next start restarts it);
+    None for any other context, a live server, or where ``/proc`` cannot tell."""
+    if context is None or context.get_start_method() != "forkserver":
+        return None
+    from multiprocessing import forkserver
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if not isinstance(pid, int):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            state = stat.read().rsplit(")", 1)[-1].split()[0]  # the name, in parentheses, may hold spaces
+    except FileNotFoundError:
+        return pid
+    except (OSError, IndexError):
+        return None
+    return pid if state in ("Z", "X") else None
+
+
 @dataclass
 class Job:
     """What one rank runs: its original and rewritten graph documents, the seed and input mode."""
@@ -403,6 +431,14 @@ class RankPool:
                                  *([f"ranks {hung} did not finish within {timeout:.0f}s"] if hung else [])])
             if expect == "ready":
                 raise PoolStartFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
+            server = lost_server(self.context) if died else None
+            if server is not None:
+                message = (f"the fork server the ranks started from (pid {server}) died during the case, so "
+                           f"ranks {sorted(died)} read as exit code 255 whatever they did")
+            if server is not None:  # the caller restarts the server as it started it; the next run heals
+                self.events.append(f"stopped after a lost case: {message}")
+                self._kill()
+                raise ServerLost("lost", message, record, errors, tuple(failed))
             try:
                 self.restart(f"restarted after a failed case: {message}")
             except PoolStartFailure as exc:  # the case's failure is still what is reported; the next run heals
@@ -418,6 +454,9 @@ class RankPool:
             record = self.flight_record() if getattr(self, "slots", None) else {}
             why = "; ".join(f"rank {rank} died between cases ({exit_reason(self.processes[rank].exitcode)}; "
                             f"last collective: {record.get(rank) or 'none'})" for rank in dead)
+            server = lost_server(self.context) if dead else None
+            if server is not None:
+                why = f"{why} (the fork server they started from, pid {server}, had died)"
             self.restart(why or "restarted: ranks missing")
 
     def run(self, jobs: dict[int, Job]) -> dict[int, dict]:

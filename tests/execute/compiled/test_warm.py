@@ -157,3 +157,67 @@ def test_a_forked_pool_refuses_what_only_an_interpreter_s_start_reads():
     with pytest.raises(PoolStartFailure, match="PYTHONHASHSEED is read when an interpreter starts"):
         pool.start()
     assert pool.processes == []
+
+
+def test_ranks_whose_fork_server_dies_are_the_harness_s_loss_not_a_death_of_their_own():
+    # A fork server's child reports its exit status through the server: with the server gone, every
+    # rank reads as exit code 255 whatever it did, which a sweep would report as the configuration's
+    # death (planted: the server killed while the ranks run a job).
+    import signal
+    import threading
+    import time
+    from multiprocessing import forkserver
+
+    import pytest
+
+    from fsdp_verify.execute.compiled.warm import fork_server
+    from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankPool, ServerLost
+    from helpers.rank_targets import sleeping_handler
+    with RankPool(2, backend="gloo", deadline=60, handler=sleeping_handler, context=fork_server()) as pool:
+        assert sorted(pool.run({0: 0.0, 1: 0.0})) == [0, 1]
+        server = forkserver._forkserver._forkserver_pid
+        threading.Timer(1.0, os.kill, (server, signal.SIGKILL)).start()
+        started = time.monotonic()
+        with pytest.raises(ServerLost, match=f"fork server the ranks started from \\(pid {server}\\) died") as lost:
+            pool.run({0: 30.0, 1: 30.0})
+        assert isinstance(lost.value, PoolStartFailure) and time.monotonic() - started < 20
+        assert pool.processes == []  # killed and reaped: none outlives the lost case
+        fork_server()  # restarted as the warm path starts it
+        assert forkserver._forkserver._forkserver_pid != server
+        assert sorted(pool.run({0: 0.0, 1: 0.0})) == [0, 1]  # the next run heals the pool
+    assert any("died" in event and "fork server" in event for event in pool.events)
+
+
+def test_a_sweep_job_whose_fork_server_was_lost_runs_once_more_and_a_warm_load_judges_nothing(monkeypatch):
+    import pytest
+
+    from fsdp_verify.execute.compiled import drawn_ranks
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, SweepJob, WarmJob
+    from fsdp_verify.execute.ranks.pool import ServerLost
+    losses = []
+
+    class Pool:  # loses its server on the first ``losses`` runs
+        def __init__(self, world, **_):
+            self.world = world
+
+        def start(self):
+            pass
+
+        def run(self, jobs):
+            if losses and losses.pop():
+                raise ServerLost("lost", "the fork server the ranks started from (pid 1) died", {}, {}, (0, 1))
+            return {rank: {"ok": rank} for rank in jobs}
+
+        def close(self):
+            pass
+    monkeypatch.setattr(drawn_ranks, "RankPool", Pool)
+    monkeypatch.setattr(drawn_ranks, "fork_server", lambda: None)
+    sweeper, job = RankSweeper(), SweepJob({"layers": []}, [], 0)
+    losses[:] = [True]
+    assert sweeper._run(2, job) == {0: {"ok": 0}, 1: {"ok": 1}} and not losses
+    losses[:] = [True, True]
+    with pytest.raises(RuntimeError, match="lost their fork server twice"):
+        sweeper._run(2, job)
+    losses[:] = [True]
+    load = sweeper._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
+    assert load.unjudged and "lost their fork server" in load.unjudged and not load.failure
