@@ -129,3 +129,19 @@ def sleeping_handler(job, ctx):
     import time
     time.sleep(job)
     return os.getpid()
+
+
+def held_on_rank_one_handler(job, ctx):
+    """The warm pool's handler, with a stand-in for inductor's bucketing pass module loaded on rank 1
+    only (planted: a rank that is not fresh beside one that is)."""
+    import sys
+    import types
+
+    from fsdp_verify.execute.compiled.drawn_ranks import run_warm_job
+    if ctx.rank == 1:
+        sys.modules["torch._inductor.fx_passes.bucketing"] = types.ModuleType("stand-in")
+    try:
+        return run_warm_job(job, ctx)
+    finally:
+        if ctx.rank == 1:
+            del sys.modules["torch._inductor.fx_passes.bucketing"]

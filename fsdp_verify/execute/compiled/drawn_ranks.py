@@ -132,11 +132,17 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     """The warm pool's handler: one step of the configuration compiled with the cache in
     ``job.folder``, and this rank's cache hits and misses. A failure raises: the pool names the
     rank, and its peers, left in a collective, are the pool's to reap."""
+    import torch.distributed as dist
+
     from fsdp_verify.execute.compiled.warm import cache_counts, held_passes
     state = blas.pin().value
     held = held_passes(sys.modules)
-    if held:  # the pass's ops registered: a load would find what a user's warm start lacks
-        return {"held_passes": held, "blas": state}
+    # The pass's ops registered: a load would find what a user's warm start lacks. Ranks agree first,
+    # so a rank that holds one never leaves its peers loading into collectives it will not join.
+    anywhere = torch.tensor([len(held)])
+    dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
+    if int(anywhere):
+        return {"held_passes": held, "peer_held_passes": not held, "blas": state}
     for shape in job.meshes:
         _mesh(tuple(shape), ctx)
     outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)

@@ -118,28 +118,14 @@ def test_ranks_forked_by_the_server_read_the_environment_the_pool_gives_each():
 
 
 def test_warm_ranks_that_already_hold_a_bucketing_pass_judge_nothing(monkeypatch):
-    from fsdp_verify.execute.compiled import blas, drawn_ranks
-    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, WarmJob, run_warm_job
-    # planted: a rank that is not fresh (a stand-in module: this process's state stays as it was)
-    monkeypatch.setitem(sys.modules, "torch._inductor.fx_passes.bucketing", type(sys)("stand-in"))
-    monkeypatch.setattr(blas, "pin", lambda: blas.Blas.PINNED)
-    said = run_warm_job(WarmJob({"layers": []}, {}, 0, "", []), None)
-    assert "torch._inductor.fx_passes.bucketing" in said["held_passes"] and "outputs" not in said
-
-    class Pool:  # each rank replies as run_warm_job did above
-        def __init__(self, world, **_):
-            self.world = world
-
-        def start(self):
-            pass
-
-        def run(self, jobs):
-            return {rank: said for rank in jobs}
-
-        def close(self):
-            pass
-    monkeypatch.setattr(drawn_ranks, "RankPool", Pool)
-    load = RankSweeper()._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
+    # Planted: rank 1 is not fresh (a stand-in for the pass module, loaded in that rank only) beside a
+    # fresh rank 0. The ranks agree before loading, so rank 0 does not load alone into collectives
+    # rank 1 never joins (a hang, then a failure reported against inductor).
+    from fsdp_verify.execute.compiled import drawn_ranks
+    from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, WarmJob
+    from helpers.rank_targets import held_on_rank_one_handler
+    monkeypatch.setattr(drawn_ranks, "run_warm_job", held_on_rank_one_handler)
+    load = RankSweeper(timeout=60)._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
     assert load.unjudged and "torch._inductor.fx_passes.bucketing" in load.unjudged and not load.failure
     assert load.summary(2) == {"visited": False, "unjudged": load.unjudged}
 
