@@ -28,12 +28,21 @@ def coverage_lines(result: Result) -> list[str]:
 
 
 def class_line(result: Result) -> str:
-    """Failures per triage class: only defects (and external defect candidates) count as bugs."""
-    counts: dict[str, int] = {}
+    """Failures per triage class: only defects (and external defect candidates) count as bugs, so
+    the bugs' classes are said inside their count and the others apart from it."""
+    counts: dict[classes.FailureClass, int] = {}
     for failure in result.failures:
-        counts[classes.of(failure).value] = counts.get(classes.of(failure).value, 0) + 1
-    bugs = sum(classes.of(f).is_bug for f in result.failures)
-    return f"{bugs} bug{'' if bugs == 1 else 's'}" + "".join(f", {n} {kind}" for kind, n in sorted(counts.items())) if counts else "none"
+        counts[classes.of(failure)] = counts.get(classes.of(failure), 0) + 1
+    if not counts:
+        return "none"
+
+    def listed(bug: bool) -> str:
+        return ", ".join(f"{n} {kind.value}" for kind, n in sorted(counts.items(), key=lambda item: item[0].value)
+                         if kind.is_bug == bug)
+    bugs = sum(n for kind, n in counts.items() if kind.is_bug)
+    others = listed(False)
+    return (f"{bugs} bug{'' if bugs == 1 else 's'}" + (f" ({listed(True)})" if bugs else "")
+            + (f"; not bugs: {others}" if others else ""))
 
 
 def repro_line(result: Result) -> str:
