@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from fsdp_verify.report.summary import EXPECTED, class_line, known_text, replay_command, repro_command
+from fsdp_verify.report.summary import EXPECTED, class_line, class_reasons, known_text, replay_command, repro_command
 from fsdp_verify.report.tally import PROOFS, Result
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -40,6 +40,7 @@ class Section:
     plan: str = ""
     svg: str = ""  # inline SVG of the original and the rewrite, buckets grouped, divergence marked
     picture_note: str = ""  # why there is no picture, or how it was cut
+    class_reasons: list[str] = field(default_factory=list)  # why a failure that is no bug is excused
 
 
 @dataclass
@@ -102,7 +103,7 @@ def campaign_sections(result: Result, target: str, drawings: dict[str, Drawing])
                       f"fsdp-verify show {file} --target {target} --svg case.svg"],
             signature=[str(part) for part in failure.get("signature", [])],
             collateral=[f"{c['checker']}/{c['rule']}" for c in failure.get("collateral", [])],
-            plan=drawn.plan, svg=drawn.svg, picture_note=drawn.note))
+            plan=drawn.plan, svg=drawn.svg, picture_note=drawn.note, class_reasons=class_reasons(failure)))
     return sections
 
 

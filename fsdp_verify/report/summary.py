@@ -191,12 +191,21 @@ def summary_text(result: Result, target: str) -> str:
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file'] or '(NOT SAVED)'} [{', '.join(failure['checkers'])}] "
                      f"({failure['nodes']} nodes; {failure.get('class', 'defect')}): {failure['message'][:200]}\n"
-                     f"       replay: {replay_command(failure, target)}"
+                     + "".join(f"       why {failure['class']}: {reason[:200]}\n" for reason in class_reasons(failure))
+                     + f"       replay: {replay_command(failure, target)}"
                      + (f"\n       repro:  {repro_command(failure['file'])}" if failure.get("file") else ""))
         if failure.get("file") is None and "case" in failure:  # the corpus could not be written: nothing is lost
             lines.append("       the case, in full (save it as a .json file to replay it):\n" +
                          json.dumps(failure["case"], sort_keys=True))
     return "\n".join(lines)
+
+
+def class_reasons(failure: dict) -> list[str]:
+    """Why a failure is not counted as a bug (a contract mismatch, invalid input, a harness
+    limitation), first reason first: the class alone does not say which form or rule excused it."""
+    if classes.of(failure).is_bug:
+        return []
+    return [str(reason) for reason in failure.get("class_reasons") or ()][:2]
 
 
 def replay_command(failure: dict, target: str) -> str:
@@ -280,7 +289,9 @@ def junit_xml(result: Result, target: str) -> str:
         kind = classes.of(failure).value
         verdict = "failure" if classes.of(failure).is_bug else "skipped"  # not a bug of the target
         ET.SubElement(case, verdict, message=f"[{kind}] {failure['message'][:500]}",
-                      type=",".join(failure["checkers"])).text = f"{failure['message']}\n\nreplay: {command}"
+                      type=",".join(failure["checkers"])).text = (
+            f"{failure['message']}\n\n" + "".join(f"why {kind}: {reason}\n" for reason in class_reasons(failure))
+            + f"replay: {command}")
         ET.SubElement(case, "system-out").text = (f"{failure['file']}\nreplay: {command}" if failure["file"] else
                                                   "NOT SAVED (the corpus folder cannot be written); the case:\n"
                                                   + json.dumps(failure.get("case"), sort_keys=True))

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from fsdp_verify.engine import campaign
 from fsdp_verify.model.case import case_from_json
 from fsdp_verify.engine.run_case import check_all
+from fsdp_verify.report.html import campaign_html
 from fsdp_verify.report.summary import junit_xml, summary_text
 from fsdp_verify.report.tally import Result
 from fsdp_verify.targets import get_target
@@ -90,10 +91,17 @@ def test_only_bugs_fail_the_junit_report_and_the_summary_counts_each_class():
     result = Result(examples=3, seconds=1.0)
     for kind in ("defect candidate", "contract mismatch", "invalid input"):
         result.failures.append({"file": f"{kind}.json", "checkers": ["target"], "message": "m", "nodes": 3,
-                                "class": kind})
+                                "class": kind, "class_reasons": [f"because of {kind}"]})
     xml = junit_xml(result, "torch-inductor")
     assert 'failures="1"' in xml and 'skipped="2"' in xml and "[contract mismatch]" in xml
-    assert "1 bug (1 defect candidate); not bugs: 1 contract mismatch, 1 invalid input" in summary_text(result, "t")
+    assert "why contract mismatch: because of contract mismatch" in xml
+    text = summary_text(result, "t")
+    assert "1 bug (1 defect candidate); not bugs: 1 contract mismatch, 1 invalid input" in text
+    # what excused each failure that is not a bug is said under it; a candidate's class is its own
+    assert "why contract mismatch: because of contract mismatch" in text and "why invalid input" in text
+    assert "why defect candidate" not in text
+    page = campaign_html(result, "t")
+    assert "Why contract mismatch: because of contract mismatch" in page and "Why defect candidate" not in page
 
 
 def test_a_planner_target_is_judged_on_malformed_collectives_too():
