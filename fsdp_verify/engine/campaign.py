@@ -33,7 +33,7 @@ from fsdp_verify.graph import fx_sources
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, children_started, close_children
-from fsdp_verify.execute.isolation import die_with_parent, shows_output
+from fsdp_verify.execute.isolation import die_with_parent, shows_output, unshared_bar_lock
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
@@ -588,6 +588,7 @@ TICK_EVERY = 0.5  # seconds between a worker's progress messages
 
 def _worker(config: Config, results: Any, parent: int) -> None:
     die_with_parent(signal.SIGTERM, parent)  # stop cleanly, not killed, when the parent dies
+    unshared_bar_lock()  # a worker killed at its stop's grace leaves no semaphore behind
     install_stop_handlers(force_on_second=False)  # a terminal Ctrl-C and the parent's SIGINT both arrive
     stop = signal.getsignal(signal.SIGTERM)
 

@@ -103,6 +103,16 @@ def die_with_parent(signum: int = signal.SIGKILL, parent: int | None = None) -> 
         os.kill(os.getpid(), signum)
 
 
+def unshared_bar_lock() -> None:
+    """Give tqdm a thread lock. Its default lock is a named semaphore wherever the default start
+    method is not fork (a spawned worker or rank: torch.fx's Interpreter and inductor make bars),
+    released only at a clean exit: a process killed after a failed case, or at its stop's grace,
+    left one for the resource tracker to warn of when the run ended. No harness process shares a
+    bar with another."""
+    from tqdm import tqdm
+    tqdm.set_lock(threading.RLock())
+
+
 def mapped_bytes() -> int:
     """This process's address space, as the kernel's RLIMIT_AS counts it."""
     try:

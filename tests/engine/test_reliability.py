@@ -277,3 +277,37 @@ def test_arbitrary_json_is_read_or_refused_with_the_documented_error(doc):
 @given(st.sampled_from(PATHS), JSON)
 def test_a_mutated_real_corpus_file_is_read_or_refused_with_the_documented_error(path, value):
     _read_in_bounds(_mutations(_doc(), list(path), value))
+
+
+@pytest.mark.parametrize("setup", ["none", "unshared_bar_lock"])
+def test_a_killed_worker_leaves_no_semaphore_behind(setup, tmp_path):
+    # A spawned worker's first torch.fx Interpreter run makes tqdm's default lock, a named semaphore
+    # there; the worker killed at its stop's grace never released it, and the resource tracker
+    # warned of it when the campaign ended. ``none`` is the planted bug: the warning is what is seen.
+    code = f"""
+import multiprocessing, signal, sys, time
+
+def worker(ready):
+    if {setup!r} != "none":
+        from fsdp_verify.execute.isolation import unshared_bar_lock
+        unshared_bar_lock()
+    import torch
+    from torch import fx
+    fx.Interpreter(fx.symbolic_trace(torch.nn.ReLU())).run(torch.ones(2))
+    ready.set()
+    time.sleep(60)
+
+if __name__ == "__main__":
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    process = context.Process(target=worker, args=(ready,))
+    process.start()
+    assert ready.wait(60)
+    process.kill()
+    process.join()
+"""
+    script = tmp_path / "worker.py"  # a spawned process imports its parent's main module by path
+    script.write_text(code)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert ("leaked semaphore" in done.stderr) == (setup == "none"), done.stderr

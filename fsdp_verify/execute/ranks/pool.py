@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import tempfile
-import threading
 import time
 import traceback
 import warnings
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable, Optional
 
-from fsdp_verify.execute.isolation import die_with_parent
+from fsdp_verify.execute.isolation import die_with_parent, unshared_bar_lock
 from fsdp_verify.graph import collectives
 
 ENTRY_BYTES = 400
@@ -259,11 +258,7 @@ def _worker(rank: int, world: int, store: str, conn: Any, slot: Any, backend: st
         module, _, name = handler.partition(":")
         run_job = getattr(importlib.import_module(module), name)
     torch.set_num_threads(1)
-    # tqdm's default lock (torch.fx and inductor draw progress bars) is a named semaphore, released
-    # only when the process ends cleanly: each rank killed after a failed case left one for the
-    # resource tracker to warn of at exit. A rank's bars need no lock shared with other processes.
-    from tqdm import tqdm
-    tqdm.set_lock(threading.RLock())
+    unshared_bar_lock()  # a rank killed after a failed case leaves no semaphore behind
     device = "cpu"
     if device_kind == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
