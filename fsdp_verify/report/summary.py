@@ -202,10 +202,11 @@ def summary_text(result: Result, target: str) -> str:
 
 def class_reasons(failure: dict) -> list[str]:
     """Why a failure is not counted as a bug (a contract mismatch, invalid input, a harness
-    limitation), first reason first: the class alone does not say which form or rule excused it."""
+    limitation): the class alone does not say which form or rule excused it. Every reason, as each
+    excuses its own findings (a lost node by one, a broken span by another)."""
     if classes.of(failure).is_bug:
         return []
-    return [str(reason) for reason in failure.get("class_reasons") or ()][:2]
+    return [str(reason) for reason in failure.get("class_reasons") or ()]
 
 
 def replay_command(failure: dict, target: str) -> str:
