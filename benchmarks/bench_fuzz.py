@@ -50,7 +50,8 @@ def campaign_run(seconds: float, size: str, seed: int, workers: int, stream: int
         result = campaign.run_parallel(config, workers)
     after = os.times()
     cpu = sum(after[i] - before[i] for i in range(4))  # user + system, self + children
-    return Run(result.examples, result.node_ranks, result.seconds, cpu)
+    # an older commit's result has no node-ranks (benchmarked through PYTHONPATH): 0, said as n/a
+    return Run(result.examples, getattr(result, "node_ranks", 0), result.seconds, cpu)
 
 
 def main() -> None:
@@ -70,7 +71,7 @@ def main() -> None:
         mean = statistics.mean(run.rate for run in alone)
         node_mean = statistics.mean(run.node_rate for run in alone)
         ratios.append(both.rate / mean)
-        node_ratios.append(both.node_rate / node_mean)
+        node_ratios.append(both.node_rate / node_mean if node_mean else float("nan"))
         literal.append(both.rate / alone[0].rate)
         print(f"seed {seed}, two workers: {both.examples} examples in {both.seconds:.1f}s -> {both.rate:.2f} "
               f"examples/s, {both.node_rate:.0f} node-ranks/s, {both.cpu:.1f} cpu s; against the two streams' "
