@@ -31,6 +31,8 @@ class Run:
     node_ranks: int
     seconds: float
     cpu: float
+    failures: int = 0  # a failure's shrinking spends CPU on no new example: said beside the rate
+    shrink_steps: int = 0
 
     @property
     def rate(self) -> float:
@@ -51,7 +53,8 @@ def campaign_run(seconds: float, size: str, seed: int, workers: int, stream: int
     after = os.times()
     cpu = sum(after[i] - before[i] for i in range(4))  # user + system, self + children
     # an older commit's result has no node-ranks (benchmarked through PYTHONPATH): 0, said as n/a
-    return Run(result.examples, getattr(result, "node_ranks", 0), result.seconds, cpu)
+    return Run(result.examples, getattr(result, "node_ranks", 0), result.seconds, cpu, len(result.failures),
+               result.shrink_steps)
 
 
 def main() -> None:
@@ -67,14 +70,16 @@ def main() -> None:
         for stream, run in enumerate(alone):
             print(f"seed {seed}, stream {stream} alone: {run.examples} examples in {run.seconds:.1f}s -> "
                   f"{run.rate:.2f} examples/s, {run.node_rate:.0f} node-ranks/s, {run.cpu:.1f} cpu s -> "
-                  f"{run.examples / run.cpu:.2f} examples per cpu-second")
+                  f"{run.examples / run.cpu:.2f} examples per cpu-second; {run.failures} failures, "
+                  f"{run.shrink_steps} shrink steps")
         mean = statistics.mean(run.rate for run in alone)
         node_mean = statistics.mean(run.node_rate for run in alone)
         ratios.append(both.rate / mean)
         node_ratios.append(both.node_rate / node_mean if node_mean else float("nan"))
         literal.append(both.rate / alone[0].rate)
         print(f"seed {seed}, two workers: {both.examples} examples in {both.seconds:.1f}s -> {both.rate:.2f} "
-              f"examples/s, {both.node_rate:.0f} node-ranks/s, {both.cpu:.1f} cpu s; against the two streams' "
+              f"examples/s, {both.node_rate:.0f} node-ranks/s, {both.cpu:.1f} cpu s, {both.failures} failures, "
+              f"{both.shrink_steps} shrink steps; against the two streams' "
               f"mean rate alone: {ratios[-1]:.2f}x examples, {node_ratios[-1]:.2f}x node-ranks; against "
               f"stream 0 alone (the one-worker campaign): {literal[-1]:.2f}x")
     print(f"median over seeds {args.seeds}: {statistics.median(ratios):.2f}x examples, "

@@ -427,10 +427,9 @@ class RankPool:
             if expect == "ready":
                 raise PoolStartFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
             server = lost_server(self.context) if died else None
-            if server is not None:
+            if server is not None:  # the caller restarts the server as it started it; the next run heals
                 message = (f"the fork server the ranks started from (pid {server}) died during the case, so "
                            f"ranks {sorted(died)} read as exit code 255 whatever they did")
-            if server is not None:  # the caller restarts the server as it started it; the next run heals
                 self.events.append(f"stopped after a lost case: {message}")
                 self._kill()
                 raise ServerLost("lost", message, record, errors, tuple(failed))
