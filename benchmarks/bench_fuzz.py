@@ -42,6 +42,11 @@ class Run:
     def node_rate(self) -> float:
         return self.node_ranks / self.seconds
 
+    @property
+    def node_text(self) -> str:
+        """Node-ranks per second, or n/a for a result that does not count them (an older commit)."""
+        return f"{self.node_rate:.0f} node-ranks/s" if self.node_ranks else "node-ranks n/a"
+
 
 def campaign_run(seconds: float, size: str, seed: int, workers: int, stream: int = 0) -> Run:
     """A ``workers``-worker campaign of ``seconds`` (one worker: the stream of worker ``stream``)."""
@@ -69,21 +74,24 @@ def main() -> None:
         both = campaign_run(args.seconds, args.size, seed, 2)
         for stream, run in enumerate(alone):
             print(f"seed {seed}, stream {stream} alone: {run.examples} examples in {run.seconds:.1f}s -> "
-                  f"{run.rate:.2f} examples/s, {run.node_rate:.0f} node-ranks/s, {run.cpu:.1f} cpu s -> "
+                  f"{run.rate:.2f} examples/s, {run.node_text}, {run.cpu:.1f} cpu s -> "
                   f"{run.examples / run.cpu:.2f} examples per cpu-second; {run.failures} failures, "
                   f"{run.shrink_steps} shrink steps")
         mean = statistics.mean(run.rate for run in alone)
         node_mean = statistics.mean(run.node_rate for run in alone)
         ratios.append(both.rate / mean)
-        node_ratios.append(both.node_rate / node_mean if node_mean else float("nan"))
+        if node_mean:
+            node_ratios.append(both.node_rate / node_mean)
         literal.append(both.rate / alone[0].rate)
         print(f"seed {seed}, two workers: {both.examples} examples in {both.seconds:.1f}s -> {both.rate:.2f} "
-              f"examples/s, {both.node_rate:.0f} node-ranks/s, {both.cpu:.1f} cpu s, {both.failures} failures, "
+              f"examples/s, {both.node_text}, {both.cpu:.1f} cpu s, {both.failures} failures, "
               f"{both.shrink_steps} shrink steps; against the two streams' "
-              f"mean rate alone: {ratios[-1]:.2f}x examples, {node_ratios[-1]:.2f}x node-ranks; against "
+              f"mean rate alone: {ratios[-1]:.2f}x examples"
+              + (f", {node_ratios[-1]:.2f}x node-ranks" if node_mean else "") + "; against "
               f"stream 0 alone (the one-worker campaign): {literal[-1]:.2f}x")
-    print(f"median over seeds {args.seeds}: {statistics.median(ratios):.2f}x examples, "
-          f"{statistics.median(node_ratios):.2f}x node-ranks against the same streams alone; "
+    nodes = f", {statistics.median(node_ratios):.2f}x node-ranks" if node_ratios else ""
+    print(f"median over seeds {args.seeds}: {statistics.median(ratios):.2f}x examples{nodes} against the same "
+          f"streams alone; "
           f"{statistics.median(literal):.2f}x against the one-worker campaign")
 
 

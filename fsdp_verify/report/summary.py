@@ -191,7 +191,8 @@ def summary_text(result: Result, target: str) -> str:
     for failure in result.failures:
         lines.append(f"  FAIL {failure['file'] or '(NOT SAVED)'} [{', '.join(failure['checkers'])}] "
                      f"({failure['nodes']} nodes; {failure.get('class', 'defect')}): {failure['message'][:200]}\n"
-                     + "".join(f"       why {failure['class']}: {reason[:200]}\n" for reason in class_reasons(failure))
+                     + "".join(f"       why {classes.of(failure).value}: {reason[:200]}\n"
+                               for reason in class_reasons(failure))
                      + f"       replay: {replay_command(failure, target)}"
                      + (f"\n       repro:  {repro_command(failure['file'])}" if failure.get("file") else ""))
         if failure.get("file") is None and "case" in failure:  # the corpus could not be written: nothing is lost

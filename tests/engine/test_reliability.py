@@ -302,12 +302,28 @@ if __name__ == "__main__":
     ready = context.Event()
     process = context.Process(target=worker, args=(ready,))
     process.start()
-    assert ready.wait(60)
+    assert ready.wait(300)
     process.kill()
     process.join()
 """
     script = tmp_path / "worker.py"  # a spawned process imports its parent's main module by path
     script.write_text(code)
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=360, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert ("leaked semaphore" in done.stderr) == (setup == "none"), done.stderr
+
+
+def test_a_campaign_worker_gives_tqdm_an_unshared_lock_before_it_runs(monkeypatch):
+    # what the test above plants, at the place it applies: a spawned worker, before its campaign
+    said = []
+    monkeypatch.setattr(campaign, "die_with_parent", lambda *args: None)
+    monkeypatch.setattr(campaign, "install_stop_handlers", lambda **kwargs: None)
+    monkeypatch.setattr(campaign, "unshared_bar_lock", lambda: said.append("lock"))
+    monkeypatch.setattr(campaign, "run", lambda config, tick, on_failure: said.append("run") or "result")
+    monkeypatch.setattr(signal, "signal", lambda *args: None)
+
+    class Pipe:
+        def send(self, message):
+            said.append(message[0])
+    campaign._worker(campaign.Config(), Pipe(), os.getppid())
+    assert said == ["lock", "run", "done"]

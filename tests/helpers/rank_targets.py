@@ -145,3 +145,15 @@ def held_on_rank_one_handler(job, ctx):
     finally:
         if ctx.rank == 1:
             del sys.modules["torch._inductor.fx_passes.bucketing"]
+
+
+def server_killing_handler(job, ctx):
+    """Rank 0 kills its parent (a forked rank's is the fork server), then every rank sleeps ``job``
+    seconds and returns its pid (planted: the server lost during a case)."""
+    import os
+    import signal
+    import time
+    if job and ctx.rank == 0:
+        os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(job)
+    return os.getpid()

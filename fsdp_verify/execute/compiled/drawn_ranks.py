@@ -140,9 +140,10 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     # The pass's ops registered: a load would find what a user's warm start lacks. Ranks agree first,
     # so a rank that holds one never leaves its peers loading into collectives it will not join.
     anywhere = torch.tensor([len(held)])
+    ctx.record("all_reduce: held pass modules")
     dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
     if int(anywhere):
-        return {"held_passes": held, "peer_held_passes": not held, "blas": state}
+        return {"held_passes": held, "blas": state}
     for shape in job.meshes:
         _mesh(tuple(shape), ctx)
     outputs, _ = _step(job.desc, job.seed, ctx, job.options, job.folder)
@@ -262,6 +263,10 @@ class RankSweeper:
         try:
             return self._run_once(world, job)
         except ServerLost:
+            # the lost attempt may have stored some configurations' compiles: a retry into the same
+            # folders would load them where its cold compile must compile (and store) anew
+            for folder in job.caches.values():
+                _renewed(folder)
             try:
                 return self._run_once(world, job)
             except ServerLost as exc:
@@ -340,6 +345,16 @@ class WarmLoad:
         misses = sum(run["misses"] for run in self.ranks.values())
         visited = misses == 0 and all(run["hits"] > 0 for run in self.ranks.values())
         return {"hits": hits, "misses": misses, "visited": visited, "ranks": world, "shared_by_ranks": True}
+
+
+def _renewed(folder: str) -> None:
+    """``folder`` emptied and made again as ``_fresh_folder`` makes it."""
+    import shutil
+
+    from fsdp_verify.execute.compiled.warm import link_kernel_caches
+    shutil.rmtree(folder, ignore_errors=True)
+    Path(folder).mkdir()
+    link_kernel_caches(folder)
 
 
 def _fresh_folder(root: str, index: int) -> str:

@@ -106,11 +106,12 @@ class PoolStartFailure(RankFailure):
 
 
 class ServerLost(PoolStartFailure):
-    """The fork server the ranks started from died during a case. A fork server's child reports its
-    exit status through the server, so every rank then reads as exit code 255 whatever it did: the
-    harness's resource failed, and nothing is known of the case. The ranks are killed and reaped
-    before this is raised; the next run restarts them (the server first, by whoever gave the
-    context: it may start it in an environment of its own)."""
+    """The fork server the ranks started from died during a case or a start. A fork server's child
+    reports its exit status through the server, so every rank then reads as exit code 255 whatever
+    it did: the harness's resource failed, and nothing is known of the case. The ranks die with
+    their parent, the server (``die_with_parent``), and the pool forgets them; the next run starts
+    new ones (the server first, by whoever gave the context: it may start it in an environment of
+    its own)."""
 
 
 def lost_server(context: Any) -> Optional[int]:
@@ -424,15 +425,16 @@ class RankPool:
             message = "; ".join([*(errors[r].strip().splitlines()[-1] for r in sorted(died)),
                                  *([f"ranks {sorted(set(errors) - died)} failed"] if set(errors) - died else []),
                                  *([f"ranks {hung} did not finish within {timeout:.0f}s"] if hung else [])])
-            if expect == "ready":
-                raise PoolStartFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
             server = lost_server(self.context) if died else None
             if server is not None:  # the caller restarts the server as it started it; the next run heals
-                message = (f"the fork server the ranks started from (pid {server}) died during the case, so "
-                           f"ranks {sorted(died)} read as exit code 255 whatever they did")
-                self.events.append(f"stopped after a lost case: {message}")
-                self._kill()
+                message = (f"the fork server the ranks started from (pid {server}) died during the "
+                           f"{'start' if expect == 'ready' else 'case'}, so ranks {sorted(died)} read as exit "
+                           f"code 255 whatever they did")
+                self.events.append(f"stopped after a lost {'start' if expect == 'ready' else 'case'}: {message}")
+                self._kill()  # their exit status is the dead server's: only the pool's record of them goes
                 raise ServerLost("lost", message, record, errors, tuple(failed))
+            if expect == "ready":
+                raise PoolStartFailure(kind, f"the pool did not start: {message}", record, errors, tuple(failed))
             try:
                 self.restart(f"restarted after a failed case: {message}")
             except PoolStartFailure as exc:  # the case's failure is still what is reported; the next run heals
@@ -454,8 +456,9 @@ class RankPool:
             self.restart(why or "restarted: ranks missing")
 
     def run(self, jobs: dict[int, Job]) -> dict[int, dict]:
-        """Run one case on every rank; raises RankFailure (after restarting the pool) on failure, and
-        PoolStartFailure when the ranks cannot be (re)started before the case is sent."""
+        """Run one case on every rank; raises RankFailure (after restarting the pool) on failure,
+        PoolStartFailure when the ranks cannot be (re)started before the case is sent, and ServerLost
+        (the pool stopped, not restarted) when the fork server the ranks came from died."""
         if sorted(jobs) != list(range(self.world_size)):
             raise ValueError(f"a job per rank 0..{self.world_size - 1} is required, got ranks {sorted(jobs)}")
         restarts = self.restarts

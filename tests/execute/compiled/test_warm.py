@@ -148,9 +148,7 @@ def test_a_forked_pool_refuses_what_only_an_interpreter_s_start_reads():
 def test_ranks_whose_fork_server_dies_are_the_harness_s_loss_not_a_death_of_their_own():
     # A fork server's child reports its exit status through the server: with the server gone, every
     # rank reads as exit code 255 whatever it did, which a sweep would report as the configuration's
-    # death (planted: the server killed while the ranks run a job).
-    import signal
-    import threading
+    # death (planted: rank 0 kills its parent, the server, during a job).
     import time
     from multiprocessing import forkserver
 
@@ -158,31 +156,41 @@ def test_ranks_whose_fork_server_dies_are_the_harness_s_loss_not_a_death_of_thei
 
     from fsdp_verify.execute.compiled.warm import fork_server
     from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankPool, ServerLost
-    from helpers.rank_targets import sleeping_handler
-    with RankPool(2, backend="gloo", deadline=60, handler=sleeping_handler, context=fork_server()) as pool:
-        assert sorted(pool.run({0: 0.0, 1: 0.0})) == [0, 1]
+    from helpers.rank_targets import server_killing_handler
+    with RankPool(2, backend="gloo", deadline=60, handler=server_killing_handler, context=fork_server()) as pool:
+        ranks = pool.run({0: 0.0, 1: 0.0})
         server = forkserver._forkserver._forkserver_pid
-        threading.Timer(1.0, os.kill, (server, signal.SIGKILL)).start()
         started = time.monotonic()
         with pytest.raises(ServerLost, match=f"fork server the ranks started from \\(pid {server}\\) died") as lost:
             pool.run({0: 30.0, 1: 30.0})
         assert isinstance(lost.value, PoolStartFailure) and time.monotonic() - started < 20
-        assert pool.processes == []  # killed and reaped: none outlives the lost case
+        assert pool.processes == []
+
+        def gone(pid: int) -> bool:  # dead with their parent, the server: absent, or a zombie of init's
+            try:
+                with open(f"/proc/{pid}/stat") as stat:
+                    return stat.read().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+            except FileNotFoundError:
+                return True
+        deadline = time.monotonic() + 20
+        while not all(gone(pid) for pid in ranks.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert all(gone(pid) for pid in ranks.values()), ranks  # none outlives the lost case
         fork_server()  # restarted as the warm path starts it
         assert forkserver._forkserver._forkserver_pid != server
         assert sorted(pool.run({0: 0.0, 1: 0.0})) == [0, 1]  # the next run heals the pool
     assert any("died" in event and "fork server" in event for event in pool.events)
 
 
-def test_a_sweep_job_whose_fork_server_was_lost_runs_once_more_and_a_warm_load_judges_nothing(monkeypatch):
+def test_a_sweep_job_whose_fork_server_was_lost_runs_once_more_and_a_warm_load_judges_nothing(monkeypatch, tmp_path):
     import pytest
 
     from fsdp_verify.execute.compiled import drawn_ranks
     from fsdp_verify.execute.compiled.drawn_ranks import RankSweeper, SweepJob, WarmJob
-    from fsdp_verify.execute.ranks.pool import ServerLost
-    losses = []
+    from fsdp_verify.execute.ranks.pool import RankFailure, ServerLost
+    failures, servers = [], []
 
-    class Pool:  # loses its server on the first ``losses`` runs
+    class Pool:  # raises the next of ``failures`` on each run, while any are left
         def __init__(self, world, **_):
             self.world = world
 
@@ -190,20 +198,38 @@ def test_a_sweep_job_whose_fork_server_was_lost_runs_once_more_and_a_warm_load_j
             pass
 
         def run(self, jobs):
-            if losses and losses.pop():
-                raise ServerLost("lost", "the fork server the ranks started from (pid 1) died", {}, {}, (0, 1))
+            if failures:
+                raise failures.pop(0)
             return {rank: {"ok": rank} for rank in jobs}
 
         def close(self):
             pass
+    lost = ServerLost("lost", "the fork server the ranks started from (pid 1) died", {}, {}, (0, 1))
     monkeypatch.setattr(drawn_ranks, "RankPool", Pool)
-    monkeypatch.setattr(drawn_ranks, "fork_server", lambda: None)
-    sweeper, job = RankSweeper(), SweepJob({"layers": []}, [], 0)
-    losses[:] = [True]
-    assert sweeper._run(2, job) == {0: {"ok": 0}, 1: {"ok": 1}} and not losses
-    losses[:] = [True, True]
+    monkeypatch.setattr(drawn_ranks, "fork_server", lambda: servers.append(1))
+    monkeypatch.setattr(drawn_ranks, "_renewed", lambda folder: (tmp_path / "renewed").write_text(folder))
+    sweeper, job = RankSweeper(), SweepJob({"layers": []}, [], 0, {0: "cache-of-config-0"})
+    failures[:] = [lost]
+    assert sweeper._run(2, job) == {0: {"ok": 0}, 1: {"ok": 1}} and not failures
+    # the server asked for before each attempt (restarted as the warm path starts it), and the
+    # warm configurations' cache folders emptied before the retry (the lost attempt may have stored)
+    assert len(servers) == 2 and (tmp_path / "renewed").read_text() == "cache-of-config-0"
+    failures[:] = [lost, lost]
     with pytest.raises(RuntimeError, match="lost their fork server twice"):
         sweeper._run(2, job)
-    losses[:] = [True]
+    failures[:] = [RankFailure("died", "rank 0 died (exit code 3)", {}, {}, (0,))]  # the target's: no retry
+    with pytest.raises(RankFailure):
+        sweeper._run(2, job)
+    failures[:] = [lost]
     load = sweeper._load(WarmJob({"layers": []}, {}, 0, "", []), 2)
     assert load.unjudged and "lost their fork server" in load.unjudged and not load.failure
+
+
+def test_a_renewed_cache_folder_holds_no_graph_a_lost_attempt_stored(tmp_path):
+    from fsdp_verify.execute.compiled.drawn_ranks import _renewed
+    folder = tmp_path / "config0"
+    (folder / "fxgraph").mkdir(parents=True)
+    (folder / "fxgraph" / "entry").write_text("stored by the lost attempt")
+    _renewed(str(folder))
+    assert folder.is_dir() and not (folder / "fxgraph" / "entry").exists()
+    assert all(entry.is_symlink() for entry in folder.iterdir())  # only the shared kernel code, linked
