@@ -231,6 +231,8 @@ class RankSweeper:
             try:
                 results = self._run(world, SweepJob(desc.to_json(), list(configs), seed, caches))
             except RankFailure:  # the pool restarted itself; which configuration failed is found below
+                for folder in caches.values():  # what the failed sweep stored would be loaded, not compiled
+                    _renewed(folder)
                 results = self._one_by_one(desc, configs, seed, caches, world)
             made = results[0].get("meshes", [])
             loads = {index: self._load(WarmJob(desc.to_json(), configs[index], seed, caches[index], made), world)

@@ -233,3 +233,31 @@ def test_a_renewed_cache_folder_holds_no_graph_a_lost_attempt_stored(tmp_path):
     _renewed(str(folder))
     assert folder.is_dir() and not (folder / "fxgraph" / "entry").exists()
     assert all(entry.is_symlink() for entry in folder.iterdir())  # only the shared kernel code, linked
+
+
+def test_a_failed_sweep_s_configurations_compile_again_into_emptied_folders(monkeypatch):
+    # The sweep that failed may have stored some warm configurations' compiles; each configuration's
+    # own job after it must compile (and store) anew, not load what the failed sweep left.
+    import pytest
+
+    from fsdp_verify.capture import Layer, ModelDesc
+    from fsdp_verify.execute.compiled import drawn_ranks
+    from fsdp_verify.execute.ranks.pool import RankFailure
+    said = []
+
+    class Stop(Exception):
+        pass
+
+    def one_by_one(self, desc, configs, seed, caches, world):
+        said.append(("one by one", sorted(caches)))
+        raise Stop
+
+    def failed(self, world, job):
+        raise RankFailure("died", "rank 1 died (exit code 3)", {}, {}, (1,))
+    monkeypatch.setattr(drawn_ranks.RankSweeper, "_run", failed)
+    monkeypatch.setattr(drawn_ranks.RankSweeper, "_one_by_one", one_by_one)
+    monkeypatch.setattr(drawn_ranks, "_renewed", lambda folder: said.append(("renewed", folder.rsplit("/", 1)[1])))
+    desc = ModelDesc((Layer("linear", 8), Layer("linear", 8)))
+    with pytest.raises(Stop):
+        drawn_ranks.RankSweeper().sweep(desc, [{"compile_cache": "cold"}, {"compile_cache": "warm"}], 0)
+    assert said == [("renewed", "config1"), ("one by one", [1])]
