@@ -350,7 +350,8 @@ class WarmLoad:
 
 
 def _renewed(folder: str) -> None:
-    """``folder`` emptied and made again as ``_fresh_folder`` makes it."""
+    """``folder`` made (again, emptied, if it was) as a configuration's cache: the cold compile must
+    store, the warm load must hit, and the shared kernel code is linked in."""
     import shutil
 
     from fsdp_verify.execute.compiled.warm import link_kernel_caches
@@ -360,13 +361,10 @@ def _renewed(folder: str) -> None:
 
 
 def _fresh_folder(root: str, index: int) -> str:
-    """A cache folder of its own for one configuration (the cold compile must store, the warm load
-    must hit), with the shared kernel code linked in."""
-    from fsdp_verify.execute.compiled.warm import link_kernel_caches
-    folder = Path(root) / f"config{index}"
-    folder.mkdir()
-    link_kernel_caches(folder)
-    return str(folder)
+    """A cache folder of its own for one configuration."""
+    folder = str(Path(root) / f"config{index}")
+    _renewed(folder)
+    return folder
 
 
 def sweep_ranks(desc: Any, configs: list[dict[str, Any]], seed: int = 0,

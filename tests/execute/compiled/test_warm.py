@@ -253,6 +253,7 @@ def test_a_failed_sweep_s_configurations_compile_again_into_emptied_folders(monk
         raise Stop
 
     def failed(self, world, job):
+        said.append(("sweep", sorted(job.caches)))
         raise RankFailure("died", "rank 1 died (exit code 3)", {}, {}, (1,))
     monkeypatch.setattr(drawn_ranks.RankSweeper, "_run", failed)
     monkeypatch.setattr(drawn_ranks.RankSweeper, "_one_by_one", one_by_one)
@@ -260,4 +261,4 @@ def test_a_failed_sweep_s_configurations_compile_again_into_emptied_folders(monk
     desc = ModelDesc((Layer("linear", 8), Layer("linear", 8)))
     with pytest.raises(Stop):
         drawn_ranks.RankSweeper().sweep(desc, [{"compile_cache": "cold"}, {"compile_cache": "warm"}], 0)
-    assert said == [("renewed", "config1"), ("one by one", [1])]
+    assert said == [("renewed", "config1"), ("sweep", [1]), ("renewed", "config1"), ("one by one", [1])]
