@@ -427,10 +427,10 @@ class RankPool:
                                  *([f"ranks {hung} did not finish within {timeout:.0f}s"] if hung else [])])
             server = lost_server(self.context) if died else None
             if server is not None:  # the caller restarts the server as it started it; the next run heals
-                message = (f"the fork server the ranks started from (pid {server}) died during the "
-                           f"{'start' if expect == 'ready' else 'case'}, so ranks {sorted(died)} read as exit "
-                           f"code 255 whatever they did")
-                self.events.append(f"stopped after a lost {'start' if expect == 'ready' else 'case'}: {message}")
+                when = "start" if expect == "ready" else "case"
+                message = (f"the fork server the ranks started from (pid {server}) died during the {when}, so "
+                           f"ranks {sorted(died)} read as exit code 255 whatever they did")
+                self.events.append(f"stopped after a lost {when}: {message}")
                 self._kill()  # their exit status is the dead server's: only the pool's record of them goes
                 raise ServerLost("lost", message, record, errors, tuple(failed))
             if expect == "ready":
