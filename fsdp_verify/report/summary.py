@@ -45,6 +45,23 @@ def class_line(result: Result) -> str:
             + (f"; not bugs: {others}" if others else ""))
 
 
+def checker_line(result: Result) -> str:
+    """Failures per checker, the bugs' apart from the excused ones: an ordering count made of
+    contract mismatches is no count of ordering bugs."""
+    bugs: dict[str, int] = {}
+    others: dict[str, int] = {}
+    for failure in result.failures:
+        counts = bugs if classes.of(failure).is_bug else others
+        for checker in failure.get("checkers", ()):
+            counts[checker] = counts.get(checker, 0) + 1
+
+    def listed(counts: dict[str, int]) -> str:
+        return ", ".join(f"{checker} {n}" for checker, n in sorted(counts.items()))
+    if not others:
+        return listed(bugs) or "none"
+    return f"{listed(bugs) or 'no bugs'}; not bugs: {listed(others)}"
+
+
 def repro_line(result: Result) -> str:
     """What the standalone repros of the defect candidates showed: the precision of what the
     harness reported against an external target, from the scripts' outcomes alone."""
@@ -149,7 +166,7 @@ def ranks_properties(result: Result) -> list[tuple[str, object]]:
 def summary_text(result: Result, target: str) -> str:
     """The end-of-campaign table."""
     rate = result.examples / result.seconds if result.seconds else 0.0
-    by_checker = ", ".join(f"{c} {n}" for c, n in sorted(result.by_checker.items())) or "none"
+    by_checker = checker_line(result)
     lines = [*(["STOPPED EARLY by a signal: the figures cover the examples run until then"]
                if result.interrupted else []),
              f"target          {target}",

@@ -97,6 +97,7 @@ def test_only_bugs_fail_the_junit_report_and_the_summary_counts_each_class():
     assert "why contract mismatch: because of contract mismatch" in xml
     text = summary_text(result, "t")
     assert "1 bug (1 defect candidate); not bugs: 1 contract mismatch, 1 invalid input" in text
+    assert "by checker      target 1; not bugs: target 2" in text
     # what excused each failure that is not a bug is said under it; a candidate's class is its own
     assert "why contract mismatch: because of contract mismatch" in text and "why invalid input" in text
     assert "why defect candidate" not in text
