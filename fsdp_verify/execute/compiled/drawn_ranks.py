@@ -20,6 +20,7 @@ and what that compile leaves behind would hide the next configuration's warm-pat
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -32,7 +33,8 @@ from fsdp_verify.execute.compiled import blas
 from fsdp_verify.execute.compiled.builtin import plain, tensors
 from fsdp_verify.execute.compiled.drawn import (OFF, SCALAR, BaselineFailed, Outputs, first_difference, GRAD,
                                                 is_gradient, vector_bound, vector_order, within_ulps)
-from fsdp_verify.execute.compiled.warm import fork_server, not_fresh
+from fsdp_verify.execute.compiled.warm import (cache_counts, fork_server, held_passes, link_kernel_caches,
+                                                not_fresh)
 from fsdp_verify.execute.ranks.pool import PoolStartFailure, RankContext, RankFailure, RankPool, ServerLost
 
 START_TIMEOUT = 600.0  # the whole sweep of one model, every rank
@@ -133,8 +135,6 @@ def run_warm_job(job: WarmJob, ctx: RankContext) -> dict:
     ``job.folder``, and this rank's cache hits and misses. A failure raises: the pool names the
     rank, and its peers, left in a collective, are the pool's to reap."""
     import torch.distributed as dist
-
-    from fsdp_verify.execute.compiled.warm import cache_counts, held_passes
     state = blas.pin().value
     held = held_passes(sys.modules)
     # The pass's ops registered: a load would find what a user's warm start lacks. Ranks agree first,
@@ -352,9 +352,6 @@ class WarmLoad:
 def _renewed(folder: str) -> None:
     """``folder`` made (again, emptied, if it was) as a configuration's cache: the cold compile must
     store, the warm load must hit, and the shared kernel code is linked in."""
-    import shutil
-
-    from fsdp_verify.execute.compiled.warm import link_kernel_caches
     shutil.rmtree(folder, ignore_errors=True)
     Path(folder).mkdir()
     link_kernel_caches(folder)

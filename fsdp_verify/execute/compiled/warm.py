@@ -123,8 +123,9 @@ def fork_server() -> Any:
 
 
 def _start_without_shared_state() -> None:
-    """Start the server, once, in an environment without ``_SHARED_STATE``: torch reads those
-    variables when the server imports it, before any child could drop them."""
+    """Start the server unless it runs (a dead one is started again), in an environment without
+    ``_SHARED_STATE``: torch reads those variables when the server imports it, before any child
+    could drop them."""
     from multiprocessing import forkserver
     saved = {name: os.environ.pop(name) for name in _SHARED_STATE if name in os.environ}
     try:
