@@ -38,7 +38,7 @@ from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
 from fsdp_verify.engine.signature import signature as root_cause
-from fsdp_verify.engine.triage import classify
+from fsdp_verify.engine.triage import classify, excused_alone
 from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.targets import get_target
 
@@ -54,9 +54,18 @@ class _BudgetSpent(BaseException):
     once, without shrinking (as it does for KeyboardInterrupt)."""
 
 
-def bug_signature(findings: list) -> Signature:
-    """One saved case per bug: the root cause of a failure (``engine/signature.py``)."""
-    return root_cause(findings)
+def bug_signature(findings: list, target: Any = None, case: Optional[Case] = None) -> Signature:
+    """One saved case per bug: the root cause of a failure (``engine/signature.py``), named by a
+    finding the target's contract does not excuse on its own where there is one (with ``target``
+    and ``case``)."""
+    return root_cause(findings, _excused_alone(target, case, findings))
+
+
+def _excused_alone(target: Any, case: Optional[Case], findings: list) -> tuple:
+    """The error findings that cannot name the bug (``triage.excused_alone``); none without a target."""
+    if target is None or case is None:
+        return ()
+    return excused_alone(target, case, [f for f in findings if f.severity == ERROR])
 
 
 @dataclass
@@ -348,7 +357,7 @@ class Runner:
         result, shrinking = self.result, self.shrinking
         if not errors:
             return Verdict.PASSED
-        signature = bug_signature(errors)
+        signature = bug_signature(errors, self.target, case)
         self.seen.setdefault(signature, (result.examples, round(time.monotonic() - self.start, 3)))
         excused = _excused(self.target, case, errors)
         if shrinking.active:
@@ -495,7 +504,7 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     another bug, saved as found); an excused failure's signature is saved again once it is seen on
     input the target accepts. ``seen``: when each signature was first met (examples, seconds into
     the worker's run), recorded as the failure's ``found_at``."""
-    signature = bug_signature(findings)
+    signature = bug_signature(findings, target, case)
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
     excused = FailureClass(kind).excused
     if _known(result, signature, excused):
@@ -520,17 +529,19 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         result.by_checker[checker] += 1
     result.failures.append({"file": None if path is None else str(path), "new": written,
                             **({"case": entry.to_json()} if path is None else {}),
-                            **_described(entry, findings, kind, why),
+                            **_described(entry, findings, kind, why, _excused_alone(target, case, findings)),
                             "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
                             "found_at": list((seen or {}).get(signature) or ()),
                             "target_options": dict(case.target_options)})
 
 
-def _described(entry: corpus.Entry, findings: list, kind: str, why: list) -> dict:
-    """The fields of a failure's record that its case and findings decide."""
-    return {"checkers": list(entry.verdict.checkers), "message": primary(findings).message,
-            "nodes": len(entry.case.graph.nodes), "rule": primary(findings).rule,
-            "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings)],
+def _described(entry: corpus.Entry, findings: list, kind: str, why: list, excused: tuple = ()) -> dict:
+    """The fields of a failure's record that its case and findings decide (``excused``: the findings
+    that cannot name it, ``bug_signature``)."""
+    first = primary(findings, excused)
+    return {"checkers": list(entry.verdict.checkers), "message": first.message,
+            "nodes": len(entry.case.graph.nodes), "rule": first.rule,
+            "collateral": [{"checker": f.checker, "rule": f.rule} for f in collateral(findings, excused)],
             "class": kind, "class_reasons": why}
 
 
@@ -546,7 +557,7 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label,
-                                           **{SIGNATURE_KEY: bug_signature(findings).to_json(), CLASS_KEY: kind}))
+                                           **{SIGNATURE_KEY: bug_signature(findings, target, case).to_json(), CLASS_KEY: kind}))
     try:
         path, written = corpus.save(entry, config.corpus_dir)
     except (OSError, corpus.CorpusError) as exc:
@@ -558,7 +569,8 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
     if old is not None and failure["new"] and old != str(path):
         with contextlib.suppress(OSError):
             os.unlink(old)  # written by this run, as met: the shrunk case replaces it
-    failure.update({"file": str(path), "new": written or failure["new"], **_described(entry, findings, kind, why),
+    failure.update({"file": str(path), "new": written or failure["new"], **_described(entry, findings, kind, why,
+                                                                          _excused_alone(target, case, findings)),
                     "found_while_shrinking": False})
     failure.pop("case", None)
 

@@ -16,14 +16,15 @@ finding only:
 The primary finding is the target's own failure when there is one, else the rewrite's failure to
 run (a crash, a desync named by the kinds of collective the ranks part on, a deadlock), else the
 first error finding in checker order (the registry's order puts the cheaper, more basic rules
-first). The others are collateral and are reported under it.
+first), passing over the findings the target's contract excuses on their own while another is
+left. The others are collateral and are reported under it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Sequence
 
 from fsdp_verify.checks.findings import ERROR, Finding
 
@@ -82,23 +83,30 @@ def origin(finding: Finding) -> str:
 _REWRITE_FAILED = ("run_failed", "desync", "deadlock")
 
 
-def primary(findings: Sequence[Finding]) -> Finding:
+def primary(findings: Sequence[Finding], excused: Collection[Finding] = ()) -> Finding:
     """The finding that names the failure: the target's own, else the rewrite's failure to run,
-    else the first error in checker order."""
+    else the first error in checker order; of the errors not in ``excused`` where any is left.
+
+    ``excused`` are the findings the target's contract excuses each on its own (a joint graph's
+    phase-crossing window, for a pass that never receives joint graphs): in a failure that also
+    breaks a rule the target is held to, that rule names the bug. Named by the excused finding,
+    every bug that happens to come with it would be one signature, each later one a repeat."""
     errors = [f for f in findings if f.severity == ERROR] or list(findings)
+    held = [f for f in errors if not any(f is e for e in excused)]
+    errors = held or errors
     return next((f for f in errors if f.checker == "target"),
                 next((f for f in errors if f.rule in _REWRITE_FAILED), errors[0]))
 
 
-def collateral(findings: Sequence[Finding]) -> list[Finding]:
+def collateral(findings: Sequence[Finding], excused: Collection[Finding] = ()) -> list[Finding]:
     """The error findings reported under the primary one."""
-    first = primary(findings)
+    first = primary(findings, excused)
     return [f for f in findings if f is not first and f.severity == ERROR]
 
 
-def signature(findings: Sequence[Finding]) -> Signature:
-    """The bug ``findings`` show (one case's error findings)."""
-    first = primary(findings)
+def signature(findings: Sequence[Finding], excused: Collection[Finding] = ()) -> Signature:
+    """The bug ``findings`` show (one case's error findings; ``excused`` as for ``primary``)."""
+    first = primary(findings, excused)
     if first.checker == "target":
         cause = origin(first)
     elif first.details.get("first_divergent_op"):  # where the values first part, and how

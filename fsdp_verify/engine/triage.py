@@ -44,3 +44,13 @@ def classify(target: Target, case: Case, checkers: tuple[str, ...] = (), finding
         return MISMATCH, mismatches
     external = getattr(target, "external", False)
     return (CANDIDATE, ["needs a standalone reproduction that imports only torch"]) if external else (DEFECT, [])
+
+
+def excused_alone(target: Target, case: Case, errors: Sequence[Any]) -> tuple[Any, ...]:
+    """The ``errors`` the target's contract excuses each on its own (``classify`` of that finding
+    alone), in a failure where some error is not excused so: those must not name the bug
+    (``signature.primary``). Empty where every error is excused, or the case is invalid input."""
+    if len(errors) < 2 or (not target.has_planner and invalid_collectives(case)):
+        return ()
+    alone = tuple(f for f in errors if FailureClass(classify(target, case, (f.checker,), [f])[0]).excused)
+    return alone if len(alone) < len(errors) else ()

@@ -352,3 +352,35 @@ def test_a_desync_names_the_bug_before_the_ordering_rule_broken_on_the_way():
     scatter = [run_failure("layout", desync(gather((4,)), gather((4,), op="reduce_scatter_tensor")))]
     missing = [run_failure("layout", desync(gather((4,)), None))]
     assert len({campaign.bug_signature(f) for f in (swapped, scatter, missing)}) == 3
+
+
+def test_a_finding_the_contract_excuses_alone_does_not_name_a_bug_found_beside_it():
+    # A post-grad pass never receives a joint forward+backward graph, so a fused window across the
+    # phase boundary alone is a contract mismatch; a pass's layout or numerics bug on such a graph
+    # is its bug. Named by the excused finding (ordering, first in checker order), every bug met on
+    # joint graphs was one signature: the second a repeat, never saved (a user's naive all-gather
+    # bucketer showed it: its cast bug was saved as "ordering fused_window").
+    from fsdp_verify.engine.triage import classify
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.model.classes import FailureClass
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    target = get_target("fx-pass:helpers.torch_passes:correct")
+    case = target.normalise(Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),)))))
+    span = Finding("ordering", "rank 0: fused launch has no legal insertion point: its members span other-phase "
+                               "node add_2", rule="fused_window")
+    assert FailureClass(classify(target, case, ("ordering",), [span])[0]) is FailureClass.MISMATCH  # a joint graph
+    misplaced = Finding("layout", "rank 0: consumer 'mul_1' received value 0.5", rule="element_misplaced",
+                        details={"differs": "values"})
+    crashed = Finding("layout", "rewritten graph fails in the simulated world: KeyError: 'x'",
+                      details={"kind": "crash", "error_type": "KeyError"}, rule="run_failed")
+    with_span = [campaign.bug_signature([span, bug], target, case) for bug in (misplaced, crashed)]
+    assert with_span == [campaign.bug_signature([bug], target, case) for bug in (misplaced, crashed)]
+    assert with_span[0] != with_span[1]
+    assert campaign.bug_signature([span], target, case).rule == "fused_window"  # excused alone: still its name
+    record = campaign._described(corpus.Entry(case, target.name, corpus.Verdict.of([span, misplaced])),
+                                 [span, misplaced], "defect candidate", [], (span,))
+    assert (record["rule"], record["message"]) == ("element_misplaced", misplaced.message)
+    assert record["collateral"] == [{"checker": "ordering", "rule": "fused_window"}]
+    # without the target, as before: the first error in checker order
+    assert campaign.bug_signature([span, misplaced]).rule == "fused_window"
