@@ -120,8 +120,28 @@ def save(entry: Entry, directory: str | os.PathLike, refresh: bool = False) -> t
         path = folder / f"{entry.key}-{attempt}.json"
     else:
         raise CorpusError(str(path), "", "999 files already hold this case's names; nothing was replaced")
+    _write(entry, path)
+    return path, True
+
+
+def restate(entry: Entry, path: str | os.PathLike) -> bool:
+    """Write ``entry`` over ``path`` where that file holds the same case against the same target (a
+    later judgement of a saved failure, its class after the standalone repro ran, say); False, and
+    nothing written, where the file is gone, unreadable or holds another case."""
+    try:
+        existing = load(path)
+    except (CorpusError, OSError):
+        return False
+    if existing.case.to_json() != entry.case.to_json() or existing.target != entry.target:
+        return False
+    _write(entry, Path(path))
+    return True
+
+
+def _write(entry: Entry, path: Path) -> None:
+    """``entry`` to ``path`` atomically, 0644."""
     text = json.dumps(entry.to_json(), indent=1, sort_keys=True, allow_nan=False)
-    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+    handle, temp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text + "\n")
@@ -131,7 +151,6 @@ def save(entry: Entry, directory: str | os.PathLike, refresh: bool = False) -> t
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    return path, True
 
 
 def _require(doc: dict, key: str, kind: type, file: str, where: str = "") -> Any:

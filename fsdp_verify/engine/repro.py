@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -80,6 +80,7 @@ def script_for(entry: Any, target_name: str | None = None, source: str = "a corp
                        source=source, filename=filename)
 
 
+REPRO_KEY = "repro_outcome"  # provenance: what the standalone repro showed (``Outcome``'s value)
 # The reasons a triaged failure carries (people read them; the class is the record).
 _REPRODUCED = "its standalone repro fails on torch alone ({kind}): {script}"
 _NOT_REPRODUCED = ("its standalone repro gives bitwise-equal outputs on real gloo ranks ({script}): the harness's "
@@ -92,6 +93,7 @@ def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_
     ``report.tally.Result``) and reclassify it by the script's outcome alone: reproduced is an
     upstream defect, bitwise equal a harness limitation, anything else stays a candidate."""
     from fsdp_verify.corpus import files as corpus
+    from fsdp_verify.corpus.known import CLASS_KEY
     from fsdp_verify.model import classes
     folder.mkdir(parents=True, exist_ok=True)
     for failure in result.failures:
@@ -116,3 +118,7 @@ def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_
             result.repro.unjudged += 1
             failure["class_reasons"] = [*failure.get("class_reasons", []),
                                         _UNJUDGED.format(outcome=ran.outcome.value, script=path)]
+        # The saved case says what the run concluded (the next night reads its class back, and a
+        # person opening it must not read "defect candidate" for what the repro settled).
+        provenance = {**entry.provenance, CLASS_KEY: failure["class"], REPRO_KEY: ran.outcome.value}
+        corpus.restate(replace(entry, provenance=provenance), failure["file"])

@@ -179,6 +179,9 @@ def test_a_campaign_classes_a_candidate_torch_does_not_show_as_a_harness_limitat
     assert all(Path(f["repro"]["script"]).exists() for f in triaged)
     assert not any(f["class"] == "defect candidate" for f in data["failures"])  # nothing left untriaged
     assert data["repro"]["reproduced"] == 0 and "(precision 0%)" in out
+    # the saved cases say so too: the next night reads their class back
+    saved = [json.loads(Path(f["file"]).read_text())["provenance"] for f in triaged]
+    assert all((p["failure_class"], p["repro_outcome"]) == ("harness limitation", "not_reproduced") for p in saved), saved
     assert 'name="repro_precision" value="0.000"' in (tmp_path / "fuzz.xml").read_text()
     assert got == 0  # a harness limitation is no bug of the target
 
@@ -195,6 +198,8 @@ def test_a_candidate_whose_repro_fails_is_an_upstream_defect_and_precision_count
     assert [f["class"] for f in result.failures] == ["defect candidate"]
     triage_candidates(result, tmp_path / "repros")
     assert [f["class"] for f in result.failures] == ["upstream defect"]
+    saved = json.loads(Path(result.failures[0]["file"]).read_text())["provenance"]
+    assert (saved["failure_class"], saved["repro_outcome"]) == ("upstream defect", "reproduced")
     assert result.repro.reproduced == 1 and result.repro.not_reproduced == 0
     assert "1 of 1 defect candidates fail on torch alone (precision 100%)" in summary_text(result, name)
     assert 'name="upstream_defects" value="1"' in junit_xml(result, name)
