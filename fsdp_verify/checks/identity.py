@@ -275,11 +275,18 @@ class IdentityCodes:
             return "?"
         if self.digit:  # a code of a counter's higher digit names a block of elements, not one
             return f"digit-{self.digit} code {float(flat[position])}"
-        counter = gather_counter(int(flat.view(INT_VIEW[tensor.element_size()])[position]), tensor.dtype)
+        bits = int(flat.view(INT_VIEW[tensor.element_size()])[position])
+        counter = gather_counter(bits, tensor.dtype)
         period = gather_period(tensor.dtype)
+        # the counter's own code, against the bits read: a code whose sign alone changed (a negated
+        # value) decodes to the same counter and must not read as the element the original delivers
+        own = None if counter is None else \
+            int(gather_codes(torch.tensor([counter]), tensor.dtype).view(INT_VIEW[tensor.element_size()])[0])
+        width = 8 * tensor.element_size()
+        negated = own is not None and own != bits and (own ^ bits) & ((1 << width) - 1) == 1 << (width - 1)
         for (_, rank, _), (base, count, param) in self.ranges.items():
-            if counter is not None and (counter - base) % period < count:
-                return f"{param} (rank {rank}, element {(counter - base) % period})"
+            if counter is not None and (own == bits or negated) and (counter - base) % period < count:
+                return f"{param} (rank {rank}, element {(counter - base) % period}){' negated' if negated else ''}"
         return f"value {float(flat[position])}"
 
 

@@ -18,15 +18,19 @@ from fsdp_verify.model.case import Case
 from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all
-from fsdp_verify.engine.signature import primary
+from fsdp_verify.engine.signature import Signature, primary, signature
+from fsdp_verify.engine.triage import classify, excused_alone
+from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.corpus.files import Entry
 from fsdp_verify.targets.base import Target
 
 
 def generated_cases(examples: int, seed_value: int) -> list[Case]:
-    """A fixed list of generated cases (same seed, same cases)."""
+    """A fixed list of generated cases (same seed, same cases); none for ``examples`` 0."""
     from fsdp_verify.strategies import cases
     drawn: list[Case] = []
+    if examples <= 0:
+        return drawn
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -118,6 +122,9 @@ class CaseNote:
     message: str = ""
     changes: tuple[PlanChange, ...] = ()
     rounds: tuple[int, int] = (0, 0)
+    kind: str = ""  # a failure's class (``FailureClass`` value) where it is not a violation
+    shared: bool = False  # a violation the baseline shows on the same case, with the same bug signature
+    why: tuple[str, ...] = ()  # the class's reasons
 
 
 @dataclass
@@ -136,6 +143,11 @@ class GateResult:
     invalid: list[CaseNote] = field(default_factory=list)
     baseline_failures: int = 0
     differing: list[CaseNote] = field(default_factory=list)
+    # the candidate's failures its contract excuses (forms it never receives, input no world runs)
+    excused: list[CaseNote] = field(default_factory=list)
+    # cases in forms a target never receives, by target (``contract_mismatches``): not run against it
+    outside: dict[str, int] = field(default_factory=dict)
+    plans_compared: bool = True  # both targets plan in the reference's format
     real: str = ""
     notes: list[str] = field(default_factory=list)  # said before the cases ran (a missing corpus folder)
 
@@ -143,18 +155,34 @@ class GateResult:
     def passed(self) -> bool:
         return not self.violations
 
+    def _shared_text(self) -> str:
+        """How many violations the baseline shows too (the change did not bring them)."""
+        shared = sum(n.shared for n in self.violations)
+        return f" ({shared} the baseline shows too: the same bug on the same case)" if shared else ""
+
+    def _outside_lines(self) -> list[str]:
+        """What was not run, and against which target (a skipped case is said, never silent)."""
+        return [f"not run against {name}: {count} cases in forms it never receives (its contract)"
+                for name, count in self.outside.items() if count]
+
     def text(self) -> str:
         """The plain report the command prints."""
         lines = [*self.notes,
                  f"gate: baseline {self.baseline} vs candidate {self.candidate} on {self.cases} cases "
                  f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
                  f"{self.from_database} from the example database)",
-                 f"candidate violations: {len(self.violations)}",
-                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}" for n in self.violations[:20]),
+                 *self._outside_lines(),
+                 f"candidate violations: {len(self.violations)}{self._shared_text()}",
+                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}"
+                   f"{' (the baseline too)' if n.shared else ''}" for n in self.violations[:20]),
+                 f"candidate failures its contract excuses (not violations): {len(self.excused)}",
+                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.kind}: {'; '.join(n.why)[:240]}"
+                   for n in self.excused[:20]),
                  f"cases that cannot be judged (invalid, not passes): {len(self.invalid)}",
                  *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}" for n in self.invalid[:20]),
                  f"baseline violations: {self.baseline_failures}",
-                 f"cases whose plans differ: {len(self.differing)}"]
+                 f"cases whose plans differ: {len(self.differing)}" if self.plans_compared else
+                 "plans not compared: a target makes no plans in the reference's format"]
         for note in self.differing[:20]:
             lines.append(f"  case {note.number} ({note.label}):")
             lines += [f"    {line}" for change in note.changes for line in change.notes()]
@@ -174,8 +202,10 @@ class GateResult:
                  f"{self.from_database} from the example database).", ""]
         if self.notes:
             lines += [*(f"> {note}" for note in self.notes), ""]
+        lines += [*(f"> {line}" for line in self._outside_lines()), ""] if self.outside else []
         lines += ["| | cases |", "| --- | ---: |",
-                  f"| candidate violations | {len(self.violations)} |",
+                  f"| candidate violations | {len(self.violations)}{self._shared_text()} |",
+                  f"| candidate failures its contract excuses | {len(self.excused)} |",
                   f"| cannot be judged (invalid, not passes) | {len(self.invalid)} |",
                   f"| baseline violations | {self.baseline_failures} |",
                   f"| plans differ | {len(self.differing)} |", ""]
@@ -183,6 +213,12 @@ class GateResult:
             lines += ["### Violations", "", "| case | checker | rule | finding |", "| ---: | --- | --- | --- |"]
             lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])} |"
                       for n in self.violations[:50]]
+            lines.append("")
+        if self.excused:
+            lines += ["### Excused by the candidate's contract (not violations)", "",
+                      "| case | checker | class | why |", "| ---: | --- | --- | --- |"]
+            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | {n.kind} | {_cell('; '.join(n.why))} |"
+                      for n in self.excused[:50]]
             lines.append("")
         if self.invalid:
             lines += ["### Cannot be judged", "", "| case | checker | rule | why |", "| ---: | --- | --- | --- |"]
@@ -228,29 +264,79 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
     result = GateResult(baseline.name, candidate.name, len(cases), examples, seed_value, len(entries), len(stored),
                         notes=list(notes))
-    for number, case in enumerate(cases):
-        base_findings, base_ctx = check_all(baseline, case, deadline=deadline)
-        cand_findings, cand_ctx = check_all(candidate, case, deadline=deadline)
-        if real is not None:
-            cand_findings = cand_findings + real_ranks.judge(real, case, candidate_spec or candidate.name,
-                                                             cand_findings, cand_ctx)
-        errors = [f for f in cand_findings if f.severity == ERROR]
-        result.baseline_failures += any(f.severity == ERROR for f in base_findings)
-        if errors:
-            first = primary(errors)
-            result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
-        elif any(f.severity == INVALID for f in cand_findings):
-            first = next(f for f in cand_findings if f.severity == INVALID)
-            result.invalid.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
-        base_plans, cand_plans = _plan_shape(base_ctx), _plan_shape(cand_ctx)
-        changes = plan_changes(base_plans, cand_plans)
-        if changes or len(base_plans) != len(cand_plans):
-            result.differing.append(CaseNote(number, case.label, changes=tuple(changes),
-                                             rounds=(len(base_plans), len(cand_plans))))
+    # Plans in the reference's format are compared only where both targets make them: a pass
+    # without a planner would show every case as "2 planning rounds -> 0".
+    result.plans_compared = baseline.has_planner and candidate.has_planner
+    result.outside = {candidate.name: 0, baseline.name: 0}
+    for number, drawn in enumerate(cases):
+        # Each target sees the case in the forms it receives in practice (as a campaign hands it
+        # over); a case in forms it never receives is not run against it, and counted.
+        base_case, cand_case = _received(baseline, drawn), _received(candidate, drawn)
+        if base_case is None:
+            result.outside[baseline.name] += 1
+        else:
+            base_findings, base_ctx = check_all(baseline, base_case, deadline=deadline)
+            result.baseline_failures += _is_bug(baseline, base_case, base_findings)
+        base_bug = _bug_signature(baseline, base_case, base_findings) if base_case is not None else None
+        if cand_case is None:
+            result.outside[candidate.name] += 1
+        else:
+            cand_findings, cand_ctx = check_all(candidate, cand_case, deadline=deadline)
+            if real is not None:
+                cand_findings = cand_findings + real_ranks.judge(real, cand_case, candidate_spec or candidate.name,
+                                                                 cand_findings, cand_ctx)
+            _judge(result, candidate, number, cand_case, cand_findings, base_bug)
+        if result.plans_compared and base_case is not None and cand_case is not None:
+            base_plans, cand_plans = _plan_shape(base_ctx), _plan_shape(cand_ctx)
+            changes = plan_changes(base_plans, cand_plans)
+            if changes or len(base_plans) != len(cand_plans):
+                result.differing.append(CaseNote(number, drawn.label, changes=tuple(changes),
+                                                 rounds=(len(base_plans), len(cand_plans))))
         if progress is not None:
             progress(number + 1, len(result.violations))
     result.real = real_ranks.session_line(real)
     return result
+
+
+def _received(target: Target, case: Case) -> Optional[Case]:
+    """``case`` as ``target`` receives it (``normalise``), or None where it holds forms the target
+    never receives (``contract_mismatches`` of the form alone, as a campaign filters its draws)."""
+    case = target.normalise(case)
+    return None if target.contract_mismatches(case) else case
+
+
+def _judge(result: GateResult, candidate: Target, number: int, case: Case, findings: list,
+           baseline_bug: Optional[Signature] = None) -> None:
+    """File the candidate's verdict on one case: a violation (``shared`` where the baseline's bug
+    on it has the same signature), a failure its contract excuses (a contract mismatch, a finding
+    on invalid input: said, never counted as a violation), or a case that cannot be judged."""
+    errors = [f for f in findings if f.severity == ERROR]
+    if errors:
+        kind, why = classify(candidate, case, tuple(sorted({f.checker for f in errors})), errors)
+        first = primary(errors, excused_alone(candidate, case, errors))
+        if FailureClass(kind).excused:
+            result.excused.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
+                                           kind=kind, why=tuple(why)))
+        else:
+            shared = baseline_bug is not None and signature(errors, excused_alone(candidate, case, errors)) == baseline_bug
+            result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
+                                              shared=shared))
+    elif any(f.severity == INVALID for f in findings):
+        first = next(f for f in findings if f.severity == INVALID)
+        result.invalid.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
+
+
+def _bug_signature(target: Target, case: Case, findings: list) -> Optional[Signature]:
+    """The signature of ``target``'s bug on ``case``, or None where it has none."""
+    errors = [f for f in findings if f.severity == ERROR]
+    return signature(errors, excused_alone(target, case, errors)) if _is_bug(target, case, findings) else None
+
+
+def _is_bug(target: Target, case: Case, findings: list) -> bool:
+    """Whether ``findings`` hold a failure of ``target`` its contract does not excuse."""
+    errors = [f for f in findings if f.severity == ERROR]
+    return bool(errors) and not FailureClass(classify(target, case, tuple(sorted({f.checker for f in errors})),
+                                                      errors)[0]).excused
 
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,

@@ -162,9 +162,16 @@ def table_html(title: str, verdict: str, figures: Sequence[tuple[str, Any]], row
 def gate_html(result: Any) -> str:
     """The page of a gate run (``engine.gate.GateResult``)."""
     figures = [("baseline", result.baseline), ("candidate", result.candidate), ("cases", result.cases),
-               ("candidate violations", len(result.violations)), ("cannot be judged", len(result.invalid)),
-               ("baseline violations", result.baseline_failures), ("plans differ", len(result.differing))]
-    rows = [Row(f"case {n.number} ({n.label})", "violation", n.checker, n.rule, n.message) for n in result.violations]
+               ("candidate violations", len(result.violations)),
+               ("of which the baseline shows too", sum(n.shared for n in result.violations)),
+               ("excused by the candidate's contract", len(result.excused)), ("cannot be judged", len(result.invalid)),
+               ("baseline violations", result.baseline_failures),
+               ("plans differ", len(result.differing) if result.plans_compared else "not compared"),
+               *((f"not run against {name} (forms it never receives)", count)
+                 for name, count in result.outside.items() if count)]
+    rows = [Row(f"case {n.number} ({n.label})", "violation (the baseline too)" if n.shared else "violation",
+                n.checker, n.rule, n.message) for n in result.violations]
+    rows += [Row(f"case {n.number} ({n.label})", n.kind, n.checker, n.rule, "; ".join(n.why)) for n in result.excused]
     rows += [Row(f"case {n.number} ({n.label})", "invalid", n.checker, n.rule, n.message) for n in result.invalid]
     rows += [Row(f"case {n.number} ({n.label})", "plans differ", message="; ".join(
         line for change in n.changes for line in change.notes())) for n in result.differing]

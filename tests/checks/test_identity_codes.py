@@ -395,3 +395,16 @@ def test_every_element_an_hsdp_all_reduce_sends_carries_its_own_exact_code():
                 assert torch.equal(scaled, scaled.round()) and bool((sent > 0).all())
                 checked += 1
     assert checked >= 4  # every rank's all-reduces, before and after bucketing
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float8_e4m3fn])
+def test_a_negated_code_decodes_as_negated_not_as_the_element_the_original_delivers(dtype):
+    # A pass that negated a gathered result read "received w (rank 0, element 3) where the original
+    # delivers w (rank 0, element 3)": the decoder masked the sign away.
+    from fsdp_verify.checks.identity import IdentityCodes
+    codes = IdentityCodes({"s": ("w", "fsdp_all_gather", 2)})
+    coded = codes.value(0, _Named("s"), torch.zeros(8, dtype=dtype))
+    assert codes.decode(coded, 3) == "w (rank 0, element 3)"
+    assert codes.decode(coded.float().neg().to(dtype), 3) == "w (rank 0, element 3) negated"
+    if dtype != torch.float8_e4m3fn:  # three times a code is no code
+        assert codes.decode(coded.float().mul(3).to(dtype), 3).startswith("value ")

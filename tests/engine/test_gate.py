@@ -53,3 +53,48 @@ def test_a_named_corpus_folder_that_does_not_exist_is_a_usage_error(tmp_path, ca
     code = main(["gate", "--baseline", "reference", "--candidate", "reference", "--examples", "1", "--in-process",
                  "--corpus", str(tmp_path / "nowhere")])
     assert code == 2 and "nowhere" in capsys.readouterr().err
+
+
+def test_an_external_candidate_is_gated_on_the_forms_it_receives_and_its_contract_excuses_are_no_violations(
+        monkeypatch):
+    # A post-grad pass gated against the reference: the cases were run in the harness's own forms
+    # (storage frees, op packets) and every contract mismatch was a violation: inductor's own
+    # all-gather bucketing "read after free" on traced modules, and failed every gate.
+    from fsdp_verify.engine.gate import generated_cases, run_gate
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.strategies.mutations import double_wait
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    candidate = get_target("fx-pass:helpers.torch_passes:correct")
+    plain = Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),))))
+    launch = next(n.name for n in plain.graph.nodes if "all_gather" in str(n.target))
+    two_waits = double_wait(plain, launch)  # make_fx emits one wait per launch
+    result = run_gate(get_target("reference"), candidate, [], 0, 0, stored=[*generated_cases(6, 0), two_waits])
+    # what is left is the pre-gather cast inductor folds into its copy-in: excused for inductor's own
+    # target, by design not for an arbitrary pass (the harness cannot know that pass folds by design)
+    assert {(n.checker, n.rule) for n in result.violations} <= {("dependencies", "node_lost")}, \
+        [(n.checker, n.message) for n in result.violations]
+    assert all("convert_element_type" in n.message for n in result.violations)
+    assert result.excused and {n.kind for n in result.excused} == {"contract mismatch"}
+    assert all(n.why for n in result.excused)
+    assert result.outside == {candidate.name: 1, "reference": 0}
+    assert not result.plans_compared and result.differing == []
+    text = result.text()
+    assert f"not run against {candidate.name}: 1 cases in forms it never receives" in text
+    assert "plans not compared" in text
+    assert "| candidate failures its contract excuses |" in result.markdown()
+
+
+def test_a_violation_the_baseline_shows_too_is_marked_shared(monkeypatch):
+    from fsdp_verify.engine.gate import generated_cases, run_gate
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    same = run_gate(get_target("mutant:avg_twice"), get_target("mutant:avg_twice"), [], 0, 0,
+                    stored=generated_cases(8, 0))
+    assert same.violations and all(n.shared for n in same.violations)
+    assert "the baseline shows too" in same.text()
+    new = run_gate(get_target("reference"), get_target("mutant:avg_twice"), [], 0, 0, stored=generated_cases(8, 0))
+    assert new.violations and not any(n.shared for n in new.violations)
