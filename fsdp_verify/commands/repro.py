@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction, usage_error: type[Exception]) ->
 def run(args: argparse.Namespace, usage_error: type[Exception]) -> int:
     """Write (and with ``--run``, run) the scripts; exit 1 when a run reproduced a failure."""
     from fsdp_verify.corpus import files as corpus
-    from fsdp_verify.engine.repro import run_script, script_for
+    from fsdp_verify.engine.repro import run_script, script_env, script_for
     from fsdp_verify.report.repro import ReproError
     from fsdp_verify.targets.registry import TargetNotFound
     paths = [Path(p) for p in args.cases]
@@ -61,12 +61,13 @@ def run(args: argparse.Namespace, usage_error: type[Exception]) -> int:
         destination.parent.mkdir(parents=True, exist_ok=True)
         destination.write_text(script.text)
         print(f"wrote {destination} ({script.kind.value} script for {target})")
-        written.append(destination)
+        written.append((destination, target))
     if not args.run:
         return 0
     reproduced = 0
-    for destination in written:
-        ran = run_script(destination, timeout=args.timeout)
+    for destination, target in written:
+        # a pass found from here must import from the script's folder too
+        ran = run_script(destination, timeout=args.timeout, env=script_env(target))
         reproduced += ran.reproduced
         print(f"{destination}: {ran.outcome.value}" + (f" ({ran.kind})" if ran.kind else "") + f" in {ran.seconds:.1f} s")
     return 1 if reproduced else 0

@@ -7,6 +7,7 @@ the JSON outcome it writes (``--json``), never its printed words.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -27,6 +28,7 @@ class Outcome(Enum):
     CANNOT_RUN = "cannot_run"          # exit 3: the original graph does not run on real ranks here
     BROKEN = "broken"                  # any other exit, or no outcome file: the script itself failed
     TIMED_OUT = "timed_out"            # the script did not finish in time
+    CANNOT_LOAD = "cannot_load"        # exit 4: the pass's module does not import where the script ran
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ class ScriptRun:
         return self.outcome is Outcome.REPRODUCED
 
 
-_CODES = {0: Outcome.NOT_REPRODUCED, 1: Outcome.REPRODUCED, 3: Outcome.CANNOT_RUN}
+_CODES = {0: Outcome.NOT_REPRODUCED, 1: Outcome.REPRODUCED, 3: Outcome.CANNOT_RUN, 4: Outcome.CANNOT_LOAD}
 
 
 def run_script(script: str | Path, args: Sequence[str] = (), timeout: float = 600.0,
@@ -88,6 +90,38 @@ _NOT_REPRODUCED = ("its standalone repro gives bitwise-equal outputs on real glo
 _UNJUDGED = "its standalone repro could not judge it ({outcome}): {script}"
 
 
+def import_roots(target_name: str | None) -> list[str]:
+    """The folder each module a target name names was imported from in this process (an
+    ``fx-pass:MODULE:CALLABLE`` pass, a ``module:callable`` target): a repro script runs from a
+    folder of its own, where a pass found through the campaign's working folder does not import,
+    and the script would judge nothing."""
+    if not target_name:
+        return []
+    spec = target_name[len("fx-pass:"):] if target_name.startswith("fx-pass:") else target_name
+    module_name = spec.partition(":")[0]
+    if not module_name or ":" not in spec:
+        return []
+    try:  # the top-level package alone: found without running the target's code
+        found = importlib.util.find_spec(module_name.split(".")[0])
+    except (ImportError, ValueError):
+        return []
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        return []  # built in, frozen or a namespace package: found without a folder of ours
+    origin = Path(found.origin).resolve()
+    return [str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)]
+
+
+def script_env(target_name: str | None) -> dict:
+    """This process's environment, with the folders ``target_name``'s module imports from first on
+    ``PYTHONPATH`` (``import_roots``): the script's own folder is its first import path, not this
+    process's working folder."""
+    env = dict(os.environ)
+    roots = import_roots(target_name)
+    if roots:
+        env["PYTHONPATH"] = os.pathsep.join([*roots, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
 def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_name: str | None = None) -> None:
     """Write and run the repro of every defect candidate of a campaign ``result`` (a
     ``report.tally.Result``) and reclassify it by the script's outcome alone: reproduced is an
@@ -103,7 +137,7 @@ def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_
         path = folder / f"repro_{Path(failure['file']).stem}.py"
         script = script_for(entry, target_name, source=failure["file"], filename=path.name)
         path.write_text(script.text)
-        ran = run_script(path, timeout=timeout)
+        ran = run_script(path, timeout=timeout, env=script_env(target_name or entry.target))
         failure["repro"] = {"script": str(path), "outcome": ran.outcome.value, "kind": ran.kind,
                             "seconds": round(ran.seconds, 1)}
         if ran.outcome is Outcome.REPRODUCED:

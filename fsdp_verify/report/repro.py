@@ -30,7 +30,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from fsdp_verify.execute import inputs as input_values
 from fsdp_verify.execute.simulated import rank_seed
 from fsdp_verify.graph import collectives, ops
-from fsdp_verify.graph.spec import (GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_casts, padded_result, phase_of,
+from fsdp_verify.graph.spec import (CASTS, GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_casts, padded_result, phase_of,
                                     traced_value, unpadded)
 from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
 from fsdp_verify.model.case import Case
@@ -246,6 +246,26 @@ def _inputs(spec: GraphSpec) -> str:
     return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
 
 
+def gathered_shards(spec: GraphSpec) -> tuple[str, ...]:
+    """Parameter placeholders an all-gather moves, directly or through a cast: the script gives them
+    full-mantissa values (as the harness's identity codes are), where exact dyadics (k/8) pass
+    through any narrower dtype unchanged and a pass that gathers a float32 shard as bfloat16 would
+    show nothing. Sums stay exact: reduction sources take exact values (``EXACT``)."""
+    params = {param.placeholder for param in spec.params}
+    nodes = {node.name: node for node in spec.nodes}
+    found = []
+    for node in spec.nodes:
+        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.args \
+                or not isinstance(node.args[0], NodeRef):
+            continue
+        source = nodes.get(node.args[0].name)
+        if source is not None and source.target in CASTS and source.args and isinstance(source.args[0], NodeRef):
+            source = nodes.get(source.args[0].name)
+        if source is not None and source.name in params and source.name not in found:
+            found.append(source.name)
+    return tuple(found)
+
+
 def _module_source(module: Any) -> str:
     """A module's source without its docstring and ``__future__`` import (the script has its own)."""
     source = inspect.getsource(module)
@@ -297,6 +317,7 @@ def write(case: Case, target_name: str, recorded: Sequence[tuple[str, str]] = ()
         "debug_logs_source": inspect.getsource(debug_logs).strip(),
         "padding": repr({p.placeholder: dict(p.padding) for p in spec.params if p.padding})
         if spec.uneven else "", "exact": list(collectives.reduce_sources(spec)),
+        "full": list(gathered_shards(spec)),
         "config": repr(dict(sorted(target.config.items())) if kind is Kind.INDUCTOR else {}),
         "case_json": repr(json.dumps(case.to_json(), sort_keys=True)),
         "registering_imports": ops.registering_modules(n.target for n in spec.nodes),

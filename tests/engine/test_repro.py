@@ -241,6 +241,49 @@ def test_an_uneven_case_s_script_builds_each_rank_s_graph_and_inputs_as_the_harn
         assert [(n.name, n.op, str(n.target), str(n.args)) for n in written.graph.nodes] == \
             [(n.name, n.op, str(n.target), str(n.args)) for n in built.graph.nodes]
         values, expected = namespace["make_inputs"](rank), make_inputs(case.graph, rank)
+        # the shards all-gathers move take full-mantissa values (``FULL``), the harness's random mode
+        full, drawn = set(namespace["FULL"]), make_inputs(case.graph, rank, mode="random")
+        assert full and full <= set(namespace["INPUTS"])
+        expected = [d if name in full else e for name, e, d in zip(namespace["INPUTS"], expected, drawn)]
         assert len(values) == len(expected) and all(torch.equal(a, b) for a, b in zip(values, expected))
         shapes.add(tuple(tuple(v.shape) for v in values))
     assert len(shapes) == 2  # the short rank's shard is its own
+
+
+def test_a_pass_that_rounds_gathered_shards_is_reproduced_not_excused_as_a_harness_limitation(
+        tmp_path, torch_only_env, monkeypatch):
+    # The harness's identity codes see a float32 shard gathered through bfloat16; the script's
+    # exact dyadic shards (k/8) came through unchanged, so the triage called a real bug a harness
+    # limitation. The shards all-gathers move now take full-mantissa values in the script.
+    path = _save(tmp_path, "fx-pass:helpers.torch_passes:gathers_through_bf16", Case(mlp_graph(device="cpu")))
+    script = _write(path, tmp_path / "repro.py")
+    assert run_script(script, env=torch_only_env, timeout=240).outcome is Outcome.REPRODUCED
+    corrected = run_script(script, ["--pass", "helpers.torch_passes:correct"], env=torch_only_env, timeout=240)
+    assert corrected.outcome is Outcome.NOT_REPRODUCED, corrected.output
+    monkeypatch.setattr(repro, "gathered_shards", lambda spec: ())  # the dyadic shards of before
+    dyadic = _write(path, tmp_path / "dyadic.py")
+    assert run_script(dyadic, env=torch_only_env, timeout=240).outcome is Outcome.NOT_REPRODUCED
+
+
+def test_a_script_whose_pass_does_not_import_judges_nothing_and_the_triage_runs_it_where_it_does(tmp_path):
+    # A pass found through the campaign's working folder did not import from the script's own
+    # folder: "the rewrite raised ModuleNotFoundError" was REPRODUCED, an upstream defect.
+    from fsdp_verify.engine.repro import import_roots, script_env
+    package = tmp_path / "userpkg"
+    package.mkdir()
+    (package / "user_pass_35.py").write_text(
+        "from helpers.torch_passes import negates_first_wait as bucket\n")
+    sys.path.insert(0, str(package))
+    try:
+        target = "fx-pass:user_pass_35:bucket"
+        path = _save(tmp_path, target, Case(mlp_graph(device="cpu")))
+        script = _write(path, tmp_path / "scripts" / "repro.py")
+        alone = run_script(script, env={**os.environ, "PYTHONPATH": str(TESTS)}, timeout=240)
+        assert alone.outcome is Outcome.CANNOT_LOAD and "CANNOT LOAD the pass user_pass_35:bucket" in alone.output
+        assert import_roots(target) == [str(package.resolve())]
+        env = script_env(target)
+        env["PYTHONPATH"] += os.pathsep + str(TESTS)
+        assert run_script(script, env=env, timeout=240).outcome is Outcome.REPRODUCED
+    finally:
+        sys.path.remove(str(package))
+        sys.modules.pop("user_pass_35", None)

@@ -126,3 +126,16 @@ def draws_from_python(gm: fx.GraphModule) -> None:
     """Correct, but draws from Python's ``random``, which no compile restores."""
     random.random()
     correct(gm)
+
+
+def gathers_through_bf16(gm: fx.GraphModule) -> None:
+    """Planted precision bug: inductor's all-gather bucketing, then each float32 gathered result
+    passes through bfloat16 (a narrower wire than its dtype): exact dyadic shards (k/8) come through
+    unchanged, full-mantissa ones do not."""
+    correct(gm)
+    convert = torch.ops.prims.convert_element_type.default
+    for wait in [n for n in gm.graph.nodes if n.target is WAIT]:
+        value = wait.meta.get("val")
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
+            narrow = _insert_after(gm.graph, wait, convert, torch.bfloat16)
+            _insert_after(gm.graph, narrow, convert, torch.float32)
