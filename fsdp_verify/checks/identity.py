@@ -269,10 +269,18 @@ class IdentityCodes:
         return narrow if narrow is not None and (held == narrow or held in _WIDER.get(narrow, ())) else held
 
     def decode(self, tensor: torch.Tensor, position: int) -> str:
-        """Which parameter, rank and element the all-gather code at ``position`` came from."""
+        """Which parameter, rank and element the all-gather code at ``position`` came from (else
+        the value)."""
         flat = tensor.detach().contiguous().reshape(-1)
         if position >= flat.numel() or tensor.dtype not in CODED_DTYPES:
             return "?"
+        return self.gathered(tensor, position) or f"value {float(flat[position])}"
+
+    def gathered(self, tensor: torch.Tensor, position: int) -> Optional[str]:
+        """``decode``'s name of an all-gather code, or None for a value that is none."""
+        flat = tensor.detach().contiguous().reshape(-1)
+        if position >= flat.numel() or tensor.dtype not in CODED_DTYPES:
+            return None
         if self.digit:  # a code of a counter's higher digit names a block of elements, not one
             return f"digit-{self.digit} code {float(flat[position])}"
         bits = int(flat.view(INT_VIEW[tensor.element_size()])[position])
@@ -287,7 +295,28 @@ class IdentityCodes:
         for (_, rank, _), (base, count, param) in self.ranges.items():
             if counter is not None and (own == bits or negated) and (counter - base) % period < count:
                 return f"{param} (rank {rank}, element {(counter - base) % period}){' negated' if negated else ''}"
-        return f"value {float(flat[position])}"
+        return None
+
+    def summed(self, run: "IdentityRun", tensor: torch.Tensor, position: int) -> Optional[str]:
+        """Which summed source's element (its codes' sum over the ranks that ran it, or that sum's
+        average) the value at ``position`` equals, or None. Exact: the codes' sums are exact, so an
+        equal value is that element's sum (where codes wrap, one of several: said)."""
+        flat = tensor.detach().contiguous().reshape(-1)
+        if position >= flat.numel() or not tensor.is_floating_point():
+            return None
+        value = flat[position]
+        for name, (param, kind, _) in self.sources.items():
+            parts = [t for (_, source), t in sorted(run.sources.items(), key=lambda item: item[0][0])
+                     if source == name and kind in SUMMED_KINDS]
+            if not parts or any(t.shape != parts[0].shape for t in parts):
+                continue
+            total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)
+            for divisor, how in ((1, "sum"), (len(parts), "average")):
+                hits = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1)
+                if len(hits):
+                    more = f", or one of {len(hits) - 1} more with its codes" if len(hits) > 1 else ""
+                    return f"{param}'s element {int(hits[0])} ({how} over {len(parts)} ranks{more})"
+        return None
 
 
 TO_COPY = "aten._to_copy.default"  # its dtype is keyword-only; convert_element_type's is positional too

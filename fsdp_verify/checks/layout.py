@@ -15,7 +15,7 @@ from dataclasses import replace
 import torch
 
 from fsdp_verify.checks.findings import CheckContext, Finding
-from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes
+from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes, IdentityRun
 from fsdp_verify.checks.numerics import run_failure
 from fsdp_verify.checks.registry import Checker
 
@@ -42,8 +42,17 @@ def _plan_findings(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str, str]) -> list[Finding]:
+def _named(codes: IdentityCodes, run: IdentityRun, tensor: torch.Tensor, position: int) -> str:
+    """What the value at ``position`` is: an all-gather code's parameter, rank and element, a
+    reduce-scatter sum's parameter and element, else the value itself."""
+    found = codes.gathered(tensor, position) or codes.summed(run, tensor, position)
+    return found if found is not None else codes.decode(tensor, position)
+
+
+def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watched: dict[str, str]) -> list[Finding]:
     """The first consumer input whose codes differ between the runs, decoded."""
+    runs = (before, after)
+    before, after = _watched(before, watched), _watched(after, watched)
     for (rank, name), inputs in sorted(before.items()):
         if (rank, name) not in after:
             continue
@@ -66,8 +75,8 @@ def _compare(before: dict, after: dict, codes: IdentityCodes, watched: dict[str,
             if len(differ):
                 position = int(differ[0])
                 return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received "
-                                         f"{codes.decode(y, position)} at position {position} where the original "
-                                         f"delivers {codes.decode(x, position)}",
+                                         f"{_named(codes, runs[1], y, position)} at position {position} where the "
+                                         f"original delivers {_named(codes, runs[0], x, position)}",
                                 nodes=(name,), rank=rank,
                                 details={"param": watched[name], "input": slot, "position": position,
                                          "differs": "values"},
@@ -88,7 +97,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
-    findings = _compare(_watched(before, watched), _watched(after, watched), codes, watched)
+    findings = _compare(before, after, codes, watched)
     # a proof for every input only where no source's codes repeat (docs/proofs.md)
     ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped, "runs": 1}
     if findings or not codes.wrapped:
@@ -103,7 +112,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
                          "two_digits": not beyond}
     return [replace(f, message=f"{f.message} (second coded run: codes of each counter's next digit)",
                     details={**f.details, "coded_run": 2})
-            for f in _compare(_watched(before, watched), _watched(after, watched), second, watched)]
+            for f in _compare(before, after, second, watched)]
 
 
 def _watched(run, watched: dict[str, str]) -> dict:

@@ -255,6 +255,10 @@ def test_member_major_packing_of_equal_size_members_is_seen_by_layout():
     case = Case(render(Blueprint(blocks=((ParamDraw((2, 3), view="flat"), ParamDraw((3, 2), view="flat")),))))
     findings, _ = check_all(MUTANTS["rs_packed_member_major"], case)
     assert ("layout", "element_misplaced") in {f.key for f in findings}
+    # the sums are named by parameter and element, not by their values ("received value 9.5e-07")
+    misplaced = next(f for f in findings if f.key == ("layout", "element_misplaced"))
+    assert "received blocks.0.w0's element 6 (average over 2 ranks)" in misplaced.message
+    assert "original delivers blocks.0.w1's element 0 (average over 2 ranks)" in misplaced.message
     clean, _ = check_all(get_target("reference"), case)
     assert not [f for f in clean if f.severity == "error"]
 
