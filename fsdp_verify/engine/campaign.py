@@ -38,7 +38,7 @@ from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.report.tally import Result, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
 from fsdp_verify.engine.signature import signature as root_cause
-from fsdp_verify.engine.triage import classify, excused_alone
+from fsdp_verify.engine.triage import classify, excused_alone, receives
 from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.targets import get_target
 
@@ -141,7 +141,7 @@ def _strategy(config: Config, target: Optional[Any] = None):
     else:
         graphs = cases(config.size, modules=config.modules)
     if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it
-        graphs = graphs.map(target.normalise).filter(lambda case: not target.contract_mismatches(case))
+        graphs = graphs.map(target.normalise).filter(lambda case: receives(target, case))
     graphs = with_target_options(graphs, target.options() if target is not None else {})
     if not config.spec and not config.draw_spec:
         return graphs

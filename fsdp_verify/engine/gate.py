@@ -19,7 +19,7 @@ from fsdp_verify.checks import ERROR, INVALID
 from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all
 from fsdp_verify.engine.signature import Signature, primary, signature
-from fsdp_verify.engine.triage import classify, excused_alone
+from fsdp_verify.engine.triage import classify, excused_alone, receives
 from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.corpus.files import Entry
 from fsdp_verify.targets.base import Target
@@ -162,7 +162,8 @@ class GateResult:
 
     def _outside_lines(self) -> list[str]:
         """What was not run, and against which target (a skipped case is said, never silent)."""
-        return [f"not run against {name}: {count} cases in forms it never receives (its contract)"
+        return [f"not run against {name}: {count} cases it cannot be judged on (forms it never receives, or "
+                f"launches no real world runs)"
                 for name, count in self.outside.items() if count]
 
     def text(self) -> str:
@@ -270,7 +271,7 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
     result.outside = {candidate.name: 0, baseline.name: 0}
     for number, drawn in enumerate(cases):
         # Each target sees the case in the forms it receives in practice (as a campaign hands it
-        # over); a case in forms it never receives is not run against it, and counted.
+        # over); a case it cannot be judged on is not run against it, and counted.
         base_case, cand_case = _received(baseline, drawn), _received(candidate, drawn)
         if base_case is None:
             result.outside[baseline.name] += 1
@@ -299,10 +300,11 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
 
 
 def _received(target: Target, case: Case) -> Optional[Case]:
-    """``case`` as ``target`` receives it (``normalise``), or None where it holds forms the target
-    never receives (``contract_mismatches`` of the form alone, as a campaign filters its draws)."""
+    """``case`` as ``target`` receives it (``normalise``), or None where the target cannot be judged
+    on it (``triage.receives``: forms it never receives, launches no world runs), as a campaign
+    filters its draws."""
     case = target.normalise(case)
-    return None if target.contract_mismatches(case) else case
+    return case if receives(target, case) else None
 
 
 def _judge(result: GateResult, candidate: Target, number: int, case: Case, findings: list,

@@ -54,3 +54,11 @@ def excused_alone(target: Target, case: Case, errors: Sequence[Any]) -> tuple[An
         return ()
     alone = tuple(f for f in errors if FailureClass(classify(target, case, (f.checker,), [f])[0]).excused)
     return alone if len(alone) < len(errors) else ()
+
+
+def receives(target: Target, case: Case) -> bool:
+    """Whether ``target`` can be judged on ``case`` (already ``normalise``d): no forms it never
+    receives (``contract_mismatches`` of the form alone) and, for a target without a reference-format
+    planner, no launch that no real world could run: its verdict there, pass or fail, says nothing
+    (a failure is invalid input), so a campaign and the gate do not spend cases on it."""
+    return not target.contract_mismatches(case) and (target.has_planner or not invalid_collectives(case))

@@ -167,7 +167,7 @@ def gate_html(result: Any) -> str:
                ("excused by the candidate's contract", len(result.excused)), ("cannot be judged", len(result.invalid)),
                ("baseline violations", result.baseline_failures),
                ("plans differ", len(result.differing) if result.plans_compared else "not compared"),
-               *((f"not run against {name} (forms it never receives)", count)
+               *((f"not run against {name} (cannot be judged on them)", count)
                  for name, count in result.outside.items() if count)]
     rows = [Row(f"case {n.number} ({n.label})", "violation (the baseline too)" if n.shared else "violation",
                 n.checker, n.rule, n.message) for n in result.violations]

@@ -384,3 +384,29 @@ def test_a_finding_the_contract_excuses_alone_does_not_name_a_bug_found_beside_i
     assert record["collateral"] == [{"checker": "ordering", "rule": "fused_window"}]
     # without the target, as before: the first error in checker order
     assert campaign.bug_signature([span, misplaced]).rule == "fused_window"
+
+
+def test_a_target_without_a_planner_is_never_drawn_a_launch_no_world_runs(monkeypatch):
+    # About one default case in eleven holds a launch whose size argument is not its group's size.
+    # A target without a reference-format planner cannot be judged there: a failure is invalid
+    # input, and a pass was counted as a pass of a case nobody could run.
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from fsdp_verify.engine.triage import invalid_collectives
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+
+    def drawn(target_name: str) -> list:
+        found = []
+
+        @settings(max_examples=120, database=None, phases=[Phase.generate], deadline=None,
+                  suppress_health_check=list(HealthCheck))
+        @seed(1)
+        @given(campaign._strategy(campaign.Config(target=target_name, strategy="cases"), get_target(target_name)))
+        def collect(case) -> None:
+            found.append(bool(invalid_collectives(case)))
+        collect()
+        return found
+
+    assert any(drawn("reference"))  # a planner must skip them: they stay in its draws
+    assert not any(drawn("fx-pass:helpers.torch_passes:correct"))

@@ -82,7 +82,7 @@ def test_an_external_candidate_is_gated_on_the_forms_it_receives_and_its_contrac
     assert result.outside == {candidate.name: 1, "reference": 0}
     assert not result.plans_compared and result.differing == []
     text = result.text()
-    assert f"not run against {candidate.name}: 1 cases in forms it never receives" in text
+    assert f"not run against {candidate.name}: 1 cases it cannot be judged on" in text
     assert "plans not compared" in text
     assert "| candidate failures its contract excuses |" in result.markdown()
 
