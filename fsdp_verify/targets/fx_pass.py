@@ -42,9 +42,9 @@ class FxPassTarget(Target):
         return TorchInductorTarget().normalise(case)
 
     def contract_mismatches(self, case: Case, checkers: tuple[str, ...] = (), findings: Sequence[Any] = ()) -> list[str]:
-        """The forms a post-grad pass never receives, as for inductor's own passes; without findings,
-        so none of the excuses of inductor's documented behaviours apply to another pass."""
-        return TorchInductorTarget().contract_mismatches(case, checkers, ())
+        """The forms a post-grad pass never receives, as for inductor's own passes; none of the
+        excuses of inductor's documented behaviours apply to another pass."""
+        return TorchInductorTarget().contract_mismatches(case, checkers, findings, documented=False)
 
     def rewrite(self, case: Case, modules: dict[int, fx.GraphModule]) -> dict[int, list[Any]]:
         world, groups = case.graph.world(), dict(case.graph.groups)

@@ -368,7 +368,7 @@ def test_a_finding_the_contract_excuses_alone_does_not_name_a_bug_found_beside_i
     target = get_target("fx-pass:helpers.torch_passes:correct")
     case = target.normalise(Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),)))))
     span = Finding("ordering", "rank 0: fused launch has no legal insertion point: its members span other-phase "
-                               "node add_2", rule="fused_window")
+                               "node add_2", rule="fused_window", details={"blocker": "other-phase node"})
     assert FailureClass(classify(target, case, ("ordering",), [span])[0]) is FailureClass.MISMATCH  # a joint graph
     misplaced = Finding("layout", "rank 0: consumer 'mul_1' received value 0.5", rule="element_misplaced",
                         details={"differs": "values"})
@@ -410,3 +410,29 @@ def test_a_target_without_a_planner_is_never_drawn_a_launch_no_world_runs(monkey
 
     assert any(drawn("reference"))  # a planner must skip them: they stay in its draws
     assert not any(drawn("fx-pass:helpers.torch_passes:correct"))
+
+
+def test_a_joint_graph_excuses_only_the_ordering_findings_about_its_phase_boundary(monkeypatch):
+    # "inductor compiles the two as separate graphs" excused every ordering-only failure on a joint
+    # graph: a user's reduce-scatter bucketer whose window spans another collective read as a
+    # contract mismatch about phases, and so would ranks whose collective streams differ.
+    from fsdp_verify.engine.triage import classify
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.model.classes import FailureClass
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    for name in ("fx-pass:helpers.torch_passes:correct", "torch-inductor"):
+        target = get_target(name)
+        case = target.normalise(Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),)))))
+
+        def kind(*findings: Finding) -> FailureClass:
+            return FailureClass(classify(target, case, ("ordering",), list(findings))[0])
+        boundary = Finding("ordering", "span other-phase node add_2", rule="fused_window",
+                           details={"blocker": "other-phase node"})
+        phase = Finding("ordering", "backward before forward", rule="phase")
+        collective = Finding("ordering", "span collective rs_w1", rule="fused_window", details={"blocker": "collective"})
+        streams = Finding("ordering", "ranks issue different streams", rule="streams")
+        assert kind(boundary) is kind(phase) is kind(boundary, phase) is FailureClass.MISMATCH, name
+        assert kind(collective) is kind(streams) is kind(boundary, collective) is FailureClass.CANDIDATE, name
