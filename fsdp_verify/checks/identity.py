@@ -297,26 +297,30 @@ class IdentityCodes:
                 return f"{param} (rank {rank}, element {(counter - base) % period}){' negated' if negated else ''}"
         return None
 
-    def summed(self, run: "IdentityRun", tensor: torch.Tensor, position: int) -> Optional[str]:
+    def summed(self, run: "IdentityRun", tensor: torch.Tensor, position: int, param: str = "") -> Optional[str]:
         """Which summed source's element (its codes' sum over the ranks that ran it, or that sum's
-        average) the value at ``position`` equals, or None. Exact: the codes' sums are exact, so an
-        equal value is that element's sum (where codes wrap, one of several: said)."""
+        average) the value at ``position`` equals, or None; ``param``'s own sources are tried first.
+        Sums of codes repeat (codes wrap, and two sources' ranges may sum alike), so an equal value
+        names one element of those that give it, and says how many others do."""
         flat = tensor.detach().contiguous().reshape(-1)
         if position >= flat.numel() or not tensor.is_floating_point():
             return None
         value = flat[position]
-        for name, (param, kind, _) in self.sources.items():
+        hits: list[tuple[str, int, str, int]] = []  # (param, element, how, ranks)
+        for name, (owner, kind, _) in sorted(self.sources.items(), key=lambda item: item[1][0] != param):
             parts = [t for (_, source), t in sorted(run.sources.items(), key=lambda item: item[0][0])
                      if source == name and kind in SUMMED_KINDS]
             if not parts or any(t.shape != parts[0].shape for t in parts):
                 continue
             total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)
             for divisor, how in ((1, "sum"), (len(parts), "average")):
-                hits = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1)
-                if len(hits):
-                    more = f", or one of {len(hits) - 1} more with its codes" if len(hits) > 1 else ""
-                    return f"{param}'s element {int(hits[0])} ({how} over {len(parts)} ranks{more})"
-        return None
+                found = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1).tolist()
+                hits += [(owner, element, how, len(parts)) for element in found]
+        if not hits:
+            return None
+        owner, element, how, ranks = hits[0]
+        more = f"; {len(hits) - 1} other elements' codes give it too" if len(hits) > 1 else ""
+        return f"{owner}'s element {element} ({how} over {ranks} ranks{more})"
 
 
 TO_COPY = "aten._to_copy.default"  # its dtype is keyword-only; convert_element_type's is positional too
@@ -366,6 +370,24 @@ def watched_consumers(original: fx.GraphModule) -> dict[str, str]:
     return {consumer.name: str(node.meta.get("param_name")) for node in original.graph.nodes
             if node.meta.get("comm_type") in FSDP_KINDS
             for wait in node.users if is_wait(wait) for consumer in real_consumers(wait)}
+
+
+def consumer_slots(original: fx.GraphModule) -> dict[str, dict[int, str]]:
+    """Which parameter each watched consumer's inputs carry, by input position (``all_input_nodes``,
+    the order a run records them in): a consumer of several collective results (the graph's output
+    node) is about the one its differing input reads, not the one ``watched_consumers`` names."""
+    slots: dict[str, dict[int, str]] = {}
+    for node in original.graph.nodes:
+        if node.meta.get("comm_type") not in FSDP_KINDS:
+            continue
+        for wait in [user for user in node.users if is_wait(user)]:
+            views, readers = view_closure(wait)
+            carried = {wait, *views}
+            for reader in readers:
+                for index, source in enumerate(reader.all_input_nodes):
+                    if source in carried:
+                        slots.setdefault(reader.name, {})[index] = str(node.meta.get("param_name"))
+    return slots
 
 
 @dataclass

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Mapping
 
 import torch
+from torch import fx
 
 from fsdp_verify.checks.findings import CheckContext, Finding
-from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes, IdentityRun
+from fsdp_verify.checks.identity import INT_VIEW, IdentityCodes, IdentityRun, consumer_slots
 from fsdp_verify.checks.numerics import run_failure
 from fsdp_verify.checks.registry import Checker
 
@@ -42,15 +44,19 @@ def _plan_findings(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _named(codes: IdentityCodes, run: IdentityRun, tensor: torch.Tensor, position: int) -> str:
+def _named(codes: IdentityCodes, run: IdentityRun, tensor: torch.Tensor, position: int, param: str) -> str:
     """What the value at ``position`` is: an all-gather code's parameter, rank and element, a
-    reduce-scatter sum's parameter and element, else the value itself."""
-    found = codes.gathered(tensor, position) or codes.summed(run, tensor, position)
+    reduce-scatter sum's parameter and element (``param``'s, the consumer's own, first), else the
+    value itself."""
+    found = codes.gathered(tensor, position) or codes.summed(run, tensor, position, param)
     return found if found is not None else codes.decode(tensor, position)
 
 
-def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watched: dict[str, str]) -> list[Finding]:
-    """The first consumer input whose codes differ between the runs, decoded."""
+def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watched: dict[str, str],
+             originals: Mapping[int, fx.GraphModule]) -> list[Finding]:
+    """The first consumer input whose codes differ between the runs, decoded, and named by the
+    parameter that input carries (``consumer_slots`` of the rank's original: a consumer of several
+    collective results names the one that differs), else the one ``watched`` names."""
     runs = (before, after)
     before, after = _watched(before, watched), _watched(after, watched)
     for (rank, name), inputs in sorted(before.items()):
@@ -60,10 +66,11 @@ def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watc
             if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
                 continue
             if x.shape != y.shape or x.dtype != y.dtype:
-                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received a "
+                param = _param(originals, rank, name, slot, watched)
+                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {param} received a "
                                          f"{tuple(y.shape)} {y.dtype} tensor instead of {tuple(x.shape)} {x.dtype}",
                                 nodes=(name,), rank=rank,
-                                details={"param": watched[name], "differs": "shape" if x.shape != y.shape else "dtype"},
+                                details={"param": param, "differs": "shape" if x.shape != y.shape else "dtype"},
                                 rule="consumer_shape")]
             ints = INT_VIEW.get(x.element_size())
             if ints is None or x.is_complex():  # integer sources are coded too (quantised weights)
@@ -74,14 +81,24 @@ def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watc
             differ = (xi != yi).nonzero()
             if len(differ):
                 position = int(differ[0])
-                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {watched[name]} received "
-                                         f"{_named(codes, runs[1], y, position)} at position {position} where the "
-                                         f"original delivers {_named(codes, runs[0], x, position)}",
+                param = _param(originals, rank, name, slot, watched)
+                return [Finding(NAME, f"rank {rank}: consumer {name!r} of {param} received "
+                                         f"{_named(codes, runs[1], y, position, param)} at position "
+                                         f"{position} where the original delivers "
+                                         f"{_named(codes, runs[0], x, position, param)}",
                                 nodes=(name,), rank=rank,
-                                details={"param": watched[name], "input": slot, "position": position,
+                                details={"param": param, "input": slot, "position": position,
                                          "differs": "values"},
                                 rule="element_misplaced")]
     return []
+
+
+def _param(originals: Mapping[int, fx.GraphModule], rank: int, name: str, slot: int, watched: dict[str, str]) -> str:
+    """The parameter consumer ``name``'s input ``slot`` carries on ``rank`` (computed once a finding
+    needs it), else the one ``watched`` names."""
+    module = originals.get(rank)
+    carried = consumer_slots(module).get(name, {}) if module is not None else {}
+    return carried.get(slot, watched[name])
 
 
 def check_layout(ctx: CheckContext) -> list[Finding]:
@@ -97,7 +114,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
-    findings = _compare(before, after, codes, watched)
+    findings = _compare(before, after, codes, watched, ctx.original)
     # a proof for every input only where no source's codes repeat (docs/proofs.md)
     ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped, "runs": 1}
     if findings or not codes.wrapped:
@@ -112,7 +129,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
                          "two_digits": not beyond}
     return [replace(f, message=f"{f.message} (second coded run: codes of each counter's next digit)",
                     details={**f.details, "coded_run": 2})
-            for f in _compare(before, after, second, watched)]
+            for f in _compare(before, after, second, watched, ctx.original)]
 
 
 def _watched(run, watched: dict[str, str]) -> dict:

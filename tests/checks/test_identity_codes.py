@@ -412,3 +412,24 @@ def test_a_negated_code_decodes_as_negated_not_as_the_element_the_original_deliv
     assert codes.decode(coded.float().neg().to(dtype), 3) == "w (rank 0, element 3) negated"
     if dtype != torch.float8_e4m3fn:  # three times a code is no code
         assert codes.decode(coded.float().mul(3).to(dtype), 3).startswith("value ")
+
+
+def test_a_consumer_of_several_collective_results_is_named_by_the_input_that_differs():
+    # The graph's output node reads every gradient: the layout finding named the last parameter the
+    # consumer map met ("consumer 'output' of layers.1.bias") for a difference in layers.0.weight's,
+    # and inductor's folded-cast excuse reads that parameter.
+    from fsdp_verify.checks.identity import consumer_slots, watched_consumers
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.execute.world import build_world
+    from fsdp_verify.graph.examples import mlp_graph
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.targets import get_target
+    case = Case(mlp_graph(device="cpu"))
+    slots = consumer_slots(build_world(case)[0])["output"]
+    assert watched_consumers(build_world(case)[0])["output"] == "layers.1.bias"
+    assert sorted(slots.values()) == sorted(["layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias"])
+    findings, _ = check_all(get_target("mutant:avg_twice"), case)
+    layout = next(f for f in findings if f.checker == "layout")
+    assert layout.details["param"] == slots[layout.details["input"]] == "layers.0.weight"
+    assert layout.message.startswith("rank 0: consumer 'output' of layers.0.weight received value ")
+    assert layout.message.endswith("where the original delivers layers.0.weight's element 0 (average over 2 ranks)")
