@@ -91,11 +91,17 @@ def primary(findings: Sequence[Finding], excused: Collection[Finding] = ()) -> F
     phase-crossing window, for a pass that never receives joint graphs): in a failure that also
     breaks a rule the target is held to, that rule names the bug. Named by the excused finding,
     every bug that happens to come with it would be one signature, each later one a repeat."""
+    order = ranked(findings)
+    return next((f for f in order if not any(f is e for e in excused)), order[0])
+
+
+def ranked(findings: Sequence[Finding]) -> list[Finding]:
+    """The errors (else every finding) in the order they may name a failure: the target's own, the
+    rewrite's failures to run, then the rest in checker order."""
     errors = [f for f in findings if f.severity == ERROR] or list(findings)
-    held = [f for f in errors if not any(f is e for e in excused)]
-    errors = held or errors
-    return next((f for f in errors if f.checker == "target"),
-                next((f for f in errors if f.rule in _REWRITE_FAILED), errors[0]))
+    own = [f for f in errors if f.checker == "target"]
+    failed = [f for f in errors if f.checker != "target" and f.rule in _REWRITE_FAILED]
+    return own + failed + [f for f in errors if f.checker != "target" and f.rule not in _REWRITE_FAILED]
 
 
 def collateral(findings: Sequence[Finding], excused: Collection[Finding] = ()) -> list[Finding]:

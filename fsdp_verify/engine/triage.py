@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Sequence
 
+from fsdp_verify.engine.signature import ranked
 from fsdp_verify.graph import collectives
 from fsdp_verify.model.case import Case
 from fsdp_verify.model.classes import FailureClass
@@ -47,13 +48,19 @@ def classify(target: Target, case: Case, checkers: tuple[str, ...] = (), finding
 
 
 def excused_alone(target: Target, case: Case, errors: Sequence[Any]) -> tuple[Any, ...]:
-    """The ``errors`` the target's contract excuses each on its own (``classify`` of that finding
-    alone), in a failure where some error is not excused so: those must not name the bug
-    (``signature.primary``). Empty where every error is excused, or the case is invalid input."""
+    """The errors that ``signature.primary`` must pass over: those the target's contract excuses each
+    on its own (``classify`` of that finding alone) that would name the failure before the first
+    error not excused so. Empty where every error is excused, or the case is invalid input. Asked
+    in naming order and no further than that first error: a failing case's shrink steps ask it
+    each time, and the first is mostly not excused."""
     if len(errors) < 2 or (not target.has_planner and invalid_collectives(case)):
         return ()
-    alone = tuple(f for f in errors if FailureClass(classify(target, case, (f.checker,), [f])[0]).excused)
-    return alone if len(alone) < len(errors) else ()
+    alone = []
+    for finding in ranked(errors):
+        if not FailureClass(classify(target, case, (finding.checker,), [finding])[0]).excused:
+            return tuple(alone)
+        alone.append(finding)
+    return ()
 
 
 def receives(target: Target, case: Case) -> bool:

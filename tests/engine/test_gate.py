@@ -94,9 +94,9 @@ def test_a_violation_the_baseline_shows_too_is_marked_shared(monkeypatch):
     from fsdp_verify.targets import get_target
     from helpers import TESTS
     monkeypatch.syspath_prepend(str(TESTS))
-    same = run_gate(get_target("mutant:avg_twice"), get_target("mutant:avg_twice"), [], 0, 0,
-                    stored=generated_cases(8, 0))
+    cases = generated_cases(4, 0)
+    same = run_gate(get_target("mutant:avg_twice"), get_target("mutant:avg_twice"), [], 0, 0, stored=cases)
     assert same.violations and all(n.shared for n in same.violations)
     assert "the baseline shows too" in same.text()
-    new = run_gate(get_target("reference"), get_target("mutant:avg_twice"), [], 0, 0, stored=generated_cases(8, 0))
+    new = run_gate(get_target("reference"), get_target("mutant:avg_twice"), [], 0, 0, stored=cases)
     assert new.violations and not any(n.shared for n in new.violations)
