@@ -313,7 +313,7 @@ class IdentityCodes:
             if not parts or any(t.shape != parts[0].shape for t in parts):
                 continue
             total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)
-            for divisor, how in ((1, "sum"), (len(parts), "average")):
+            for divisor, how in ((1, "sum"), (len(parts), "average"))[:2 if len(parts) > 1 else 1]:
                 found = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1).tolist()
                 hits += [(owner, element, how, len(parts)) for element in found]
         if not hits:

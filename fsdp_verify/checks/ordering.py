@@ -74,8 +74,11 @@ class _Blocking:
     def __init__(self, sk: Skeleton):
         self.sk = sk
         self.by_phase: dict[bool, list[int]] = {False: [], True: []}
+        self.hard: list[int] = []  # effects and launches alone: what binds a graph of one phase too
         for i, node in enumerate(sk.nodes):
             blocking = has_effect(node) or is_launch(node)
+            if blocking:
+                self.hard.append(i)
             for side in (False, True):
                 if blocking or (node.op == "call_function" and phase(node) != side):
                     self.by_phase[side].append(i)
@@ -89,11 +92,12 @@ class _Blocking:
     def describe(cls, node: fx.Node) -> str:
         return f"{cls.kind(node)} {node.name}"
 
-    def window(self, members: list[fx.Node], side: bool) -> tuple[Optional[fx.Node], Optional[fx.Node],
-                                                                   Optional[fx.Node]]:
-        """(last blocker before the first member, first after the last, one inside the span)."""
+    def window(self, members: list[fx.Node], side: bool, hard: bool = False) -> tuple[
+            Optional[fx.Node], Optional[fx.Node], Optional[fx.Node]]:
+        """(last blocker before the first member, first after the last, one inside the span); of
+        effects and launches alone with ``hard``."""
         index, nodes = self.sk.index, self.sk.nodes
-        spots = self.by_phase[side]
+        spots = self.hard if hard else self.by_phase[side]
         first, last = min(index[m.name] for m in members), max(index[m.name] for m in members)
         waits = {w for m in members for w in m.users}
         names = {m.name for m in members}
@@ -113,13 +117,26 @@ class _Blocking:
 
 
 def _fused_windows(ref: Refinement, sk: Skeleton, rank: int) -> list[Finding]:
-    """Rule 3. Blockers that survive the rewrite are judged first: a blocker that is itself a member
-    of another fused launch only names which of the two moved once no surviving blocker does."""
+    """Rule 3, first against effects and collectives alone, then against the other phase's nodes
+    too: a window that crosses a collective or an effect is named as such even where a node of the
+    other phase lies nearer (a pass that never receives joint graphs is excused only a finding
+    about the phase boundary, so that finding must not stand for both)."""
     blocking = _Blocking(sk)
+    for hard in (True, False):
+        found = _windows(ref, sk, rank, blocking, hard)
+        if found:
+            return found
+    return []
+
+
+def _windows(ref: Refinement, sk: Skeleton, rank: int, blocking: "_Blocking", hard: bool) -> list[Finding]:
+    """Rule 3 against ``blocking``'s blockers (effects and launches alone with ``hard``). Blockers that
+    survive the rewrite are judged first: a blocker that is itself a member of another fused launch
+    only names which of the two moved once no surviving blocker does."""
     windows = []
     for launch, members in ref.members.items():
         members = sorted({m.name: m for m in members}.values(), key=lambda m: sk.index[m.name])
-        before, after, inside = blocking.window(members, phase(members[0]))
+        before, after, inside = blocking.window(members, phase(members[0]), hard)
         names = ", ".join(m.name for m in members)
         if inside is not None and len(members) > 1:
             return [_finding(rank, f"fused launch {launch} has no legal insertion point: its members {names} span "
@@ -235,11 +252,23 @@ def _rank_findings(ctx: CheckContext, rank: int) -> list[Finding]:
     if ref.unmapped:
         ctx.metrics.setdefault("ordering", {})[f"rank {rank} unmapped collectives"] = len(ref.unmapped)
     rules = [_effect_order, _intervals, _fused_windows, _group_order, _phase_order]
+    # A finding about the phase boundary alone is reported only where no later rule finds more: it
+    # is all a pass that never receives joint graphs is excused, and must not hide what else broke.
+    boundary: list[Finding] = []
     for rule in rules:
         found = rule(ref, sk, rank)
-        if found:
+        if found and not all(_about_phases(f) for f in found):
             return found
-    return _prep_chains(ref, rank) if ctx.has_planner else []
+        boundary = boundary or found
+    return boundary or (_prep_chains(ref, rank) if ctx.has_planner else [])
+
+
+def _about_phases(finding: Finding) -> bool:
+    """A finding about the forward/backward boundary alone: forward kept before backward, or a
+    fused window blocked by a node of the other phase (rule 3 names an effect or a collective
+    first, where one blocks it too)."""
+    return finding.rule == "phase" or (finding.rule == "fused_window"
+                                       and finding.details.get("blocker") == "other-phase node")
 
 
 def _programs(ctx: CheckContext) -> tuple[dict[int, list[Event]], list[Finding]]:

@@ -145,15 +145,18 @@ class GateResult:
     differing: list[CaseNote] = field(default_factory=list)
     # the candidate's failures its contract excuses (forms it never receives, input no world runs)
     excused: list[CaseNote] = field(default_factory=list)
-    # cases in forms a target never receives, by target (``contract_mismatches``): not run against it
-    outside: dict[str, int] = field(default_factory=dict)
+    # cases a target cannot be judged on (``triage.receives``), by role: not run against it
+    outside: dict[str, int] = field(default_factory=lambda: {"candidate": 0, "baseline": 0})
+    judged: int = 0  # cases the candidate ran
     plans_compared: bool = True  # both targets plan in the reference's format
     real: str = ""
     notes: list[str] = field(default_factory=list)  # said before the cases ran (a missing corpus folder)
 
     @property
     def passed(self) -> bool:
-        return not self.violations
+        """No violation, on at least one case the candidate was judged on (a gate that judged
+        nothing proves nothing)."""
+        return not self.violations and self.judged > 0
 
     def _shared_text(self) -> str:
         """How many violations the baseline shows too (the change did not bring them)."""
@@ -162,9 +165,10 @@ class GateResult:
 
     def _outside_lines(self) -> list[str]:
         """What was not run, and against which target (a skipped case is said, never silent)."""
-        return [f"not run against {name}: {count} cases it cannot be judged on (forms it never receives, or "
-                f"launches no real world runs)"
-                for name, count in self.outside.items() if count]
+        names = {"candidate": self.candidate, "baseline": self.baseline}
+        lines = [f"not run against the {role} {names[role]}: {count} cases it cannot be judged on (forms it never "
+                 f"receives, or launches no real world runs)" for role, count in self.outside.items() if count]
+        return lines + (["the candidate was judged on no case: nothing is proved"] if not self.judged else [])
 
     def text(self) -> str:
         """The plain report the command prints."""
@@ -190,30 +194,33 @@ class GateResult:
             if note.rounds[0] != note.rounds[1]:
                 lines.append(f"    {note.rounds[0]} planning rounds -> {note.rounds[1]}")
         lines.append(self.real)
-        lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if self.violations else "pass"))
+        lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if self.violations else
+                                    "pass" if self.passed else "FAIL (no case judged)"))
         return "\n".join(lines)
 
     def markdown(self) -> str:
         """The verdict for a pull request's job summary or comment: a headline, the violations,
         and the plan differences as a table."""
-        verdict = "**FAIL**: the candidate violates invariants" if self.violations else "**pass**"
+        verdict = "**FAIL**: the candidate violates invariants" if self.violations else \
+            "**pass**" if self.passed else "**FAIL**: no case judged"
         lines = [f"## fsdp-verify gate: {verdict}", "",
                  f"Baseline `{self.baseline}`, candidate `{self.candidate}`: {self.cases} cases "
                  f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
                  f"{self.from_database} from the example database).", ""]
         if self.notes:
             lines += [*(f"> {note}" for note in self.notes), ""]
-        lines += [*(f"> {line}" for line in self._outside_lines()), ""] if self.outside else []
+        outside = self._outside_lines()
+        lines += [*(f"> {line}" for line in outside), ""] if outside else []
         lines += ["| | cases |", "| --- | ---: |",
                   f"| candidate violations | {len(self.violations)}{self._shared_text()} |",
                   f"| candidate failures its contract excuses | {len(self.excused)} |",
                   f"| cannot be judged (invalid, not passes) | {len(self.invalid)} |",
                   f"| baseline violations | {self.baseline_failures} |",
-                  f"| plans differ | {len(self.differing)} |", ""]
+                  f"| plans differ | {len(self.differing) if self.plans_compared else 'not compared'} |", ""]
         if self.violations:
             lines += ["### Violations", "", "| case | checker | rule | finding |", "| ---: | --- | --- | --- |"]
-            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])} |"
-                      for n in self.violations[:50]]
+            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])}"
+                      f"{' (the baseline too)' if n.shared else ''} |" for n in self.violations[:50]]
             lines.append("")
         if self.excused:
             lines += ["### Excused by the candidate's contract (not violations)", "",
@@ -259,8 +266,9 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
              seed_value: int, deadline: float | None = None,
              progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
              real=None, candidate_spec: Optional[str] = None, notes: Sequence[str] = ()) -> GateResult:
-    """Run every case through both targets; ``progress`` hears (cases done, violations) after every
-    case. ``stored`` are cases from an example database. With ``real`` (a ``RealRanks`` session)
+    """Run every case through both targets (each as it receives it; a case a target cannot be
+    judged on is not run against it, and counted); ``progress`` hears (cases done, violations)
+    after every case. ``stored`` are cases from an example database. With ``real`` (a ``RealRanks`` session)
     the candidate also runs on real ranks (as ``candidate_spec``)."""
     cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
     result = GateResult(baseline.name, candidate.name, len(cases), examples, seed_value, len(entries), len(stored),
@@ -268,20 +276,21 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
     # Plans in the reference's format are compared only where both targets make them: a pass
     # without a planner would show every case as "2 planning rounds -> 0".
     result.plans_compared = baseline.has_planner and candidate.has_planner
-    result.outside = {candidate.name: 0, baseline.name: 0}
+
     for number, drawn in enumerate(cases):
         # Each target sees the case in the forms it receives in practice (as a campaign hands it
         # over); a case it cannot be judged on is not run against it, and counted.
         base_case, cand_case = _received(baseline, drawn), _received(candidate, drawn)
         if base_case is None:
-            result.outside[baseline.name] += 1
+            result.outside["baseline"] += 1
         else:
             base_findings, base_ctx = check_all(baseline, base_case, deadline=deadline)
             result.baseline_failures += _is_bug(baseline, base_case, base_findings)
         base_bug = _bug_signature(baseline, base_case, base_findings) if base_case is not None else None
         if cand_case is None:
-            result.outside[candidate.name] += 1
+            result.outside["candidate"] += 1
         else:
+            result.judged += 1
             cand_findings, cand_ctx = check_all(candidate, cand_case, deadline=deadline)
             if real is not None:
                 cand_findings = cand_findings + real_ranks.judge(real, cand_case, candidate_spec or candidate.name,

@@ -155,4 +155,8 @@ def triage_candidates(result: Any, folder: Path, timeout: float = 300.0, target_
         # The saved case says what the run concluded (the next night reads its class back, and a
         # person opening it must not read "defect candidate" for what the repro settled).
         provenance = {**entry.provenance, CLASS_KEY: failure["class"], REPRO_KEY: ran.outcome.value}
-        corpus.restate(replace(entry, provenance=provenance), failure["file"])
+        try:
+            corpus.restate(replace(entry, provenance=provenance), failure["file"])
+        except OSError as exc:  # a read-only or full corpus folder: the summary still says it
+            failure["class_reasons"] = [*failure["class_reasons"], f"the saved case keeps its old class: "
+                                        f"{failure['file']} cannot be written ({type(exc).__name__}: {exc})"]

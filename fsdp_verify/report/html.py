@@ -167,8 +167,8 @@ def gate_html(result: Any) -> str:
                ("excused by the candidate's contract", len(result.excused)), ("cannot be judged", len(result.invalid)),
                ("baseline violations", result.baseline_failures),
                ("plans differ", len(result.differing) if result.plans_compared else "not compared"),
-               *((f"not run against {name} (cannot be judged on them)", count)
-                 for name, count in result.outside.items() if count)]
+               *((f"not run against the {role} (cannot be judged on them)", count)
+                 for role, count in result.outside.items() if count)]
     rows = [Row(f"case {n.number} ({n.label})", "violation (the baseline too)" if n.shared else "violation",
                 n.checker, n.rule, n.message) for n in result.violations]
     rows += [Row(f"case {n.number} ({n.label})", n.kind, n.checker, n.rule, "; ".join(n.why)) for n in result.excused]
@@ -176,7 +176,7 @@ def gate_html(result: Any) -> str:
     rows += [Row(f"case {n.number} ({n.label})", "plans differ", message="; ".join(
         line for change in n.changes for line in change.notes())) for n in result.differing]
     return table_html(f"fsdp-verify gate: {result.candidate} against {result.baseline}",
-                      "FAIL" if result.violations else "pass", figures, rows, notes=result.notes)
+                      "pass" if result.passed else "FAIL", figures, rows, notes=result.notes)
 
 
 __all__ = ["Bar", "Drawing", "Row", "Section", "campaign_html", "drawing", "gate_html", "table_html"]

@@ -447,8 +447,7 @@ class TorchInductorTarget(Target):
         # Only ordering findings about the phase boundary: a lost node, a broken edge or a read
         # before its wait is wrong in any graph, and so are a window across another collective or
         # an effect, a group's order and the ranks' streams, which a forward-only graph shows too.
-        # (A caller that names the checkers alone gets the checker-level answer.)
-        if len(phases) == 2 and checkers and set(checkers) <= {"ordering"} \
+        if len(phases) == 2 and checkers and set(checkers) <= {"ordering"} and findings \
                 and all(_across_phases(f) for f in findings):
             found.append("a joint forward+backward graph: inductor compiles the two as separate graphs, so its "
                          "scheduling never has to respect the phase boundary the ordering rules enforce")

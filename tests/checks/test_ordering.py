@@ -140,3 +140,30 @@ def test_cuda_ranks_share_a_fingerprint_but_a_renamed_bucket_tag_does_not():
     tagged = next(n for n in second.graph.nodes if n.meta.get("fsdp_reduce_scatter_prepare"))
     tagged.meta["fsdp_reduce_scatter_prepare"] = "another bucket"  # no longer its launch's id
     assert _fingerprint(first) != _fingerprint(second)
+
+
+def test_a_window_across_a_collective_is_named_so_where_a_node_of_the_other_phase_lies_nearer():
+    # A post-grad pass is excused a window across the phase boundary (it never receives a joint
+    # graph); rule 3 named only the first blocker in the span, so a window that crossed a backward
+    # node and then a reduce-scatter read as the phase boundary alone, and was excused.
+    from fsdp_verify.checks.findings import Finding
+    from fsdp_verify.checks.ordering import _Blocking, _about_phases
+    from fsdp_verify.checks.refinement import Skeleton
+    from fsdp_verify.execute.world import build_world
+    from fsdp_verify.graph.compose import Composer
+    from fsdp_verify.model.case import Case
+    c = Composer({"fsdp": (0, 1)}, overload="default")
+    for i in range(2):
+        c.param(f"w{i}", (4,), state_idx=i, device="cpu")
+    _, first = c.all_gather("w0")
+    late = c.call("aten.mul.Tensor", first, 2.0, backward=True)  # the other phase, nearer
+    _, scattered = c.reduce_scatter(late, "w0")  # then a collective
+    _, second = c.all_gather("w1")
+    module = build_world(Case(c.finish([scattered, c.call("aten.add.Tensor", first, second)])))[0]
+    nodes = {n.name: n for n in module.graph.nodes}
+    members = [nodes[n] for n in nodes if n.startswith("ag_")]
+    blocking = _Blocking(Skeleton.of(module))
+    assert _Blocking.kind(blocking.window(members, False)[2]) == "other-phase node"
+    assert _Blocking.kind(blocking.window(members, False, hard=True)[2]) == "collective"
+    assert _about_phases(Finding("ordering", "", rule="fused_window", details={"blocker": "other-phase node"}))
+    assert not _about_phases(Finding("ordering", "", rule="fused_window", details={"blocker": "collective"}))

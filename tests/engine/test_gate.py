@@ -81,10 +81,10 @@ def test_an_external_candidate_is_gated_on_the_forms_it_receives_and_its_contrac
     assert all("convert_element_type" in n.message or " span collective " in n.message for n in result.violations)
     assert result.excused and {n.kind for n in result.excused} == {"contract mismatch"}
     assert all(n.why for n in result.excused)
-    assert result.outside == {candidate.name: 1, "reference": 0}
+    assert result.outside == {"candidate": 1, "baseline": 0} and result.judged == 6
     assert not result.plans_compared and result.differing == []
     text = result.text()
-    assert f"not run against {candidate.name}: 1 cases it cannot be judged on" in text
+    assert f"not run against the candidate {candidate.name}: 1 cases it cannot be judged on" in text
     assert "plans not compared" in text
     assert "| candidate failures its contract excuses |" in result.markdown()
 
@@ -100,3 +100,18 @@ def test_a_violation_the_baseline_shows_too_is_marked_shared(monkeypatch):
     assert "the baseline shows too" in same.text()
     new = run_gate(get_target("reference"), get_target("mutant:avg_twice"), [], 0, 0, stored=cases)
     assert new.violations and not any(n.shared for n in new.violations)
+
+
+def test_a_gate_whose_candidate_was_judged_on_no_case_does_not_pass():
+    from fsdp_verify.engine.gate import run_gate
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.strategies.mutations import double_wait
+    from fsdp_verify.targets import get_target
+    plain = Case(render(Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((3, 2))),))))
+    launch = next(n.name for n in plain.graph.nodes if "all_gather" in str(n.target))
+    result = run_gate(get_target("reference"), get_target("torch-inductor"), [], 0, 0,
+                      stored=[double_wait(plain, launch)])  # one wait per launch is all make_fx emits
+    assert result.judged == 0 and not result.passed and result.violations == []
+    assert "the candidate was judged on no case" in result.text() and "verdict: FAIL (no case judged)" in result.text()
+    assert "**FAIL**: no case judged" in result.markdown()

@@ -277,7 +277,7 @@ def test_a_script_whose_pass_does_not_import_judges_nothing_and_the_triage_runs_
         path = _save(tmp_path, target, Case(mlp_graph(device="cpu")))
         script = _write(path, tmp_path / "scripts" / "repro.py")
         alone = run_script(script, env={**os.environ, "PYTHONPATH": str(TESTS)}, timeout=240)
-        assert alone.outcome is Outcome.CANNOT_LOAD and "CANNOT LOAD the pass user_pass_35:bucket" in alone.output
+        assert alone.outcome is Outcome.CANNOT_LOAD and "CANNOT LOAD user_pass_35:bucket" in alone.output
         assert import_roots(target) == [str(package.resolve())]
         env = script_env(target)
         env["PYTHONPATH"] += os.pathsep + str(TESTS)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from fsdp_verify.checks.findings import Finding
 from fsdp_verify.engine import campaign
 from fsdp_verify.model.case import case_from_json
 from fsdp_verify.engine.run_case import check_all
@@ -78,7 +79,8 @@ def test_forms_inductor_never_receives_are_contract_mismatches_and_bad_sizes_inv
     kind, why = classify(inductor, two_block_case(), ("numerics",))
     assert kind == MISMATCH and "op packets" in why[0]
     joint = inductor.normalise(two_block_case(overload="default"))
-    assert classify(inductor, joint, ("ordering",))[0] == MISMATCH
+    boundary = Finding("ordering", "span other-phase node", rule="fused_window", details={"blocker": "other-phase node"})
+    assert classify(inductor, joint, ("ordering",), [boundary])[0] == MISMATCH
     assert classify(inductor, joint, ("numerics",))[0] == CANDIDATE
     case = two_block_case()
     node = next(n for n in case.graph.nodes if "all_gather" in n.target)
@@ -200,9 +202,11 @@ def test_a_joint_graph_excuses_ordering_findings_only():
     # bind it; a lost node or a broken edge is wrong in any graph and is never excused.
     target = get_target("torch-inductor")
     case = target.normalise(two_block_case(overload="default"))
-    assert target.contract_mismatches(case, ("ordering",))
-    assert target.contract_mismatches(case, ("dependencies",)) == []
-    assert target.contract_mismatches(case, ("dependencies", "ordering")) == []
+    boundary = Finding("ordering", "span other-phase node", rule="fused_window", details={"blocker": "other-phase node"})
+    assert target.contract_mismatches(case, ("ordering",), [boundary])
+    assert target.contract_mismatches(case, ("ordering",)) == []  # the findings decide: none named, none excused
+    assert target.contract_mismatches(case, ("dependencies",), [boundary]) == []
+    assert target.contract_mismatches(case, ("dependencies", "ordering"), [boundary]) == []
 
 
 @pytest.mark.parametrize("shape", ["7", [2, "x"], None, [-1]])
