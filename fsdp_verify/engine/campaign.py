@@ -115,6 +115,10 @@ def database_key(config: Config) -> bytes:
     return example_db.database_key(config.strategy, config.size, config.modules, config.spec, config.draw_spec)
 
 
+# skip reasons whose planted shapes are launches no real world runs (``triage.receives`` refuses them)
+UNRUNNABLE_REASONS = ("group_size_mismatch", "unknown_process_group")
+
+
 def _strategy(config: Config, target: Optional[Any] = None):
     """The graphs to draw, in the form ``target`` receives in practice (``config.raw_forms`` keeps the
     harness's own forms), each with one draw of the target's open options and of the [I] settings."""
@@ -141,6 +145,10 @@ def _strategy(config: Config, target: Optional[Any] = None):
     else:
         graphs = cases(config.size, modules=config.modules)
     if target is not None and not config.raw_forms:  # forms it never receives are not wasted on it
+        named = names.strategy_name(config.strategy)
+        if named.rule and named.reason in UNRUNNABLE_REASONS and not target.has_planner:
+            raise ValueError(f"strategy {config.strategy!r}: every case it draws holds a launch no real world runs, "
+                             f"which a target without a planner cannot be judged on (--raw-forms draws them)")
         graphs = graphs.map(target.normalise).filter(lambda case: receives(target, case))
     graphs = with_target_options(graphs, target.options() if target is not None else {})
     if not config.spec and not config.draw_spec:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import site
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -105,10 +107,19 @@ def import_roots(target_name: str | None) -> list[str]:
         found = importlib.util.find_spec(module_name.split(".")[0])
     except (ImportError, ValueError):
         return []
-    if found is None or not found.origin or not Path(found.origin).is_file():
-        return []  # built in, frozen or a namespace package: found without a folder of ours
-    origin = Path(found.origin).resolve()
-    return [str(origin.parent.parent if origin.name == "__init__.py" else origin.parent)]
+    if found is None:
+        return []
+    if found.origin and Path(found.origin).is_file():
+        origin = Path(found.origin).resolve()
+        root = origin.parent.parent if origin.name == "__init__.py" else origin.parent
+    elif found.submodule_search_locations:  # a namespace package: a folder without __init__.py
+        root = Path(next(iter(found.submodule_search_locations))).resolve().parent
+    else:
+        return []  # built in or frozen
+    # where the script's interpreter looks anyway (site-packages, the standard library): put first
+    # on its path, such a folder could shadow the standard library
+    usual = {Path(p).resolve() for p in (*site.getsitepackages(), site.getusersitepackages(), sysconfig.get_paths()["stdlib"])}
+    return [] if root in usual else [str(root)]
 
 
 def script_env(target_name: str | None) -> dict:

@@ -436,3 +436,14 @@ def test_a_joint_graph_excuses_only_the_ordering_findings_about_its_phase_bounda
         streams = Finding("ordering", "ranks issue different streams", rule="streams")
         assert kind(boundary) is kind(phase) is kind(boundary, phase) is FailureClass.MISMATCH, name
         assert kind(collective) is kind(streams) is kind(boundary, collective) is FailureClass.CANDIDATE, name
+
+
+def test_a_rule_hunt_whose_every_case_no_world_runs_is_refused_for_a_target_without_a_planner(monkeypatch):
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    target = get_target("fx-pass:helpers.torch_passes:correct")
+    with pytest.raises(ValueError, match="cannot be judged on"):
+        campaign._strategy(campaign.Config(target=target.name, strategy="rule:group_size_mismatch"), target)
+    campaign._strategy(campaign.Config(target="reference", strategy="rule:group_size_mismatch"),
+                       get_target("reference"))  # a planner must skip them

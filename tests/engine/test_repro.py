@@ -285,3 +285,21 @@ def test_a_script_whose_pass_does_not_import_judges_nothing_and_the_triage_runs_
     finally:
         sys.path.remove(str(package))
         sys.modules.pop("user_pass_35", None)
+
+
+def test_import_roots_name_a_user_folder_and_never_site_packages_or_the_standard_library(tmp_path, monkeypatch):
+    from fsdp_verify.engine.repro import import_roots
+    (tmp_path / "namespace_35" / "inner").mkdir(parents=True)  # folders without __init__.py
+    (tmp_path / "namespace_35" / "inner" / "passes.py").write_text("def run(gm):\n    pass\n")
+    (tmp_path / "package_35").mkdir()
+    (tmp_path / "package_35" / "__init__.py").write_text("")
+    (tmp_path / "package_35" / "passes.py").write_text("def run(gm):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    root = [str(tmp_path.resolve())]
+    assert import_roots("fx-pass:namespace_35.inner.passes:run") == root
+    assert import_roots("fx-pass:package_35.passes:run") == root
+    assert import_roots("package_35.passes:make_target") == root
+    # torch (site-packages) and json (the standard library) import anyway: first on the path they
+    # could shadow the standard library
+    assert import_roots("fx-pass:torch._inductor.fx_passes.bucketing:bucket_all_gather") == []
+    assert import_roots("fx-pass:json:dumps") == [] and import_roots("reference") == []
