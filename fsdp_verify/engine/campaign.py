@@ -512,7 +512,8 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
     another bug, saved as found); an excused failure's signature is saved again once it is seen on
     input the target accepts. ``seen``: when each signature was first met (examples, seconds into
     the worker's run), recorded as the failure's ``found_at``."""
-    signature = bug_signature(findings, target, case)
+    passed_over = _excused_alone(target, case, findings)
+    signature = root_cause(findings, passed_over)
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
     excused = FailureClass(kind).excused
     if _known(result, signature, excused):
@@ -537,7 +538,7 @@ def _record(config: Config, target: Any, result: Result, case: Case, findings: l
         result.by_checker[checker] += 1
     result.failures.append({"file": None if path is None else str(path), "new": written,
                             **({"case": entry.to_json()} if path is None else {}),
-                            **_described(entry, findings, kind, why, _excused_alone(target, case, findings)),
+                            **_described(entry, findings, kind, why, passed_over),
                             "signature": signature.to_json(), "found_while_shrinking": while_shrinking,
                             "found_at": list((seen or {}).get(signature) or ()),
                             "target_options": dict(case.target_options)})
@@ -563,9 +564,10 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
     if len(case.graph.nodes) >= failure["nodes"]:
         return
     kind, why = _classified(target, case, [f for f in findings if f.severity == ERROR])
+    passed_over = _excused_alone(target, case, findings)
     entry = corpus.Entry(case, config.target, corpus.Verdict.of(findings),
                          corpus.provenance(config.seed, worker=config.worker, label=case.label,
-                                           **{SIGNATURE_KEY: bug_signature(findings, target, case).to_json(), CLASS_KEY: kind}))
+                                           **{SIGNATURE_KEY: root_cause(findings, passed_over).to_json(), CLASS_KEY: kind}))
     try:
         path, written = corpus.save(entry, config.corpus_dir)
     except (OSError, corpus.CorpusError) as exc:
@@ -578,7 +580,7 @@ def _replace(config: Config, target: Any, result: Result, index: int, case: Case
         with contextlib.suppress(OSError):
             os.unlink(old)  # written by this run, as met: the shrunk case replaces it
     failure.update({"file": str(path), "new": written or failure["new"], **_described(entry, findings, kind, why,
-                                                                          _excused_alone(target, case, findings)),
+                                                                          passed_over),
                     "found_while_shrinking": False})
     failure.pop("case", None)
 

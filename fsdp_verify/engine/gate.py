@@ -281,12 +281,13 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
         # Each target sees the case in the forms it receives in practice (as a campaign hands it
         # over); a case it cannot be judged on is not run against it, and counted.
         base_case, cand_case = _received(baseline, drawn), _received(candidate, drawn)
+        base_bug = None
         if base_case is None:
             result.outside["baseline"] += 1
         else:
             base_findings, base_ctx = check_all(baseline, base_case, deadline=deadline)
-            result.baseline_failures += _is_bug(baseline, base_case, base_findings)
-        base_bug = _bug_signature(baseline, base_case, base_findings) if base_case is not None else None
+            base_bug = _bug_signature(baseline, base_case, base_findings)
+            result.baseline_failures += base_bug is not None
         if cand_case is None:
             result.outside["candidate"] += 1
         else:
@@ -324,12 +325,13 @@ def _judge(result: GateResult, candidate: Target, number: int, case: Case, findi
     errors = [f for f in findings if f.severity == ERROR]
     if errors:
         kind, why = classify(candidate, case, tuple(sorted({f.checker for f in errors})), errors)
-        first = primary(errors, excused_alone(candidate, case, errors))
+        passed_over = excused_alone(candidate, case, errors)
+        first = primary(errors, passed_over)
         if FailureClass(kind).excused:
             result.excused.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
                                            kind=kind, why=tuple(why)))
         else:
-            shared = baseline_bug is not None and signature(errors, excused_alone(candidate, case, errors)) == baseline_bug
+            shared = baseline_bug is not None and signature(errors, passed_over) == baseline_bug
             result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
                                               shared=shared))
     elif any(f.severity == INVALID for f in findings):
@@ -338,16 +340,12 @@ def _judge(result: GateResult, candidate: Target, number: int, case: Case, findi
 
 
 def _bug_signature(target: Target, case: Case, findings: list) -> Optional[Signature]:
-    """The signature of ``target``'s bug on ``case``, or None where it has none."""
+    """The signature of ``target``'s bug on ``case``: None where it has none, or its contract
+    excuses the failure."""
     errors = [f for f in findings if f.severity == ERROR]
-    return signature(errors, excused_alone(target, case, errors)) if _is_bug(target, case, findings) else None
-
-
-def _is_bug(target: Target, case: Case, findings: list) -> bool:
-    """Whether ``findings`` hold a failure of ``target`` its contract does not excuse."""
-    errors = [f for f in findings if f.severity == ERROR]
-    return bool(errors) and not FailureClass(classify(target, case, tuple(sorted({f.checker for f in errors})),
-                                                      errors)[0]).excused
+    if not errors or FailureClass(classify(target, case, tuple(sorted({f.checker for f in errors})), errors)[0]).excused:
+        return None
+    return signature(errors, excused_alone(target, case, errors))
 
 
 def gate_report(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
