@@ -306,10 +306,12 @@ class IdentityCodes:
         if position >= flat.numel() or not tensor.is_floating_point():
             return None
         value = flat[position]
+        by_source: dict[str, list[torch.Tensor]] = {}  # each summed source's codes, rank by rank
+        for (_, source), codes in sorted(run.sources.items()):
+            by_source.setdefault(source, []).append(codes)
         hits: list[tuple[str, int, str, int]] = []  # (param, element, how, ranks)
         for name, (owner, kind, _) in sorted(self.sources.items(), key=lambda item: item[1][0] != param):
-            parts = [t for (_, source), t in sorted(run.sources.items(), key=lambda item: item[0][0])
-                     if source == name and kind in SUMMED_KINDS]
+            parts = by_source.get(name, []) if kind in SUMMED_KINDS else []
             if not parts or any(t.shape != parts[0].shape for t in parts):
                 continue
             total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)

@@ -93,10 +93,10 @@ _UNJUDGED = "its standalone repro could not judge it ({outcome}): {script}"
 
 
 def import_roots(target_name: str | None) -> list[str]:
-    """The folder each module a target name names was imported from in this process (an
-    ``fx-pass:MODULE:CALLABLE`` pass, a ``module:callable`` target): a repro script runs from a
-    folder of its own, where a pass found through the campaign's working folder does not import,
-    and the script would judge nothing."""
+    """The folder that holds the top-level package of the module a target name names (an
+    ``fx-pass:MODULE:CALLABLE`` pass, a ``module:callable`` target), as this process finds it: a
+    repro script runs from a folder of its own, where a pass found through the campaign's working
+    folder does not import, and the script would judge nothing. Empty where there is none to add."""
     if not target_name:
         return []
     spec = target_name[len("fx-pass:"):] if target_name.startswith("fx-pass:") else target_name
