@@ -57,6 +57,10 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
                            "summary says they are left untriaged)")
     fuzz.add_argument("--repro-dir", help="keep the repro scripts of the defect candidates here (default: a "
                                           "temporary folder; fsdp-verify repro writes them again)")
+    fuzz.add_argument("--require-fusion", action="store_true",
+                      help="fail the run (exit 1, a JUnit failure) when the target fused no launch in any case that "
+                           "held launches a pass could fuse: a bucketing pass that never matches passes every check "
+                           "(without it the summary warns)")
     options.isolation_options(fuzz)
     options.ranks_options(fuzz)
     fuzz.add_argument("--junit", type=options.writable_file, help="write a JUnit XML report here")
@@ -117,17 +121,19 @@ def run(args: argparse.Namespace) -> int:
     with options.progress_line(args, "fuzz", start=False, total=budget.examples, seconds=budget.seconds) as progress:
         result = campaign.run_parallel(config, args.workers, progress=progress.update)
     _triage_by_repro(args, result)
-    print(summary_text(result, args.target))
+    print(summary_text(result, args.target, args.require_fusion))
     if args.junit:
-        Path(args.junit).write_text(junit_xml(result, args.target))
+        Path(args.junit).write_text(junit_xml(result, args.target, args.require_fusion))
     if args.json:
         Path(args.json).write_text(json.dumps({"target": args.target, **result.to_json()}, indent=1))
     if args.html:
         from fsdp_verify.report.html import campaign_html
-        Path(args.html).write_text(campaign_html(result, args.target, options.drawings(result.failures, args.target)))
+        Path(args.html).write_text(campaign_html(result, args.target, options.drawings(result.failures, args.target),
+                                                 require_fusion=args.require_fusion))
     from fsdp_verify.model import classes
     bugs = [f for f in result.failures if classes.of(f).is_bug]
-    code = 1 if bugs or result.harness_errors else 130 if result.interrupted else 0
+    vacuous = args.require_fusion and result.vacuous and not result.interrupted
+    code = 1 if bugs or result.harness_errors or vacuous else 130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
         sys.stdout.flush()
         sys.stderr.flush()

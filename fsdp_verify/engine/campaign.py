@@ -35,7 +35,7 @@ from fsdp_verify.execute.ranks import judge as real_ranks
 from fsdp_verify.engine.run_case import check_all, children_started, close_children
 from fsdp_verify.execute.isolation import die_with_parent, shows_output, unshared_bar_lock
 from fsdp_verify.execute.ranks.pool import exit_reason
-from fsdp_verify.report.tally import Result, proofs_of
+from fsdp_verify.report.tally import Result, effect_of, proofs_of
 from fsdp_verify.engine.signature import Signature, collateral, primary
 from fsdp_verify.engine.signature import signature as root_cause
 from fsdp_verify.engine.triage import classify, excused_alone, receives
@@ -179,6 +179,7 @@ def run(config: Config, progress: Optional[Tick] = None, session: Optional[real_
                     clock=clock)
     real = session or real_ranks.open_session(config.ranks, config.seed, config.deadline, config.real_fraction)
     runner.real = real
+    result.has_planner = runner.target.has_planner
     try:
         with collector.tuned():  # loaded libraries frozen out of the collector's walks, young collections rarer
             if progress is not None:
@@ -466,6 +467,7 @@ def _count(result: Result, ctx) -> None:
     result.judged_elements += judged.get("judged_elements", 0)
     result.node_ranks += len(ctx.case.graph.nodes) * len(ctx.case.graph.world())
     result.proofs.update(proofs_of(ctx.metrics))
+    result.effect.update(effect_of(ctx.metrics))
 
 
 def _classified(target: Any, case: Case, errors: list) -> tuple[str, list[str]]:

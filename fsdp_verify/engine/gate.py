@@ -22,6 +22,7 @@ from fsdp_verify.engine.signature import Signature, primary, signature
 from fsdp_verify.engine.triage import classify, excused_alone, receives
 from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.corpus.files import Entry
+from fsdp_verify.report.tally import KINDS, effect_of
 from fsdp_verify.targets.base import Target
 
 
@@ -151,12 +152,43 @@ class GateResult:
     plans_compared: bool = True  # both targets plan in the reference's format
     real: str = ""
     notes: list[str] = field(default_factory=list)  # said before the cases ran (a missing corpus folder)
+    # what each target's rewrites did (``report.tally.effect_of`` summed), on the cases both ran, and
+    # the cases the baseline fused that the candidate left as they were
+    effect: dict[str, Counter] = field(default_factory=lambda: {"candidate": Counter(), "baseline": Counter()})
+    left_alone: list[int] = field(default_factory=list)
+
+    @property
+    def vacuous(self) -> bool:
+        """The candidate fused nothing on the cases where the baseline fused: every check passes on
+        a rewrite that changed nothing, so the gate proved nothing of the change's bucketing."""
+        return self.effect["baseline"]["fused"] > 0 and self.effect["candidate"]["fused"] == 0
 
     @property
     def passed(self) -> bool:
         """No violation, on at least one case the candidate was judged on (a gate that judged
-        nothing proves nothing)."""
-        return not self.violations and self.judged > 0
+        nothing proves nothing), and a candidate that fused where the baseline did."""
+        return not self.violations and self.judged > 0 and not self.vacuous
+
+    @property
+    def verdict(self) -> str:
+        """The verdict's words, after FAIL or pass."""
+        return ("the candidate violates invariants" if self.violations else
+                "no case judged" if not self.judged else
+                "the candidate fused no launch where the baseline fused: nothing of its bucketing was judged"
+                if self.vacuous else "")
+
+    def _effect_lines(self) -> list[str]:
+        """What each target fused on the cases both ran."""
+        base, cand = self.effect["baseline"], self.effect["candidate"]
+        if not base["rewritten"] and not cand["rewritten"]:
+            return []
+        lines = [f"rewrites on the cases both ran: baseline fused launches in {base['fused']} of {base['rewritten']}, "
+                 f"candidate in {cand['fused']} of {cand['rewritten']}; launches after the rewrite, summed over "
+                 f"ranks: baseline {_launches(base)}, candidate {_launches(cand)}"]
+        if self.left_alone:
+            lines.append(f"cases the baseline fused and the candidate left as they were: {len(self.left_alone)} "
+                         f"(cases {', '.join(map(str, self.left_alone[:20]))}{', ...' if len(self.left_alone) > 20 else ''})")
+        return lines
 
     def _shared_text(self) -> str:
         """How many violations the baseline shows too (the change did not bring them)."""
@@ -177,6 +209,7 @@ class GateResult:
                  f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
                  f"{self.from_database} from the example database)",
                  *self._outside_lines(),
+                 *self._effect_lines(),
                  f"candidate violations: {len(self.violations)}{self._shared_text()}",
                  *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}"
                    f"{' (the baseline too)' if n.shared else ''}" for n in self.violations[:20]),
@@ -194,22 +227,20 @@ class GateResult:
             if note.rounds[0] != note.rounds[1]:
                 lines.append(f"    {note.rounds[0]} planning rounds -> {note.rounds[1]}")
         lines.append(self.real)
-        lines.append("verdict: " + ("FAIL (the candidate violates invariants)" if self.violations else
-                                    "pass" if self.passed else "FAIL (no case judged)"))
+        lines.append("verdict: " + ("pass" if self.passed else f"FAIL ({self.verdict})"))
         return "\n".join(lines)
 
     def markdown(self) -> str:
         """The verdict for a pull request's job summary or comment: a headline, the violations,
         and the plan differences as a table."""
-        verdict = "**FAIL**: the candidate violates invariants" if self.violations else \
-            "**pass**" if self.passed else "**FAIL**: no case judged"
+        verdict = "**pass**" if self.passed else f"**FAIL**: {self.verdict}"
         lines = [f"## fsdp-verify gate: {verdict}", "",
                  f"Baseline `{self.baseline}`, candidate `{self.candidate}`: {self.cases} cases "
                  f"({self.generated} generated with seed {self.seed}, {self.from_corpus} from the corpus, "
                  f"{self.from_database} from the example database).", ""]
         if self.notes:
             lines += [*(f"> {note}" for note in self.notes), ""]
-        outside = self._outside_lines()
+        outside = self._outside_lines() + self._effect_lines()
         lines += [*(f"> {line}" for line in outside), ""] if outside else []
         lines += ["| | cases |", "| --- | ---: |",
                   f"| candidate violations | {len(self.violations)}{self._shared_text()} |",
@@ -255,6 +286,11 @@ class GateResult:
         return "\n".join(lines)
 
 
+def _launches(effect: Counter) -> str:
+    return ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
+                     for kind in KINDS if effect["before:" + kind] or effect["after:" + kind]) or "none"
+
+
 def _cell(text: str, limit: int = 240) -> str:
     """Text safe inside a Markdown table cell, cut at ``limit`` characters."""
     text = str(text)
@@ -297,6 +333,8 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
                 cand_findings = cand_findings + real_ranks.judge(real, cand_case, candidate_spec or candidate.name,
                                                                  cand_findings, cand_ctx)
             _judge(result, candidate, number, cand_case, cand_findings, base_bug)
+        if base_case is not None and cand_case is not None:
+            _compare_effects(result, number, base_ctx, cand_ctx)
         if result.plans_compared and base_case is not None and cand_case is not None:
             base_plans, cand_plans = _plan_shape(base_ctx), _plan_shape(cand_ctx)
             changes = plan_changes(base_plans, cand_plans)
@@ -307,6 +345,15 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
             progress(number + 1, len(result.violations))
     result.real = real_ranks.session_line(real)
     return result
+
+
+def _compare_effects(result: GateResult, number: int, base_ctx, cand_ctx) -> None:
+    """Add what each target's rewrite of one case did (a target that raised did nothing)."""
+    base, cand = effect_of(base_ctx.metrics), effect_of(cand_ctx.metrics)
+    result.effect["baseline"].update(base)
+    result.effect["candidate"].update(cand)
+    if base["fused"] and not cand["fused"]:
+        result.left_alone.append(number)
 
 
 def _received(target: Target, case: Case) -> Optional[Case]:

@@ -217,6 +217,8 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     if ctx.run.error is not None:
         with stages.timed(cpu, stages.checker("planner")):
             return _target_failure(ctx)
+    with stages.timed(cpu, Stage.REPORTING):
+        ctx.metrics["effect"] = ctx.run.effect()  # before any checker: one hands the rewrite back to the target
     with stages.timed(cpu, stages.checker("annotation")):
         misannotated = _misannotated(ctx)
     if misannotated:

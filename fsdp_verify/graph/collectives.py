@@ -126,3 +126,31 @@ def invalid_launches(spec: Any) -> list[str]:
                 found.append(f"{node.name}: {why}")
                 break
     return found
+
+
+BUCKETED = (Kind.ALL_GATHER, Kind.REDUCE_SCATTER, Kind.ALL_REDUCE)  # the kinds a bucketing pass fuses
+
+
+def launch_counts(graph: Any) -> dict[Kind, int]:
+    """Launches of each bucketed kind in an FX graph (a coalesced launch counts once: it is one
+    launch). A rewrite that fuses holds fewer of some kind than its original."""
+    counts = dict.fromkeys(BUCKETED, 0)
+    for node in graph.nodes:
+        if node.op == "call_function" and is_launch(node.target):
+            found = kind(node.target)
+            if found in counts:
+                counts[found] += 1
+    return counts
+
+
+def fusable(graph: Any) -> bool:
+    """Whether an FX graph holds two launches of one bucketed kind on one group: something a
+    bucketing pass could fuse (whether it may is the checkers' question)."""
+    seen = set()
+    for node in graph.nodes:
+        if node.op == "call_function" and is_launch(node.target) and kind(node.target) in BUCKETED:
+            key = (kind(node.target), group_of(node))
+            if key in seen:
+                return True
+            seen.add(key)
+    return False

@@ -15,7 +15,8 @@ from typing import Any, Optional, Sequence
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from fsdp_verify.report.summary import EXPECTED, class_line, class_reasons, known_text, replay_command, repro_command
+from fsdp_verify.report.summary import (EXPECTED, class_line, class_reasons, effect_line, known_text, replay_command,
+                                        repro_command, vacuous_lines)
 from fsdp_verify.report.tally import PROOFS, Result
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -108,6 +109,8 @@ def campaign_sections(result: Result, target: str, drawings: dict[str, Drawing])
 
 
 def _coverage_bars(result: Result) -> list[Bar]:
+    if result.has_planner is False:
+        return []  # no plans in the reference's format: no decisions to cover
     return [Bar(action, sum((action, r) in result.decisions for r in reasons), len(reasons))
             for action, reasons in EXPECTED.items()]
 
@@ -117,7 +120,8 @@ def _checker_bars(result: Result) -> list[Bar]:
     return [Bar(checker, count, whole) for checker, count in sorted(result.by_checker.items())]
 
 
-def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Drawing]] = None, title: str = "") -> str:
+def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Drawing]] = None, title: str = "",
+                  require_fusion: bool = False) -> str:
     """The page of one fuzz campaign (``drawings``: each saved failure's picture, by file)."""
     rate = result.examples / result.seconds if result.seconds else 0.0
     known = known_text(result)
@@ -129,13 +133,16 @@ def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Draw
                ("failures", f"{len(result.failures)} distinct, {result.repeats} repeats of known bugs"),
                *([("known bugs", known)] if known else []),
                ("by class", class_line(result)), ("invalid cases", f"{result.invalid} (cannot be judged: never passed)"),
-               ("harness errors", str(result.harness_errors))]
+               ("harness errors", str(result.harness_errors)),
+               ("rewrites", effect_line(result).removeprefix("rewrites").strip())]
+    vacuous = vacuous_lines(result, require_fusion)
     return _ENV.get_template("report.html.j2").render(
-        title=title or f"fsdp-verify fuzz {target}", kind="fuzz", verdict="FAIL" if result.failures else "pass",
+        title=title or f"fsdp-verify fuzz {target}", kind="fuzz",
+        verdict="FAIL" if result.failures or (vacuous and require_fusion) else "pass",
         interrupted=result.interrupted, figures=figures, classes=sorted(classes.items()),
         checker_bars=_checker_bars(result), coverage_bars=_coverage_bars(result),
         proofs=[(key.replace("_", " "), result.proofs[key]) for key in PROOFS],
-        skipped=sorted(result.skipped.items()), notes=result.notes,
+        skipped=sorted(result.skipped.items()), notes=[*vacuous, *result.notes],
         sections=campaign_sections(result, target, drawings or {}), rows=[])
 
 
@@ -168,7 +175,10 @@ def gate_html(result: Any) -> str:
                ("baseline violations", result.baseline_failures),
                ("plans differ", len(result.differing) if result.plans_compared else "not compared"),
                *((f"not run against the {role} (cannot be judged on them)", count)
-                 for role, count in result.outside.items() if count)]
+                 for role, count in result.outside.items() if count),
+               *((f"cases the {role} fused", f"{result.effect[role]['fused']} of {result.effect[role]['rewritten']}")
+                 for role in ("baseline", "candidate")),
+               ("cases the baseline fused, the candidate left alone", len(result.left_alone))]
     rows = [Row(f"case {n.number} ({n.label})", "violation (the baseline too)" if n.shared else "violation",
                 n.checker, n.rule, n.message) for n in result.violations]
     rows += [Row(f"case {n.number} ({n.label})", n.kind, n.checker, n.rule, "; ".join(n.why)) for n in result.excused]
@@ -176,7 +186,8 @@ def gate_html(result: Any) -> str:
     rows += [Row(f"case {n.number} ({n.label})", "plans differ", message="; ".join(
         line for change in n.changes for line in change.notes())) for n in result.differing]
     return table_html(f"fsdp-verify gate: {result.candidate} against {result.baseline}",
-                      "pass" if result.passed else "FAIL", figures, rows, notes=result.notes)
+                      "pass" if result.passed else "FAIL", figures, rows,
+                      notes=[*result.notes, *([f"FAIL: {result.verdict}"] if result.vacuous else [])])
 
 
 __all__ = ["Bar", "Drawing", "Row", "Section", "campaign_html", "drawing", "gate_html", "table_html"]

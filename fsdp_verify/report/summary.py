@@ -9,7 +9,7 @@ from pathlib import Path
 from fsdp_verify.checks.exchange import DIVERGENT_EVERY
 from fsdp_verify.targets.debug_logs import DEBUG_EVERY
 from fsdp_verify.model import classes
-from fsdp_verify.report.tally import PROOFS, Result
+from fsdp_verify.report.tally import EFFECT, KINDS, PROOFS, Result
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
@@ -17,7 +17,10 @@ EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r !
 
 
 def coverage_lines(result: Result) -> list[str]:
-    """Reason coverage of the planner per action, with what was never reached."""
+    """Reason coverage of the planner per action, with what was never reached (a target without a
+    planner in the reference's format has no decisions: said, not listed as unreached)."""
+    if result.has_planner is False:
+        return ["  none: the target makes no plans in the reference's format (what it fused: the rewrites line)"]
     lines = []
     for action, reasons in EXPECTED.items():
         hit = [r for r in reasons if (action, r) in result.decisions]
@@ -25,6 +28,31 @@ def coverage_lines(result: Result) -> list[str]:
         lines.append(f"  {action:<10} {len(hit):>2}/{len(reasons):<2}" + (f" unreached: {', '.join(missing)}"
                                                                           if missing else ""))
     return lines
+
+
+def effect_line(result: Result) -> str:
+    """What the rewrites did to the collectives: a run that fused nothing proved nothing of a
+    bucketing pass, whatever its checks said."""
+    effect = result.effect
+    if not effect["rewritten"]:
+        return "rewrites        none judged (every case's target raised or was refused)"
+    kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
+                      for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
+    return (f"rewrites        fused launches in {effect['fused']} of {effect['rewritten']} cases "
+            f"({effect['fusable']} held two or more launches of one kind on one group)"
+            + (f", added launches in {effect['grew']}" if effect["grew"] else "")
+            + (f"; launches summed over ranks: {kinds}" if kinds else "; no launches"))
+
+
+def vacuous_lines(result: Result, required: bool = False) -> list[str]:
+    """The loud line of a run whose target fused nothing where it could have."""
+    if not result.vacuous:
+        return []
+    return [f"{'FAIL' if required else 'WARNING'}: the target fused no launch in any of the "
+            f"{result.effect['fusable']} cases that held launches a pass could fuse: every check passed on "
+            f"graphs it left as they were, so this run proved nothing of its bucketing (a pass that never "
+            f"matches, on another overload or behind a switch that is off, passes every check"
+            + ("" if required else "; --require-fusion fails such a run") + ")"]
 
 
 def class_line(result: Result) -> str:
@@ -163,7 +191,7 @@ def ranks_properties(result: Result) -> list[tuple[str, object]]:
     return props
 
 
-def summary_text(result: Result, target: str) -> str:
+def summary_text(result: Result, target: str, require_fusion: bool = False) -> str:
     """The end-of-campaign table."""
     rate = result.examples / result.seconds if result.seconds else 0.0
     by_checker = checker_line(result)
@@ -180,6 +208,8 @@ def summary_text(result: Result, target: str) -> str:
              repro_line(result),
              f"by checker      {by_checker}",
              f"invalid cases   {result.invalid} (cannot be judged: counted, never passed)",
+             effect_line(result),
+             *vacuous_lines(result, require_fusion),
              isolation_line(result),
              stage_line(result),
              f"outputs judged  {_share(result.judged_elements, result.output_elements)} of output elements "
@@ -259,15 +289,17 @@ def known_text(result: Result) -> str:
     return f"{len(result.known)} saved in {read['folder']} before this run; {sightings}" + unread
 
 
-def junit_xml(result: Result, target: str) -> str:
+def junit_xml(result: Result, target: str, require_fusion: bool = False) -> str:
     """A JUnit report: the campaign, plus one test case per distinct finding (the campaign saves
     one case per bug signature) that names its checkers and carries its replay command. Only
     defects (and external defect candidates) fail; contract mismatches and invalid input are
     reported as skipped, with their class."""
     bugs = [f for f in result.failures if classes.of(f).is_bug]
     known = len(result.known_sightings)
+    vacuous = vacuous_lines(result, require_fusion)
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures) + known),
-                       failures=str(len(bugs)), skipped=str(len(result.failures) - len(bugs) + known),
+                       failures=str(len(bugs) + bool(vacuous and require_fusion)),
+                       skipped=str(len(result.failures) - len(bugs) + known + bool(vacuous and not require_fusion)),
                        time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
                              time=f"{result.seconds:.3f}")
@@ -286,7 +318,9 @@ def junit_xml(result: Result, target: str) -> str:
                         ("shrunk", result.shrunk), *repro_properties(result),
                         ("known_bugs_read", "not read" if not result.known_read or result.known_read["rediscover"]
                          else len(result.known)),
-                        ("known_bug_sightings", sum(result.known_sightings.values()))):
+                        ("known_bug_sightings", sum(result.known_sightings.values())),
+                        *((f"effect_{key.replace(':', '_')}", result.effect[key]) for key in EFFECT),
+                        ("vacuous", result.vacuous), ("fusion_required", require_fusion)):
         ET.SubElement(properties, "property", name=name, value=str(value))
     for what, count in sorted(result.skipped.items()):
         ET.SubElement(properties, "property", name=f"skipped_check:{what}", value=str(count))
@@ -294,8 +328,11 @@ def junit_xml(result: Result, target: str) -> str:
         ET.SubElement(properties, "property", name=f"cpu_seconds:{stage}", value=f"{seconds:.3f}")
     for name, value in ranks_properties(result):
         ET.SubElement(properties, "property", name=name, value=str(value))
+    if vacuous:  # the campaign proved nothing of the bucketing: never a plain pass
+        ET.SubElement(campaign, "failure" if require_fusion else "skipped", message=vacuous[0][:500])
     ET.SubElement(campaign, "system-out").text = "\n".join(
-        [f"{result.examples} examples", isolation_line(result), *skipped_lines(result), *ranks_lines(result)])
+        [f"{result.examples} examples", effect_line(result), isolation_line(result), *skipped_lines(result),
+         *ranks_lines(result)])
     for file, sightings in sorted(result.known_sightings.items()):
         # a bug an earlier run saved, met again: reported, never a new failure (its file replays it)
         known = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz.known", name=Path(file).name)

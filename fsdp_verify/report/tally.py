@@ -67,6 +67,14 @@ class Result:
     known: dict = field(default_factory=dict)
     known_read: Optional[dict] = None
     known_sightings: Counter = field(default_factory=Counter)
+    effect: Counter = field(default_factory=Counter)  # what the rewrites did to the collectives (EFFECT)
+    has_planner: Optional[bool] = None  # the target plans in the reference's format (None: not said)
+
+    @property
+    def vacuous(self) -> bool:
+        """Every judged case that held launches a pass could fuse was left unfused: each check
+        passed on graphs the target did not bucket, so the run proved nothing of its bucketing."""
+        return self.effect["fusable"] > 0 and self.effect["fused"] == 0
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -95,6 +103,8 @@ class Result:
         self.known = self.known or other.known  # every worker read the same folder
         self.known_read = self.known_read or other.known_read
         self.known_sightings.update(other.known_sightings)
+        self.effect.update(other.effect)
+        self.has_planner = other.has_planner if self.has_planner is None else self.has_planner
 
     def add_failure(self, failure: dict) -> None:
         """A failure another worker saved; one bug found by two workers is one failure (by its
@@ -122,7 +132,9 @@ class Result:
                 "isolation": {"isolated": self.isolated, "forks": self.forks, "output_kept": self.output_kept}, "shrunk": self.shrunk,
                 "known_from_corpus": None if self.known_read is None else
                 {**self.known_read, "bugs": len(self.known), "sightings": dict(self.known_sightings)},
-                "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())}}
+                "cpu_by_stage": {stage: round(seconds, 3) for stage, seconds in sorted(self.cpu_by_stage.items())},
+                "effect": {key: self.effect[key] for key in EFFECT}, "vacuous": self.vacuous,
+                "has_planner": self.has_planner}
 
 
 # What the ordering, numerics and planner verdicts rested on: schedule segments proved by the
@@ -156,6 +168,29 @@ def proofs_of(metrics: dict) -> Counter:
                     "planner_disagreements_stopped": planner.get("disagreements_stopped", 0),
                     "target_debug_logs": metrics.get("target", {}).get("debug_logs", 0),
                     "generators_excused": metrics.get("generators", {}).get("excused", 0)})
+
+
+# What the rewrites did: cases judged with a rewrite, those whose originals held two launches of one
+# kind on one group (something to fuse), those whose rewrite holds fewer launches of some kind
+# (fused) or more (grew), and launches of each kind summed over ranks, before and after.
+KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+EFFECT = ("rewritten", "fusable", "fused", "grew",
+          *(f"{when}:{kind}" for when in ("before", "after") for kind in KINDS))
+
+
+def effect_of(metrics: dict) -> Counter:
+    """One case's contribution to ``Result.effect``, from ``metrics["effect"]`` (a case whose
+    target raised has none)."""
+    effect = metrics.get("effect")
+    if not effect:
+        return Counter()
+    before, after = effect["before"], effect["after"]
+    counts = Counter({"rewritten": 1, "fusable": int(bool(effect["fusable"])),
+                      "fused": int(any(after.get(k, 0) < n for k, n in before.items())),
+                      "grew": int(any(after.get(k, 0) > n for k, n in before.items()))})
+    counts.update({f"before:{k}": before.get(k, 0) for k in KINDS})
+    counts.update({f"after:{k}": after.get(k, 0) for k in KINDS})
+    return counts
 
 
 def merge_ranks(a: dict, b: dict) -> dict:

@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from torch import fx
 
+from fsdp_verify.graph.collectives import BUCKETED, fusable, launch_counts
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets.generators import Generator
 
@@ -28,6 +29,22 @@ class TargetRun:
     debug_logs: tuple[str, ...] = ()  # the target's loggers the run held at DEBUG (targets/debug_logs.py)
     raises_only_at_debug: bool = False  # it raised with them at DEBUG and runs clean without (a rerun says)
     generators_drawn: tuple[Generator, ...] = ()  # global random generators the run moved
+
+    def effect(self) -> dict:
+        """What the rewrite did to the collectives, summed over ranks: launches of each bucketed
+        kind before and after, and whether the originals held any two a pass could fuse. Every
+        check passes on a rewrite that changed nothing, so a run says how often the target fused
+        (a pass that never matches its graphs is otherwise a pass that is never wrong)."""
+        before, after = dict.fromkeys(BUCKETED, 0), dict.fromkeys(BUCKETED, 0)
+        for rank, module in self.originals.items():
+            for kind, count in launch_counts(module.graph).items():
+                before[kind] += count
+            if rank in self.rewritten:
+                for kind, count in launch_counts(self.rewritten[rank].graph).items():
+                    after[kind] += count
+        return {"before": {kind.value: n for kind, n in before.items()},
+                "after": {kind.value: n for kind, n in after.items()},
+                "fusable": any(fusable(module.graph) for module in self.originals.values())}
 
 
 class PlanRecord:

@@ -124,6 +124,21 @@ def test_fuzz_reference_passes_and_writes_reports(tmp_path):
     assert "<testsuite" in junit.read_text()
 
 
+def test_a_pass_that_never_fuses_is_warned_of_and_fails_with_require_fusion(tmp_path, capsys, monkeypatch):
+    # A pass that never matches its graphs passes every check: the campaign said "0 failures" on
+    # a user's pass that fused nothing in 632 cases. Now the summary says what the rewrites did.
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    args = ("fuzz", "--target", "fx-pass:helpers.torch_passes:never_matches", "--budget", "4", "--size", "tiny",
+            "--no-modules", "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--no-repro")
+    warned = in_process(capsys, *args)
+    assert warned.returncode == 0, warned.stdout + warned.stderr
+    assert "fused launches in 0 of 4 cases" in warned.stdout and "WARNING: the target fused no launch" in warned.stdout
+    failed = in_process(capsys, *args, "--require-fusion", "--junit", str(tmp_path / "j.xml"))
+    assert failed.returncode == 1 and "FAIL: the target fused no launch" in failed.stdout
+    assert '<property name="vacuous" value="True"' in (tmp_path / "j.xml").read_text()
+
+
 def test_found_failure_is_saved_replayed_and_drawn(tmp_path, capsys):
     found = tmp_path / "found"
     out = cli("fuzz", "--target", "mutant:fused_meta_dropped", "--budget", "60", "--size", "tiny", "--no-modules",

@@ -115,3 +115,23 @@ def test_a_gate_whose_candidate_was_judged_on_no_case_does_not_pass():
     assert result.judged == 0 and not result.passed and result.violations == []
     assert "the candidate was judged on no case" in result.text() and "verdict: FAIL (no case judged)" in result.text()
     assert "**FAIL**: no case judged" in result.markdown()
+
+
+def test_a_candidate_that_fuses_nothing_where_the_baseline_fuses_does_not_pass(monkeypatch):
+    # A change that switches bucketing off passed the gate: every check passes on a rewrite that
+    # changed nothing. The gate says what each target fused and fails a candidate that fused none.
+    from fsdp_verify.engine.gate import generated_cases, run_gate
+    from fsdp_verify.report.html import gate_html
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    cases = generated_cases(2, 0)
+    idle = run_gate(get_target("reference"), get_target("fx-pass:helpers.torch_passes:never_matches"), [], 0, 0,
+                    stored=cases)
+    assert idle.violations == [] and idle.judged and idle.vacuous and not idle.passed
+    assert idle.left_alone and "candidate in 0 of" in idle.text()
+    assert "verdict: FAIL (the candidate fused no launch where the baseline fused" in idle.text()
+    assert "**FAIL**: the candidate fused no launch" in idle.markdown() and "FAIL: the candidate fused" in gate_html(idle)
+    fused = run_gate(get_target("reference"), get_target("fx-pass:helpers.torch_passes:correct"), [], 0, 0,
+                     stored=cases)
+    assert not fused.vacuous and fused.effect["candidate"]["fused"] > 0

@@ -24,6 +24,15 @@ def correct(gm: fx.GraphModule) -> None:
     stable_topological_sort(gm.graph)
 
 
+def never_matches(gm: fx.GraphModule) -> None:
+    """Planted no-op: inductor's bucketing, asked only where a launch is the op's packet
+    (``all_gather_into_tensor``), which post-grad graphs never hold (they call ``.default``): it
+    never fuses, so every check passes on every graph."""
+    packet = torch.ops._c10d_functional.all_gather_into_tensor
+    if any(node.target is packet for node in gm.graph.nodes):
+        correct(gm)
+
+
 def _insert_after(graph: fx.Graph, node: fx.Node, target, *extra, **kwargs) -> fx.Node:
     with graph.inserting_after(node):
         new = graph.call_function(target, (node, *extra), kwargs)

@@ -105,3 +105,26 @@ def test_deadline_mode_keeps_the_checks_that_need_live_plans():
 def test_a_target_that_dies_is_a_finding_under_deadline(name, expected):
     findings, _ = check_all(get_target(name), two_block_case(), deadline=30)
     assert findings[0].checker == "target" and expected in findings[0].message
+
+
+def test_a_run_says_what_its_rewrite_did_to_the_collectives(monkeypatch):
+    # Every check passes on a rewrite that changed nothing: the run's effect tells a pass that
+    # fuses from one that never matches (the campaign's "rewrites" line and its vacuity warning).
+    from fsdp_verify.engine.run_case import run_target
+    from fsdp_verify.graph.collectives import Kind, fusable, launch_counts
+    from fsdp_verify.graph.examples import mlp_graph
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.report.tally import effect_of
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    case = Case(mlp_graph())
+    fused = run_target(get_target("reference"), case).effect()
+    assert fused["fusable"] and fused["after"]["all_gather"] < fused["before"]["all_gather"] == 12
+    assert effect_of({"effect": fused})["fused"] == 1
+    never = get_target("fx-pass:helpers.torch_passes:never_matches")
+    idle = run_target(never, never.normalise(case)).effect()
+    assert idle["fusable"] and idle["after"] == idle["before"]
+    assert effect_of({"effect": idle})["fused"] == 0 and effect_of({}) == {}  # a raise has no effect
+    module = run_target(get_target("reference"), case).originals[0]
+    assert launch_counts(module.graph) == {Kind.ALL_GATHER: 6, Kind.REDUCE_SCATTER: 4, Kind.ALL_REDUCE: 0}
+    assert fusable(module.graph)
