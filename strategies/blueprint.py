@@ -53,6 +53,11 @@ class ParamDraw:
     reduce_op: str = "avg"
     expert: bool = False
     own_scope: bool = True  # an expert parameter lives in an ``experts`` submodule (else beside the dense ones)
+    # An expert parameter sharded over the mesh's other axis of the same size: the strided subgroups
+    # (ranks s, s+k, ...) where the others use the contiguous ones, as torchtitan shards experts over
+    # ``dp_shard_mod_ep``. Two groups of one size with different ranks: a pass that tells groups
+    # apart by their size fuses launches across them.
+    strided_group: bool = False
     layout: str = "contiguous"  # or "column_major": the all-gather source is a non-contiguous copy (LAYOUTS)
     wire: str = ""  # a dtype of WIRES: every gather of the parameter moves a cast of it (low precision)
     # The cast is multiplied by a 0-dim float32 factor of the parameter (its amax) before the gather,
@@ -102,7 +107,19 @@ def _groups(bp: Blueprint) -> dict:
     if bp.expert_degree:
         e = bp.expert_degree
         groups["fsdp_expert"] = tuple(tuple(range(s, s + e)) for s in range(0, bp.degree, e))
+        if any(draw.expert and draw.strided_group for block in bp.blocks for draw in block):
+            stride = bp.degree // e
+            groups[STRIDED_GROUP] = tuple(tuple(range(s, bp.degree, stride)) for s in range(stride))
     return groups
+
+
+STRIDED_GROUP = "fsdp_expert_strided"
+
+
+def _group_of(draw: ParamDraw) -> str:
+    if not draw.expert:
+        return "fsdp"
+    return STRIDED_GROUP if draw.strided_group else "fsdp_expert"
 
 
 def _view_chain(c: Composer, tensor: str, kind: str, backward: bool, packets: bool = False) -> str:
@@ -230,7 +247,7 @@ def fresh_render(bp: Blueprint) -> GraphSpec:
     params = bp.params()
     for index, (fqn, draw) in enumerate(params):
         c.param(fqn, draw.shard_shape, state_idx=index, dtype=draw.dtype, device=bp.device,
-                group="fsdp_expert" if draw.expert else "fsdp")
+                group=_group_of(draw))
     sources = {fqn: _column_major(c, c.param_spec(fqn).placeholder) for fqn, draw in params
                if draw.layout == "column_major" and len(draw.shard_shape) >= 2}
     waits: dict[str, str] = {}

@@ -38,6 +38,8 @@ class Size:
     wide_one_in: int = 16  # how rarely: one parameter in this many
     prefix_one_in: int = 4  # one multi-block graph in this many names its blocks blocks.1, blocks.10, ...
     strided_one_in: int = 5  # one multi-dim parameter in this many gathers a non-contiguous copy
+    # one expert parameter in this many is sharded over the strided subgroups (the mesh's other axis)
+    strided_group_one_in: int = 3
     regather: Optional[bool] = None  # every parameter gathered again for backward (None: drawn for each)
     dtypes: tuple[str, ...] = DTYPES  # the parameters' dtypes drawn from
     # expert groups (several subgroups of the FSDP group) wherever the degree has room for them, not in
@@ -104,7 +106,8 @@ FOCUSES = {
     "strided_sources": {"strided_one_in": 1},
     # several groups and subgroups in most graphs: a driver that validates only the first goes unseen
     # where one group is all there is
-    "expert_groups": {"experts_always": True, "min_degree": 4},
+    # and groups of one size with different ranks (subgroups on both axes of a 2-D mesh)
+    "expert_groups": {"experts_always": True, "min_degree": 4, "strided_group_one_in": 2},
 }
 
 
@@ -115,23 +118,25 @@ def focused(size: Size | str, focus: str) -> Size:
 
 @st.composite
 def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None = None,
-                wire: str = "") -> ParamDraw:
+                wire: str = "", strided_ok: bool = False) -> ParamDraw:
     """One parameter of a block (its dtype and gather cast usually the block's)."""
     dims = draw(_integers(1, size.max_dims))
     shape = tuple(draw(_fixed_lists(1, size.max_dim, dims)))
     if draw(_integers(0, 9)) == 0:
         dtype = draw(_sampled(size.dtypes))
     expert = expert_ok and draw(_BOOLEANS)
+    # Some experts are sharded over the mesh's other axis of the same size (strided subgroups)
+    strided_group = expert and strided_ok and draw(_integers(0, size.strided_group_one_in - 1)) == 0
     # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
     # The choice is drawn for every parameter so that each one spans the same number of choices,
     # which lets the shrinker delete a parameter whole.
     strided = draw(_integers(0, size.strided_one_in - 1)) == size.strided_one_in - 1
-    layout = "column_major" if strided and dims >= 2 else "contiguous"
     # One in sixteen is wide: more elements than a half-precision reduce-scatter's exact span, so
     # its identity codes repeat (the shape a misplacement by the code period hides in). Drawn for
     # every parameter too; shrinking goes to narrow.
     if draw(_integers(0, size.wide_one_in - 1)) == size.wide_one_in - 1 and size.wide:
         shape = (draw(_integers(1, 3)), draw(_integers(48, 160)))
+    layout = "column_major" if strided and len(shape) >= 2 else "contiguous"  # a wide shape has two dims
     view = draw(_sampled(VIEW_KINDS))
     regather = draw(_BOOLEANS) if forced_regather is None else forced_regather
     reduce_op = draw(_sampled(("avg", "sum")))
@@ -151,14 +156,15 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
     scaled = wire in SCALABLE and draw(_BOOLEANS)
     return ParamDraw(
         shard_shape=shape, dtype=dtype, view=view, regather=regather, reduce_op=reduce_op,
-        expert=expert, own_scope=own_scope, layout=layout, wire=wire, scaled=scaled)
+        expert=expert, own_scope=own_scope, layout=layout, wire=wire, scaled=scaled, strided_group=strided_group)
 
 
 @functools.lru_cache(maxsize=None)
 def _param_strategy(dtype: str, expert_ok: bool, size: Size, forced_regather: bool | None,
-                    wire: str) -> st.SearchStrategy[ParamDraw]:
+                    wire: str, strided_ok: bool = False) -> st.SearchStrategy[ParamDraw]:
     """``param_draws`` with these arguments, one object for all draws (see ``_integers``)."""
-    return param_draws(dtype=dtype, expert_ok=expert_ok, size=size, forced_regather=forced_regather, wire=wire)
+    return param_draws(dtype=dtype, expert_ok=expert_ok, size=size, forced_regather=forced_regather, wire=wire,
+                       strided_ok=strided_ok)
 
 
 # Group degrees, weighted by repetition: powers of two mostly (the common meshes), and 3, 5 and 6
@@ -199,7 +205,8 @@ def blueprints(draw, size: Size | str = "default", *, degrees: tuple[int, ...] =
         # One block in six casts every gather to one dtype, as a module's mixed-precision policy does
         # (each parameter may still draw its own cast, or none).
         wire = draw(_sampled(WIRES)) if draw(_integers(0, 5)) == 5 else ""
-        blocks.append(tuple(draw(_param_strategy(dtype, bool(expert_degree), size, size.regather, wire))
+        blocks.append(tuple(draw(_param_strategy(dtype, bool(expert_degree), size, size.regather, wire,
+                                                 expert_degree >= 2))
                             for _ in range(count)))
     prep_chains = draw(_integers(0, 4)) == 0
     # Sometimes blocks named so that one FQN is a prefix of another without a dot boundary

@@ -43,7 +43,7 @@ FEATURES = ("prefix_sharing_scopes", "dependent_candidates", "mutating_ops_in_sp
             "wrapped_codes", "low_precision_gathers", "mixed_dtype_gathers", "scaled_casts",
             "schemaless_consumers", "interleaved_gathers", "far_casts", "twice_scaled_casts", "keyword_casts",
             "casts_beside_opaque_ops", "synced_gains", "partly_traced_sources", "uneven_shards", "padded_casts",
-            "one_rank_groups")
+            "one_rank_groups", "groups_of_one_size")
 
 
 def _prefix_sharing(case: Case) -> bool:
@@ -312,6 +312,15 @@ def _partly_traced_sources(case: Case) -> bool:
     return False
 
 
+def _groups_of_one_size(case: Case) -> bool:
+    """Two groups of one size whose ranks differ, both launched on (a 2-D mesh's two axes): a pass
+    that tells groups apart by their size fuses across them."""
+    launched = {collectives.group_of(node) for node in case.graph.nodes if collectives.is_launch(node.target)}
+    groups = [name for name in case.graph.groups if name in launched]
+    return any(case.graph.degree(a) == case.graph.degree(b) and case.graph.groups[a] != case.graph.groups[b]
+               for i, a in enumerate(groups) for b in groups[i + 1:])
+
+
 def _dtype_named(name: str) -> Optional[torch.dtype]:
     value = getattr(torch, name.removeprefix("torch."), None)
     return value if isinstance(value, torch.dtype) else None
@@ -340,7 +349,8 @@ def case_features(case: Case) -> Counter:
                                           ("padded_casts", _padded_casts(case)),
                                           # a group of one rank: its launches' degree 1 trips rule 5 alone
                                           ("one_rank_groups", any(case.graph.degree(group) == 1
-                                                                  for group in case.graph.groups)))
+                                                                  for group in case.graph.groups)),
+                                          ("groups_of_one_size", _groups_of_one_size(case)))
                                    if has)
 
 

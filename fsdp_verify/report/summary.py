@@ -38,7 +38,7 @@ def effect_line(result: Result) -> str:
         return "rewrites        none judged (every case's target raised or was refused)"
     kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
                       for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
-    return (f"rewrites        fused launches in {effect['fused']} of {effect['rewritten']} cases "
+    return (f"rewrites        fused launches in {effect['fused']} of the {effect['rewritten']} cases it rewrote "
             f"({effect['fusable']} held two or more launches of one kind on one group)"
             + (f", added launches in {effect['grew']}" if effect["grew"] else "")
             + (f"; launches summed over ranks: {kinds}" if kinds else "; no launches"))

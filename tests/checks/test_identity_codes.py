@@ -433,3 +433,31 @@ def test_a_consumer_of_several_collective_results_is_named_by_the_input_that_dif
     assert layout.details["param"] == slots[layout.details["input"]] == "layers.0.weight"
     assert layout.message.startswith("rank 0: consumer 'output' of layers.0.weight received value ")
     assert layout.message.endswith("where the original delivers layers.0.weight's element 0 (average over 2 ranks)")
+
+
+def test_a_pass_that_tells_groups_apart_by_size_is_killed_on_two_groups_of_one_size(monkeypatch):
+    # No graph held two groups of one size with different ranks, so a pass keying its buckets by
+    # the group's size fused nothing wrong anywhere. Expert parameters sharded over the mesh's
+    # other axis (strided subgroups) give such a pair, and the layout check names the wrong ranks.
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+
+    def errors(name: str, strided: bool) -> list:
+        bp = Blueprint(blocks=((ParamDraw((2, 3), expert=True), ParamDraw((2, 3), expert=True, strided_group=strided)),),
+                       degree=4, expert_degree=2)
+        target = get_target(f"fx-pass:helpers.torch_passes:{name}")
+        findings, ctx = check_all(target, target.normalise(Case(render(bp))))
+        return [f for f in findings if f.severity == "error"], ctx.metrics["effect"]
+
+    killed, effect = errors("fuses_first_two_gathers_by_size", True)
+    assert effect["after"]["all_gather"] < effect["before"]["all_gather"]
+    layout = next(f for f in killed if f.checker == "layout")
+    assert layout.rule == "element_misplaced" and "(rank 1, element 0)" in layout.message \
+        and "delivers blocks.0.experts.w1 (rank 2, element 0)" in layout.message
+    assert errors("fuses_first_two_gathers", True)[0] == []  # keyed by name: nothing fused across groups
+    hidden, effect = errors("fuses_first_two_gathers_by_size", False)  # one group: the same bug fuses rightly
+    assert hidden == [] and effect["after"]["all_gather"] < effect["before"]["all_gather"]

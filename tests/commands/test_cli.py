@@ -133,7 +133,7 @@ def test_a_pass_that_never_fuses_is_warned_of_and_fails_with_require_fusion(tmp_
             "--no-modules", "--corpus", str(tmp_path / "found"), "--db", str(tmp_path / "db"), "--no-repro")
     warned = in_process(capsys, *args)
     assert warned.returncode == 0, warned.stdout + warned.stderr
-    assert "fused launches in 0 of 4 cases" in warned.stdout and "WARNING: the target fused no launch" in warned.stdout
+    assert "fused launches in 0 of the 4 cases it rewrote" in warned.stdout and "WARNING: the target fused no launch" in warned.stdout
     failed = in_process(capsys, *args, "--require-fusion", "--junit", str(tmp_path / "j.xml"))
     assert failed.returncode == 1 and "FAIL: the target fused no launch" in failed.stdout
     assert '<property name="vacuous" value="True"' in (tmp_path / "j.xml").read_text()

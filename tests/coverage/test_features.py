@@ -80,3 +80,10 @@ def test_a_one_rank_group_is_counted_unannotated_and_skipped_by_rule_5():
     assert not check_all(get_target("reference"), case)[0]
     findings, _ = check_all(get_target("mutant:one_rank_group_accepted"), case, only=("planner",))
     assert findings
+
+
+def test_two_groups_of_one_size_with_different_ranks_are_counted():
+    contiguous = ((ParamDraw((2, 3), expert=True), ParamDraw((2, 3), expert=True)),)
+    strided = ((ParamDraw((2, 3), expert=True), ParamDraw((2, 3), expert=True, strided_group=True)),)
+    assert case_features(Case(render(Blueprint(blocks=strided, degree=4, expert_degree=2))))["groups_of_one_size"]
+    assert not case_features(Case(render(Blueprint(blocks=contiguous, degree=4, expert_degree=2))))["groups_of_one_size"]

@@ -6,6 +6,7 @@ Repro tests run scripts written for these in an interpreter where fsdp_verify ca
 
 from __future__ import annotations
 
+import operator
 import os
 import random
 import time
@@ -16,6 +17,7 @@ from torch._inductor.fx_passes.bucketing import bucket_all_gather
 from torch._inductor.pattern_matcher import stable_topological_sort
 
 WAIT = torch.ops._c10d_functional.wait_tensor.default
+AG = torch.ops._c10d_functional.all_gather_into_tensor.default
 
 
 def correct(gm: fx.GraphModule) -> None:
@@ -148,3 +150,45 @@ def gathers_through_bf16(gm: fx.GraphModule) -> None:
         if isinstance(value, torch.Tensor) and value.dtype == torch.float32:
             narrow = _insert_after(gm.graph, wait, convert, torch.bfloat16)
             _insert_after(gm.graph, narrow, convert, torch.float32)
+
+
+def _fuse_first_two_gathers(gm: fx.GraphModule, key) -> None:
+    """A minimal all-gather bucketer: the graph's first two all-gathers are fused where ``key`` says
+    they match (packed flat, one launch on the first's group, split per member after the wait),
+    placed before the earlier of their waits. Sound where both gather parameters (placeholders)."""
+    graph = gm.graph
+    launches = [n for n in graph.nodes if n.target is AG][:2]
+    if len(launches) < 2 or key(launches[0]) != key(launches[1]):
+        return
+    if any(m.args[0].op != "placeholder" for m in launches):
+        return
+    waits = [next(u for u in m.users if u.target is WAIT) for m in launches]
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    size, group = launches[0].args[1], launches[0].args[2]
+    numels = [m.args[0].meta["val"].numel() for m in launches]
+    aten = torch.ops.aten
+    with graph.inserting_before(min(waits, key=order.__getitem__)):
+        flat = [graph.call_function(aten.reshape.default, (m.args[0], [-1])) for m in launches]
+        fused = graph.call_function(AG, (graph.call_function(aten.cat.default, (flat,)), size, group))
+        rows = graph.call_function(aten.reshape.default, (graph.call_function(WAIT, (fused,)), [size, -1]))
+        parts = graph.call_function(aten.split_with_sizes.default, (rows, numels, 1))
+        outs = [graph.call_function(aten.reshape.default, (
+            graph.call_function(aten.clone.default, (graph.call_function(operator.getitem, (parts, i)),),
+                                {"memory_format": torch.contiguous_format}), list(m.meta["val"].shape)))
+            for i, m in enumerate(launches)]
+    for launch, wait, out in zip(launches, waits, outs):
+        wait.replace_all_uses_with(out)
+        graph.erase_node(wait)
+        graph.erase_node(launch)
+    gm.recompile()
+
+
+def fuses_first_two_gathers(gm: fx.GraphModule) -> None:
+    """The minimal bucketer, keyed as inductor keys all-gathers: group name and dtype."""
+    _fuse_first_two_gathers(gm, lambda node: (node.args[2], node.meta["val"].dtype))
+
+
+def fuses_first_two_gathers_by_size(gm: fx.GraphModule) -> None:
+    """Planted grouping bug: the minimal bucketer keyed by the group's size instead of its name, so
+    gathers on two groups of one size (a 2-D mesh's two axes) run on the first one's group."""
+    _fuse_first_two_gathers(gm, lambda node: (node.args[1], node.meta["val"].dtype))

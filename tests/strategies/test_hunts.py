@@ -11,6 +11,7 @@ from fsdp_verify.model.names import strategy_name
 from fsdp_verify.model import names
 from fsdp_verify.strategies import blueprints, mutated_graphs
 from fsdp_verify.strategies.graphs import FOCUSES, PREFIX_SHARING_NAMES, SIZES, focused, rule_kind
+from fsdp_verify.strategies.blueprint import STRIDED_GROUP, render
 from fsdp_verify.targets.mutants import MUTANTS
 
 _DRAWS = settings(max_examples=30, database=None, derandomize=True, deadline=None, phases=[Phase.generate],
@@ -92,6 +93,8 @@ def test_a_focus_draws_its_shape_in_most_examples(focus):
     elif focus == "expert_groups":  # a degree of 5 has no room for subgroups; the others have them
         assert all(b.degree >= 4 for b in drawn)
         assert sum(b.expert_degree > 0 for b in drawn) >= len(drawn) // 2
+        # two groups of one size with different ranks in some graphs (a 2-D mesh's two axes)
+        assert any(STRIDED_GROUP in dict(render(b).groups) for b in drawn)
     else:
         assert all(p.regather for p in params) and all(len(block) >= 2 for b in drawn for block in b.blocks)
 
