@@ -659,6 +659,10 @@ def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[
         proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
+    try:
+        os.unlink(store.name)  # the ranks' rendezvous file: a script run a hundred times leaves none
+    except OSError:
+        pass
     return [reports[rank] for rank in sorted(reports)]
 
 

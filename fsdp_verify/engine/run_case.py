@@ -11,7 +11,6 @@ import importlib
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from collections import OrderedDict
@@ -32,7 +31,7 @@ from fsdp_verify.checks.graph_facts import reads_before_definition
 from fsdp_verify.engine import stages
 from fsdp_verify.targets.debug_logs import DEBUG_EVERY, debug_logs, loggers_held
 from fsdp_verify.engine.stages import Stage
-from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, shows_output
+from fsdp_verify.execute.isolation import Child, ChildDied, Served, fingerprint, output_file, shows_output
 from fsdp_verify.execute.ranks.pool import exit_reason
 from fsdp_verify.execute.world import build_world
 from fsdp_verify.targets import generators
@@ -389,12 +388,8 @@ def _child_for(target: Target) -> Child:
     return child
 
 
-def _output_file() -> Optional[str]:
-    if shows_output():
-        return None
-    handle, path = tempfile.mkstemp(prefix="fsdp-verify-target-output-", suffix=".log")
-    os.close(handle)
-    return path
+def _output_file() -> Optional[int]:
+    return None if shows_output() else output_file()
 
 
 def close_children() -> None:

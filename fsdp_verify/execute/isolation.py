@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -156,11 +157,23 @@ def fingerprint() -> tuple:
             sys.getrecursionlimit(), tuple(sys.path))
 
 
-def _redirect(output: str) -> int:
-    """Point this process's stdout and stderr (Python's and C's) at ``output``; its descriptor."""
+def output_file() -> int:
+    """A descriptor of a new file for a child's output, unlinked at once: it lives as long as a
+    process holds it, so no exit path (a killed worker, a test runner's ``os._exit``) leaves it on
+    disk. Opened for appending: a child's writes go to its end wherever a reader stands."""
+    handle, path = tempfile.mkstemp(prefix="fsdp-verify-target-output-", suffix=".log")
+    try:
+        return os.open(path, os.O_RDWR | os.O_APPEND)
+    finally:
+        os.close(handle)
+        os.unlink(path)
+
+
+def _redirect(descriptor: int) -> int:
+    """Point this process's stdout and stderr (Python's and C's) at ``descriptor`` (``output_file``)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    descriptor = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_TRUNC, 0o600)  # none of a dead child's
+    os.ftruncate(descriptor, 0)  # none of a dead child's
     os.dup2(descriptor, 1)
     os.dup2(descriptor, 2)
     # Python's streams anew on those descriptors: the parent's may write elsewhere (a capturing
@@ -187,9 +200,9 @@ def _empty(descriptor: int) -> None:
         pass
 
 
-def _serve(server: Server, setup: Callable[[], None], conn, parent: int, output: Optional[str] = None) -> None:
+def _serve(server: Server, setup: Callable[[], None], conn, parent: int, output: Optional[int] = None) -> None:
     die_with_parent(parent=parent)
-    descriptor = _redirect(output) if output else None
+    descriptor = _redirect(output) if output is not None else None
     setup()
     start, served = mapped_bytes(), 0
     before = fingerprint()
@@ -226,7 +239,7 @@ class Child:
     replies under the parent's own deadlines; ``kill`` whenever the answer is no longer wanted."""
 
     def __init__(self, server: Server, setup: Callable[[], None] = lambda: None,
-                 output: Optional[str] = None) -> None:
+                 output: Optional[int] = None) -> None:
         self._server, self._setup, self.output = server, setup, output
         self._process = None
         self._conn = None
@@ -299,25 +312,23 @@ class Child:
     def output_tail(self, limit: int = 4096) -> str:
         """The last ``limit`` bytes the child printed for the current request ('' without an
         output file). Read after the request ended, however it ended (the file outlives a death)."""
-        if not self.output:
+        if self.output is None:
             return ""
         try:
-            with open(self.output, "rb") as handle:
-                handle.seek(0, os.SEEK_END)
-                size = handle.tell()
-                handle.seek(max(0, size - limit))
-                return handle.read().decode("utf-8", "replace")
+            size = os.fstat(self.output).st_size
+            return os.pread(self.output, limit, max(0, size - limit)).decode("utf-8", "replace")
         except OSError:
             return ""
 
     def close(self) -> None:
-        """Stop the child and remove its output file."""
+        """Stop the child and close its output file (unlinked since it was made: nothing stays)."""
         self.kill()
-        if self.output:
+        if self.output is not None:
             try:
-                os.unlink(self.output)
+                os.close(self.output)
             except OSError:
                 pass
+            self.output = None
 
     def _drop(self) -> None:
         if self._conn is not None:

@@ -102,6 +102,7 @@ def test_torchrun_replay_entry_point(tmp_path):
             two_rank.append(rule)
             shutil.copy(rule, tmp_path / rule.name)
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          "--log-dir", str(tmp_path.parent / f"{tmp_path.name}-logs"),
                           "-m", "fsdp_verify.execute.ranks.torchrun", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr

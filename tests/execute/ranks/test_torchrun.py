@@ -16,8 +16,9 @@ HASH_BUG = "mutant:members_follow_hash_seed"
 def _torchrun(folder: Path, *extra: str):
     import subprocess
     import sys
+    logs = folder.parent / f"{folder.name}-torchrun-logs"  # torchrun's own default is a new /tmp folder per run
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           "-m", "fsdp_verify.execute.ranks.torchrun", str(folder), *extra],
+                           "--log-dir", str(logs), "-m", "fsdp_verify.execute.ranks.torchrun", str(folder), *extra],
                           capture_output=True, text=True, timeout=300, cwd=str(TESTS))
 
 
