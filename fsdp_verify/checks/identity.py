@@ -159,8 +159,10 @@ class IdentityCodes:
     """Identity tensors for the sources of the original graph's tagged collectives."""
 
     def __init__(self, sources: dict[str, tuple[str, str, int]], cast: dict[str, torch.dtype] | None = None,
-                 cast_nodes: frozenset[str] = frozenset(), digit: int = 0) -> None:
+                 cast_nodes: frozenset[str] = frozenset(), digit: int = 0,
+                 groups: dict[str, str] | None = None) -> None:
         self.sources = dict(sources)  # source node -> (param, kind, group size)
+        self.groups = dict(groups or {})  # source node -> the group its collective runs on (a message names sums by it)
         # Which base-``capacity`` digit of each counter the codes carry: 0 in the shared run; 1 in
         # the layout checker's second run, where codes of the first repeat (``wrapped``). Two
         # counters whose codes agree in both runs are a multiple of capacity squared apart.
@@ -191,7 +193,7 @@ class IdentityCodes:
         bucket's copy-in (inductor does) and read the placeholder itself; codes at the cast's output
         would not reach it, and every consumer would see a false difference. A rewrite that casts to
         another dtype, or not at all, still delivers other bits or another dtype."""
-        sources, cast, cast_nodes = {}, {}, set()
+        sources, cast, cast_nodes, groups = {}, {}, set(), {}
         # a built graph's placeholders carry no value meta; the header names their dtypes
         declared = {param.placeholder: dtype_from_name(param.dtype)
                     for param in original.meta.get(HEADER_KEY, {}).get("params", ())}
@@ -215,12 +217,15 @@ class IdentityCodes:
                 cast_nodes.add(source.name)
                 source = source.args[0]
             sources[source.name] = entry
-        return cls(sources, cast, frozenset(cast_nodes))
+            group = node.kwargs.get("group_name", node.args[-1])
+            if isinstance(group, str):
+                groups[source.name] = group
+        return cls(sources, cast, frozenset(cast_nodes), groups=groups)
 
     def next_digit(self) -> "IdentityCodes":
         """Codes of the same sources carrying the next digit of each counter: the second run a
         wrapped source needs (its codes repeat, so a misplacement by the period would be unseen)."""
-        return IdentityCodes(self.sources, self.cast, self.cast_nodes, digit=self.digit + 1)
+        return IdentityCodes(self.sources, self.cast, self.cast_nodes, digit=self.digit + 1, groups=self.groups)
 
     def beyond_two_digits(self) -> set[str]:
         """Wrapped sources with more elements than two digits tell apart (capacity squared)."""
@@ -297,32 +302,41 @@ class IdentityCodes:
                 return f"{param} (rank {rank}, element {(counter - base) % period}){' negated' if negated else ''}"
         return None
 
-    def summed(self, run: "IdentityRun", tensor: torch.Tensor, position: int, param: str = "") -> Optional[str]:
-        """Which summed source's element (its codes' sum over the ranks that ran it, or that sum's
-        average) the value at ``position`` equals, or None; ``param``'s own sources are tried first.
+    def summed(self, run: "IdentityRun", tensor: torch.Tensor, position: int, param: str = "",
+               group_ranks: Optional[dict[str, tuple[int, ...]]] = None) -> Optional[str]:
+        """Which summed source's element (its codes' sum over the ranks of its collective's group, or
+        over every rank that ran it, or that sum's average) the value at ``position`` equals, or
+        None; ``param``'s own sources are tried first. ``group_ranks``: group -> ranks, as seen by
+        the rank that received the value (a sub-group's sum is over its own ranks only).
         Sums of codes repeat (codes wrap, and two sources' ranges may sum alike), so an equal value
         names one element of those that give it, and says how many others do."""
         flat = tensor.detach().contiguous().reshape(-1)
         if position >= flat.numel() or not tensor.is_floating_point():
             return None
         value = flat[position]
-        by_source: dict[str, list[torch.Tensor]] = {}  # each summed source's codes, rank by rank
-        for (_, source), codes in sorted(run.sources.items()):
-            by_source.setdefault(source, []).append(codes)
-        hits: list[tuple[str, int, str, int]] = []  # (param, element, how, ranks)
+        by_source: dict[str, dict[int, torch.Tensor]] = {}  # each summed source's codes, by rank
+        for (rank, source), codes in run.sources.items():
+            by_source.setdefault(source, {})[rank] = codes
+        hits: list[tuple[str, int, str, int, str]] = []  # (param, element, how, ranks, group)
         for name, (owner, kind, _) in sorted(self.sources.items(), key=lambda item: item[1][0] != param):
-            parts = by_source.get(name, []) if kind in SUMMED_KINDS else []
-            if not parts or any(t.shape != parts[0].shape for t in parts):
-                continue
-            total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)
-            for divisor, how in ((1, "sum"), (len(parts), "average"))[:2 if len(parts) > 1 else 1]:
-                found = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1).tolist()
-                hits += [(owner, element, how, len(parts)) for element in found]
+            ran = by_source.get(name, {}) if kind in SUMMED_KINDS else {}
+            group = self.groups.get(name, "")
+            members = (group_ranks or {}).get(group)
+            sets = [(tuple(r for r in sorted(members) if r in ran), f" of group {group}")] \
+                if members and set(members) != set(ran) else []
+            for ranks, where in sets + [(tuple(sorted(ran)), "")]:
+                parts = [ran[r] for r in ranks]
+                if not parts or any(t.shape != parts[0].shape for t in parts):
+                    continue
+                total = torch.stack([t.double().reshape(-1) for t in parts]).sum(0)
+                for divisor, how in ((1, "sum"), (len(parts), "average"))[:2 if len(parts) > 1 else 1]:
+                    found = ((total / divisor).to(tensor.dtype) == value).nonzero().reshape(-1).tolist()
+                    hits += [(owner, element, how, len(parts), where) for element in found]
         if not hits:
             return None
-        owner, element, how, ranks = hits[0]
+        owner, element, how, ranks, where = hits[0]
         more = f"; {len(hits) - 1} other elements' codes give it too" if len(hits) > 1 else ""
-        return f"{owner}'s element {element} ({how} over {ranks} ranks{more})"
+        return f"{owner}'s element {element} ({how} over {ranks} ranks{where}{more})"
 
 
 TO_COPY = "aten._to_copy.default"  # its dtype is keyword-only; convert_element_type's is positional too
@@ -374,9 +388,32 @@ def watched_consumers(original: fx.GraphModule) -> dict[str, str]:
             for wait in node.users if is_wait(wait) for consumer in real_consumers(wait)}
 
 
+def occurrences(node: fx.Node) -> list[fx.Node]:
+    """The nodes ``node`` reads, one per argument that names one (a node read twice is here twice),
+    in argument order: the slots an identity run records a consumer's inputs by."""
+    found: list[fx.Node] = []
+    fx.node.map_arg((node.args, node.kwargs), lambda read: found.append(read) or read)
+    return found
+
+
+def by_occurrence(node: fx.Node, values: tuple) -> tuple:
+    """``values`` (one per ``all_input_nodes``, as a run hands them over) laid out by argument
+    occurrence. By node, a consumer that reads one result in two arguments where the original read
+    two results held one input fewer, and comparing the two runs slot by slot stopped at the
+    shorter: a result read in another's place went unseen."""
+    reads = node.all_input_nodes
+    if len(values) != len(reads):
+        return values
+    occurring = occurrences(node)
+    if len(occurring) == len(reads):  # no node read twice: the same order (all_input_nodes keeps the first of each)
+        return values
+    index = {read: position for position, read in enumerate(reads)}
+    return tuple(values[index[read]] for read in occurring)
+
+
 def consumer_slots(original: fx.GraphModule) -> dict[str, dict[int, str]]:
-    """Which parameter each watched consumer's inputs carry, by input position (``all_input_nodes``,
-    the order a run records them in): a consumer of several collective results (the graph's output
+    """Which parameter each watched consumer's inputs carry, by argument occurrence (``occurrences``,
+    the slots a run records them in): a consumer of several collective results (the graph's output
     node) is about the one its differing input reads, not the one ``watched_consumers`` names."""
     slots: dict[str, dict[int, str]] = {}
     for node in original.graph.nodes:
@@ -386,7 +423,7 @@ def consumer_slots(original: fx.GraphModule) -> dict[str, dict[int, str]]:
             views, readers = view_closure(wait)
             carried = {wait, *views}
             for reader in readers:
-                for index, source in enumerate(reader.all_input_nodes):
+                for index, source in enumerate(occurrences(reader)):
                     if source in carried:
                         slots.setdefault(reader.name, {})[index] = str(node.meta.get("param_name"))
     return slots
@@ -463,7 +500,7 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
             # a free's input is already released when the free has run
             inputs[(rank, node.name)] = [
                 t.detach().clone() if isinstance(t, torch.Tensor) and (t.untyped_storage().size() or not t.numel())
-                else None for t in args]
+                else None for t in by_occurrence(node, args)]
 
     world = simulate(case, modules, observe=observe, override=override,
                      watch=set(codes.sources) | consumers | launches, overridden=set(codes.sources))

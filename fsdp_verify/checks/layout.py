@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Mapping
+from typing import Callable, Mapping, Optional
 
 import torch
 from torch import fx
@@ -44,16 +44,18 @@ def _plan_findings(ctx: CheckContext) -> list[Finding]:
     return findings
 
 
-def _named(codes: IdentityCodes, run: IdentityRun, tensor: torch.Tensor, position: int, param: str) -> str:
+def _named(codes: IdentityCodes, run: IdentityRun, tensor: torch.Tensor, position: int, param: str,
+           group_ranks: Optional[dict[str, tuple[int, ...]]] = None) -> str:
     """What the value at ``position`` is: an all-gather code's parameter, rank and element, a
-    reduce-scatter sum's parameter and element (``param``'s, the consumer's own, first), else the
-    value itself."""
-    found = codes.gathered(tensor, position) or codes.summed(run, tensor, position, param)
+    reduce-scatter sum's parameter and element (``param``'s, the consumer's own, first; over the
+    receiving rank's group where ``group_ranks`` names it), else the value itself."""
+    found = codes.gathered(tensor, position) or codes.summed(run, tensor, position, param, group_ranks)
     return found if found is not None else codes.decode(tensor, position)
 
 
 def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watched: dict[str, str],
-             originals: Mapping[int, fx.GraphModule]) -> list[Finding]:
+             originals: Mapping[int, fx.GraphModule],
+             groups: Callable[[int], dict[str, tuple[int, ...]]] = lambda rank: {}) -> list[Finding]:
     """The first consumer input whose codes differ between the runs, decoded, and named by the
     parameter that input carries (``consumer_slots`` of the rank's original: a consumer of several
     collective results names the one that differs), else the one ``watched`` names."""
@@ -83,9 +85,9 @@ def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watc
                 position = int(differ[0])
                 param = _param(originals, rank, name, slot, watched)
                 return [Finding(NAME, f"rank {rank}: consumer {name!r} of {param} received "
-                                         f"{_named(codes, runs[1], y, position, param)} at position "
+                                         f"{_named(codes, runs[1], y, position, param, groups(rank))} at position "
                                          f"{position} where the original delivers "
-                                         f"{_named(codes, runs[0], x, position, param)}",
+                                         f"{_named(codes, runs[0], x, position, param, groups(rank))}",
                                 nodes=(name,), rank=rank,
                                 details={"param": param, "input": slot, "position": position,
                                          "differs": "values"},
@@ -114,7 +116,8 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
         return []  # the numerics checker reports an original that cannot run
     if isinstance(after, Exception):
         return [run_failure(NAME, after)]
-    findings = _compare(before, after, codes, watched, ctx.original)
+    groups = ctx.case.graph.group_ranks  # a sub-group's sums are over its own ranks
+    findings = _compare(before, after, codes, watched, ctx.original, groups)
     # a proof for every input only where no source's codes repeat (docs/proofs.md)
     ctx.metrics[NAME] = {"codes_wrapped": len(codes.wrapped), "proved": not codes.wrapped, "runs": 1}
     if findings or not codes.wrapped:
@@ -129,7 +132,7 @@ def check_layout(ctx: CheckContext) -> list[Finding]:
                          "two_digits": not beyond}
     return [replace(f, message=f"{f.message} (second coded run: codes of each counter's next digit)",
                     details={**f.details, "coded_run": 2})
-            for f in _compare(before, after, second, watched, ctx.original)]
+            for f in _compare(before, after, second, watched, ctx.original, groups)]
 
 
 def _watched(run, watched: dict[str, str]) -> dict:

@@ -461,3 +461,39 @@ def test_a_pass_that_tells_groups_apart_by_size_is_killed_on_two_groups_of_one_s
     assert errors("fuses_first_two_gathers", True)[0] == []  # keyed by name: nothing fused across groups
     hidden, effect = errors("fuses_first_two_gathers_by_size", False)  # one group: the same bug fuses rightly
     assert hidden == [] and effect["after"]["all_gather"] < effect["before"]["all_gather"]
+
+
+def test_a_sub_group_s_sum_is_named_over_its_own_ranks(monkeypatch):
+    # An expert gradient is summed over its expert group, not the world: the message read "received
+    # value 2.306640625 where the original delivers value 2.556640625" for two swapped experts.
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    bp = Blueprint(blocks=((ParamDraw((2, 3), expert=True, reduce_op="sum"),
+                            ParamDraw((2, 3), expert=True, reduce_op="sum")),), degree=4, expert_degree=2)
+    target = get_target("fx-pass:helpers.torch_passes:swaps_two_scatters")
+    findings, _ = check_all(target, target.normalise(Case(render(bp))))
+    layout = next(f for f in findings if f.checker == "layout")
+    assert "'s element 0 (sum over 2 ranks of group fsdp_expert)" in layout.message, layout.message
+    assert "where the original delivers blocks.0.experts.w" in layout.message
+
+
+def test_a_consumer_that_reads_one_result_in_two_places_is_a_layout_finding(monkeypatch):
+    # The runs recorded a consumer's inputs once per node it reads: where the rewrite's output read
+    # one gradient twice (the original: two gradients), it held one input fewer, the slot-by-slot
+    # comparison stopped at the shorter, and layout "proved" a case numerics failed.
+    from fsdp_verify.engine.run_case import check_all
+    from fsdp_verify.model.case import Case
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    from fsdp_verify.targets import get_target
+    from helpers import TESTS
+    monkeypatch.syspath_prepend(str(TESTS))
+    bp = Blueprint(blocks=((ParamDraw((2, 3)), ParamDraw((2, 3))),))
+    target = get_target("fx-pass:helpers.torch_passes:reads_one_scatter_twice")
+    findings, _ = check_all(target, target.normalise(Case(render(bp))))
+    layout = [f for f in findings if f.checker == "layout"]
+    assert layout and layout[0].rule == "element_misplaced", [f.message for f in findings]
+    assert "consumer 'output' of blocks.0.w1 received blocks.0.w0's element 0" in layout[0].message, layout[0].message

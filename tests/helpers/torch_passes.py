@@ -192,3 +192,35 @@ def fuses_first_two_gathers_by_size(gm: fx.GraphModule) -> None:
     """Planted grouping bug: the minimal bucketer keyed by the group's size instead of its name, so
     gathers on two groups of one size (a 2-D mesh's two axes) run on the first one's group."""
     _fuse_first_two_gathers(gm, lambda node: (node.args[1], node.meta["val"].dtype))
+
+
+def swaps_two_scatters(gm: fx.GraphModule) -> None:
+    """Planted value bug: the results of the first two reduce-scatters of one group, shape and dtype
+    reach each other's users (a packing that swaps two equal members)."""
+    scatter = torch.ops._c10d_functional.reduce_scatter_tensor.default
+    waits = [next(iter(n.users)) for n in gm.graph.nodes if n.target is scatter]
+
+    def key(wait: fx.Node) -> tuple:
+        value = wait.meta["val"]
+        return wait.args[0].args[-1], tuple(value.shape), value.dtype
+    pair = next(((a, b) for i, a in enumerate(waits) for b in waits[i + 1:] if key(a) == key(b)), None)
+    if pair is None:
+        return
+    swap = {pair[0]: pair[1], pair[1]: pair[0]}
+    for user in {*pair[0].users, *pair[1].users}:
+        user.args = fx.map_arg(user.args, lambda node: swap.get(node, node))
+        user.kwargs = fx.map_arg(user.kwargs, lambda node: swap.get(node, node))
+    gm.recompile()
+
+
+def reads_one_scatter_twice(gm: fx.GraphModule) -> None:
+    """Planted value bug: where the graph's output reads two reduce-scatters of one shape, it reads
+    the first one twice (a consumer reading one result in two argument positions)."""
+    scatter = torch.ops._c10d_functional.reduce_scatter_tensor.default
+    waits = [next(iter(n.users)) for n in gm.graph.nodes if n.target is scatter]
+    pair = next(((a, b) for i, a in enumerate(waits) for b in waits[i + 1:]
+                 if a.meta["val"].shape == b.meta["val"].shape and a.meta["val"].dtype == b.meta["val"].dtype), None)
+    if pair is not None:
+        output = next(n for n in gm.graph.nodes if n.op == "output")
+        output.args = fx.map_arg(output.args, lambda node: pair[0] if node is pair[1] else node)
+        gm.recompile()

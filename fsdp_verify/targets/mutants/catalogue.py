@@ -261,6 +261,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # Killed only where reduce-scatter codes wrap (a bfloat16 row longer than its exact span).
     Mutant("rs_swaps_at_code_span", "a fused reduce-scatter's copy-in swaps elements one code span apart",
            ("layout",), damage=rewrite_bugs.rs_swaps_at_code_span, hunt="wide"),
+    # A consumer reading one result in two arguments: runs that recorded inputs once per node read
+    # held one input fewer there, and layout compared only the inputs both held.
+    Mutant("output_reads_one_member_twice", "the graph's output reads a fused reduce-scatter's first member in "
+           "its second one's place", ("layout",), damage=rewrite_bugs.output_reads_one_member_twice),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

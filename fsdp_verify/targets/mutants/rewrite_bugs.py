@@ -131,6 +131,23 @@ def _swaps_at_span(tensor: torch.Tensor, degree: int) -> torch.Tensor:
     return flat.reshape(tensor.shape)
 
 
+def _reaches(node: fx.Node, target: fx.Node, depth: int = 6) -> bool:
+    """Whether ``node`` is ``target`` or reads it through at most ``depth`` nodes."""
+    return node is target or (depth > 0 and any(_reaches(n, target, depth - 1) for n in node.all_input_nodes))
+
+
+def output_reads_one_member_twice(module: fx.GraphModule, rank: int) -> None:
+    """The graph's output reads a fused reduce-scatter's first member in its second one's place."""
+    output = next(n for n in module.graph.nodes if n.op == "output")
+    read = [n for n in output.all_input_nodes]
+    for launch in fused_launches(module, RS):
+        members = [n for n in read if _reaches(n, launch)]
+        if len(members) >= 2:
+            first, second = members[:2]
+            output.args = fx.map_arg(output.args, lambda node: first if node is second else node)
+            return
+
+
 def rs_swaps_at_code_span(module: fx.GraphModule, rank: int) -> None:
     """A fused reduce-scatter's copy-out swaps elements of a member that lie one code span apart
     (a tiling error at that stride): identity codes repeat with that period, so the shared run
