@@ -246,24 +246,53 @@ def _inputs(spec: GraphSpec) -> str:
     return "{\n" + "\n".join(rows) + "\n}" if rows else "{}"
 
 
+# Ops that only move or cast values (each output element one input element, or a pad's zero): a
+# shard that reaches a gather through them arrives as its own values, so full-mantissa values there
+# show a rounding on the way, and change no sum.
+_MOVES = frozenset({"view", "_unsafe_view", "reshape", "view_as", "transpose", "t", "permute", "contiguous",
+                    "clone", "expand", "squeeze", "unsqueeze", "slice", "select", "narrow", "flatten", "alias",
+                    "split", "split_with_sizes", "chunk", "cat", "constant_pad_nd", "getitem"})
+
+
+def _moves(node: NodeSpec) -> bool:
+    if node.target in CASTS:
+        return True
+    parts = str(node.target).split(".")
+    return parts[0] in ("aten", "operator", "_operator") and len(parts) > 1 and parts[1] in _MOVES
+
+
 def gathered_shards(spec: GraphSpec) -> tuple[str, ...]:
-    """Parameter placeholders an all-gather moves, directly or through a cast: the script gives them
-    full-mantissa values (as the harness's identity codes are), where exact dyadics (k/8) pass
-    through any narrower dtype unchanged and a pass that gathers a float32 shard as bfloat16 would
-    show nothing. Sums stay exact: reduction sources take exact values (``EXACT``)."""
+    """Parameter placeholders an all-gather moves, through any chain of ops that only move or cast
+    values (views, slices, pads, copies, concatenations of a coalesced or packed gather): the script
+    gives them full-mantissa values (as the harness's identity codes are), where exact dyadics
+    (k/8) pass through any narrower dtype unchanged and a pass that gathers a float32 shard as
+    bfloat16 would show nothing. Sums stay exact: reduction sources take exact values (``EXACT``)."""
     params = {param.placeholder for param in spec.params}
     nodes = {node.name: node for node in spec.nodes}
-    found = []
-    for node in spec.nodes:
-        if collectives.kind(node.target) is not collectives.Kind.ALL_GATHER or not node.args \
-                or not isinstance(node.args[0], NodeRef):
+    found: list[str] = []
+    seen: set[str] = set()
+    stack = [ref.name for node in spec.nodes if collectives.kind(node.target) is collectives.Kind.ALL_GATHER
+             and collectives.is_launch(node.target) and node.args for ref in _refs(node.args[0])]
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in nodes:
             continue
-        source = nodes.get(node.args[0].name)
-        if source is not None and source.target in CASTS and source.args and isinstance(source.args[0], NodeRef):
-            source = nodes.get(source.args[0].name)
-        if source is not None and source.name in params and source.name not in found:
-            found.append(source.name)
-    return tuple(found)
+        seen.add(name)
+        node = nodes[name]
+        if name in params:
+            found.append(name)
+        elif _moves(node):
+            stack.extend(ref.name for arg in node.args for ref in _refs(arg))
+    return tuple(sorted(found, key=list(nodes).index))
+
+
+def _refs(value: Any) -> list[NodeRef]:
+    """The node references in an argument (a list of them for a coalesced or concatenating op)."""
+    if isinstance(value, NodeRef):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [ref for item in value for ref in _refs(item)]
+    return []
 
 
 def _module_source(module: Any) -> str:

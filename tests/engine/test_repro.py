@@ -303,3 +303,18 @@ def test_import_roots_name_a_user_folder_and_never_site_packages_or_the_standard
     # could shadow the standard library
     assert import_roots("fx-pass:torch._inductor.fx_passes.bucketing:bucket_all_gather") == []
     assert import_roots("fx-pass:json:dumps") == [] and import_roots("reference") == []
+
+
+def test_shards_gathered_through_views_pads_and_packing_take_full_mantissa_values(tmp_path, torch_only_env):
+    # Only shards gathered directly or through one cast took full-mantissa values: a column-major
+    # copy (transpose, contiguous, transpose) of a shard kept exact dyadics, which no narrower wire
+    # rounds, so a pass that rounds what it gathers read as a harness limitation there.
+    from fsdp_verify.strategies.blueprint import Blueprint, ParamDraw, render
+    bp = Blueprint(blocks=((ParamDraw((2, 3), layout="column_major"), ParamDraw((2, 3), layout="column_major")),),
+                   device="cpu")
+    spec = render(bp)
+    assert set(repro.gathered_shards(spec)) == {p.placeholder for p in spec.params}
+    assert "x" not in repro.gathered_shards(spec)  # the batch is no shard: it stays exact
+    path = _save(tmp_path, "fx-pass:helpers.torch_passes:gathers_through_bf16", Case(spec))
+    script = _write(path, tmp_path / "repro.py")
+    assert run_script(script, env=torch_only_env, timeout=240).outcome is Outcome.REPRODUCED
