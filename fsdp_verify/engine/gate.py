@@ -6,6 +6,7 @@ The candidate must not violate any invariant; the report shows what the change d
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -33,12 +34,19 @@ def generated_cases(examples: int, seed_value: int) -> list[Case]:
     if examples <= 0:
         return drawn
 
+    seen: set[str] = set()
+
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
     @seed(seed_value)
     @given(cases("default", modules=True))
     def collect(case: Case) -> None:
-        drawn.append(case)
+        # Hypothesis draws some cases twice (one in six of 150: choices a case does not read); a
+        # case judged twice costs both targets' time and lists its violation twice
+        key = json.dumps(case.to_json(), sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            drawn.append(case)
 
     collect()
     return drawn
@@ -126,6 +134,7 @@ class CaseNote:
     kind: str = ""  # a failure's class (``FailureClass`` value) where it is not a violation
     shared: bool = False  # a violation the baseline shows on the same case, with the same bug signature
     why: tuple[str, ...] = ()  # the class's reasons
+    signature: tuple[str, ...] = ()  # a violation's bug signature: cases of one bug are listed as one
 
 
 @dataclass
@@ -190,6 +199,24 @@ class GateResult:
                          f"(cases {', '.join(map(str, self.left_alone[:20]))}{', ...' if len(self.left_alone) > 20 else ''})")
         return lines
 
+    def bugs(self) -> list[list[CaseNote]]:
+        """The violations by bug signature, in order of first case: one bug met on many cases is
+        one entry (a report of 26 violations held 4 bugs)."""
+        groups: dict[tuple, list[CaseNote]] = {}
+        for note in self.violations:
+            groups.setdefault(note.signature or (note.number,), []).append(note)
+        return list(groups.values())
+
+    def _bug_lines(self) -> list[str]:
+        lines = []
+        for notes in self.bugs()[:20]:
+            first, shared = notes[0], sum(n.shared for n in notes)
+            cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+            lines.append(f"  [{first.checker}/{first.rule}] on {len(notes)} case{'s' if len(notes) > 1 else ''} "
+                         f"({cases}){f'; the baseline too on {shared}' if shared else ''}: "
+                         f"case {first.number} ({first.label[:80]}): {first.message[:240]}")
+        return lines
+
     def _shared_text(self) -> str:
         """How many violations the baseline shows too (the change did not bring them)."""
         shared = sum(n.shared for n in self.violations)
@@ -210,9 +237,10 @@ class GateResult:
                  f"{self.from_database} from the example database)",
                  *self._outside_lines(),
                  *self._effect_lines(),
-                 f"candidate violations: {len(self.violations)}{self._shared_text()}",
-                 *(f"  case {n.number} ({n.label}): [{n.checker}] {n.message[:240]}"
-                   f"{' (the baseline too)' if n.shared else ''}" for n in self.violations[:20]),
+                 f"candidate violations: {len(self.violations)}{self._shared_text()}"
+                 + (f", {len(self.bugs())} distinct bug{'s' if len(self.bugs()) > 1 else ''} by signature"
+                    if self.violations else ""),
+                 *self._bug_lines(),
                  f"candidate failures its contract excuses (not violations): {len(self.excused)}",
                  *(f"  case {n.number} ({n.label}): [{n.checker}] {n.kind}: {'; '.join(n.why)[:240]}"
                    for n in self.excused[:20]),
@@ -249,9 +277,13 @@ class GateResult:
                   f"| baseline violations | {self.baseline_failures} |",
                   f"| plans differ | {len(self.differing) if self.plans_compared else 'not compared'} |", ""]
         if self.violations:
-            lines += ["### Violations", "", "| case | checker | rule | finding |", "| ---: | --- | --- | --- |"]
-            lines += [f"| {n.number} `{_cell(n.label, 60)}` | {n.checker} | `{n.rule}` | {_cell(n.message[:240])}"
-                      f"{' (the baseline too)' if n.shared else ''} |" for n in self.violations[:50]]
+            lines += ["### Violations, one row per bug", "", "| cases | checker | rule | finding (first case) |",
+                      "| --- | --- | --- | --- |"]
+            for notes in self.bugs()[:50]:
+                first, shared = notes[0], sum(n.shared for n in notes)
+                cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+                lines.append(f"| {cases} | {first.checker} | `{first.rule}` | {_cell(first.message[:240])}"
+                             f"{f' (the baseline too on {shared})' if shared else ''} |")
             lines.append("")
         if self.excused:
             lines += ["### Excused by the candidate's contract (not violations)", "",
@@ -378,9 +410,10 @@ def _judge(result: GateResult, candidate: Target, number: int, case: Case, findi
             result.excused.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
                                            kind=kind, why=tuple(why)))
         else:
-            shared = baseline_bug is not None and signature(errors, passed_over) == baseline_bug
+            bug = signature(errors, passed_over)
             result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
-                                              shared=shared))
+                                              shared=baseline_bug is not None and bug == baseline_bug,
+                                              signature=tuple(bug.to_json())))
     elif any(f.severity == INVALID for f in findings):
         first = next(f for f in findings if f.severity == INVALID)
         result.invalid.append(CaseNote(number, case.label, first.checker, first.rule, first.message))
