@@ -338,9 +338,12 @@ def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples
     judged on is not run against it, and counted); ``progress`` hears (cases done, violations)
     after every case. ``stored`` are cases from an example database. With ``real`` (a ``RealRanks`` session)
     the candidate also runs on real ranks (as ``candidate_spec``)."""
-    cases = generated_cases(examples, seed_value) + [entry.case for entry in entries] + list(stored)
-    result = GateResult(baseline.name, candidate.name, len(cases), examples, seed_value, len(entries), len(stored),
-                        notes=list(notes))
+    generated = generated_cases(examples, seed_value)
+    cases = generated + [entry.case for entry in entries] + list(stored)
+    repeats = examples - len(generated) if examples > 0 else 0
+    result = GateResult(baseline.name, candidate.name, len(cases), len(generated), seed_value, len(entries), len(stored),
+                        notes=[*notes, *([f"note: {repeats} of {examples} generated draws repeated a case: each case "
+                                          f"is judged once"] if repeats else [])])
     # Plans in the reference's format are compared only where both targets make them: a pass
     # without a planner would show every case as "2 planning rounds -> 0".
     result.plans_compared = baseline.has_planner and candidate.has_planner
