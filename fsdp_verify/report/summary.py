@@ -39,7 +39,8 @@ def effect_line(result: Result) -> str:
     kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
                       for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
     return (f"rewrites        fused launches in {effect['fused']} of the {effect['rewritten']} cases it rewrote "
-            f"({effect['fusable']} held two or more launches of one kind on one group)"
+            f"({effect['fusable']} held two or more launches of one kind on one group), changed "
+            f"{effect['changed']} graphs in all"
             + (f", added launches in {effect['grew']}" if effect["grew"] else "")
             + (f"; launches summed over ranks: {kinds}" if kinds else "; no launches"))
 
@@ -48,11 +49,13 @@ def vacuous_lines(result: Result, required: bool = False) -> list[str]:
     """The loud line of a run whose target fused nothing where it could have."""
     if not result.vacuous:
         return []
+    changed = result.effect["changed"]
+    what = ("it left every graph as it was, so every check passed on the original graphs" if not changed else
+            f"it changed {changed} graphs without fusing (a scheduling pass?), so no check judged a bucket")
     return [f"{'FAIL' if required else 'WARNING'}: the target fused no launch in any of the "
-            f"{result.effect['fusable']} cases that held launches a pass could fuse: every check passed on "
-            f"graphs it left as they were, so this run proved nothing of its bucketing (a pass that never "
-            f"matches, on another overload or behind a switch that is off, passes every check"
-            + ("" if required else "; --require-fusion fails such a run") + ")"]
+            f"{result.effect['fusable']} cases that held launches a pass could fuse: {what}; this run proved "
+            f"nothing of its bucketing (a pass that never matches, on another overload or behind a switch that "
+            f"is off, passes every check" + ("" if required else "; --require-fusion fails such a run") + ")"]
 
 
 def class_line(result: Result) -> str:

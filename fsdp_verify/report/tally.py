@@ -172,9 +172,11 @@ def proofs_of(metrics: dict) -> Counter:
 
 # What the rewrites did: cases judged with a rewrite, those whose originals held two launches of one
 # kind on one group (something to fuse), those whose rewrite holds fewer launches of some kind
-# (fused) or more (grew), and launches of each kind summed over ranks, before and after.
+# (fused) or more (grew), those whose rewrite differs from its original in any node or its order
+# (changed: a scheduling pass changes graphs it fuses nothing in), and launches of each kind summed
+# over ranks, before and after.
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
-EFFECT = ("rewritten", "fusable", "fused", "grew",
+EFFECT = ("rewritten", "fusable", "fused", "grew", "changed",
           *(f"{when}:{kind}" for when in ("before", "after") for kind in KINDS))
 
 
@@ -187,7 +189,8 @@ def effect_of(metrics: dict) -> Counter:
     before, after = effect["before"], effect["after"]
     counts = Counter({"rewritten": 1, "fusable": int(bool(effect["fusable"])),
                       "fused": int(any(after.get(k, 0) < n for k, n in before.items())),
-                      "grew": int(any(after.get(k, 0) > n for k, n in before.items()))})
+                      "grew": int(any(after.get(k, 0) > n for k, n in before.items())),
+                      "changed": int(bool(effect.get("changed")))})
     counts.update({f"before:{k}": before.get(k, 0) for k in KINDS})
     counts.update({f"after:{k}": after.get(k, 0) for k in KINDS})
     return counts

@@ -36,15 +36,24 @@ class TargetRun:
         check passes on a rewrite that changed nothing, so a run says how often the target fused
         (a pass that never matches its graphs is otherwise a pass that is never wrong)."""
         before, after = dict.fromkeys(BUCKETED, 0), dict.fromkeys(BUCKETED, 0)
+        changed = False
         for rank, module in self.originals.items():
             for kind, count in launch_counts(module.graph).items():
                 before[kind] += count
             if rank in self.rewritten:
                 for kind, count in launch_counts(self.rewritten[rank].graph).items():
                     after[kind] += count
+                changed = changed or _calls(self.rewritten[rank].graph) != _calls(module.graph)
         return {"before": {kind.value: n for kind, n in before.items()},
                 "after": {kind.value: n for kind, n in after.items()},
-                "fusable": any(fusable(module.graph) for module in self.originals.values())}
+                "fusable": any(fusable(module.graph) for module in self.originals.values()),
+                "changed": changed}
+
+
+def _calls(graph: fx.Graph) -> list[tuple[str, str]]:
+    """A graph's nodes as (op, target), in order: a rewrite that moved, added or removed any node
+    (a scheduling pass that fuses nothing) differs here from its original."""
+    return [(node.op, str(node.target)) for node in graph.nodes]
 
 
 class PlanRecord:

@@ -35,6 +35,9 @@ def test_a_run_that_fused_nothing_where_it_could_is_said_and_fails_only_when_fus
     idle = Result(effect=Counter({"rewritten": 5, "fusable": 4, "before:all_gather": 20, "after:all_gather": 20}),
                   has_planner=False)
     assert idle.vacuous and "WARNING: the target fused no launch in any of the 4 cases" in summary_text(idle, "p")
+    assert "it left every graph as it was" in summary_text(idle, "p")
+    moved = Result(effect=Counter({"rewritten": 5, "fusable": 4, "changed": 3}))
+    assert "it changed 3 graphs without fusing (a scheduling pass?)" in summary_text(moved, "p")
     assert "fused launches in 0 of the 5 cases it rewrote (4 held two or more" in summary_text(idle, "p")
     assert "all-gather 20 -> 20" in summary_text(idle, "p")
     assert "none: the target makes no plans in the reference's format" in summary_text(idle, "p")
