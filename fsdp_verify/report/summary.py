@@ -39,8 +39,8 @@ def effect_line(result: Result) -> str:
     kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
                       for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
     return (f"rewrites        fused launches in {effect['fused']} of the {effect['rewritten']} cases it rewrote "
-            f"({effect['fusable']} held two or more launches of one kind on one group), changed "
-            f"{effect['changed']} graphs in all"
+            f"({effect['fusable']} held two or more launches of one kind on one group; {effect['changed']} "
+            f"changed at all)"
             + (f", added launches in {effect['grew']}" if effect["grew"] else "")
             + (f"; launches summed over ranks: {kinds}" if kinds else "; no launches"))
 
