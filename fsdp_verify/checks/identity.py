@@ -396,7 +396,7 @@ def occurrences(node: fx.Node) -> list[fx.Node]:
     return found
 
 
-def by_occurrence(node: fx.Node, values: tuple) -> tuple:
+def by_occurrence(node: fx.Node, values: tuple, known: Optional[dict] = None) -> tuple:
     """``values`` (one per ``all_input_nodes``, as a run hands them over) laid out by argument
     occurrence. By node, a consumer that reads one result in two arguments where the original read
     two results held one input fewer, and comparing the two runs slot by slot stopped at the
@@ -404,7 +404,11 @@ def by_occurrence(node: fx.Node, values: tuple) -> tuple:
     reads = node.all_input_nodes
     if len(values) != len(reads):
         return values
-    occurring = occurrences(node)
+    if known is None:
+        known = {}
+    if node not in known:  # a run observes each node once per rank: its layout is worked out once
+        known[node] = occurrences(node)
+    occurring = known[node]
     if len(occurring) == len(reads):  # no node read twice: the same order (all_input_nodes keeps the first of each)
         return values
     index = {read: position for position, read in enumerate(reads)}
@@ -483,6 +487,7 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
     natural: dict[tuple[int, str], torch.Tensor] = {}
     aliased: set[tuple[int, str]] = set()
     replaced: dict[tuple[int, str], torch.Tensor] = {}  # the value coded, until observe sees its inputs
+    layouts: dict[fx.Node, list[fx.Node]] = {}  # each observed node's reads by argument (by_occurrence)
 
     def override(rank: int, node: fx.Node, value: Any) -> Any:
         if codes.coded(node, value):
@@ -500,7 +505,7 @@ def identity_run(case: Case, modules: dict[int, fx.GraphModule], codes: Identity
             # a free's input is already released when the free has run
             inputs[(rank, node.name)] = [
                 t.detach().clone() if isinstance(t, torch.Tensor) and (t.untyped_storage().size() or not t.numel())
-                else None for t in by_occurrence(node, args)]
+                else None for t in by_occurrence(node, args, layouts)]
 
     world = simulate(case, modules, observe=observe, override=override,
                      watch=set(codes.sources) | consumers | launches, overridden=set(codes.sources))
