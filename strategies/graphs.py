@@ -126,6 +126,7 @@ def param_draws(draw, *, dtype: str, expert_ok: bool, size: Size, forced_regathe
         dtype = draw(_sampled(size.dtypes))
     expert = expert_ok and draw(_BOOLEANS)
     # Some experts are sharded over the mesh's other axis of the same size (strided subgroups)
+    # (drawn for experts only, as ``own_scope`` is: whether a parameter is an expert is drawn first)
     strided_group = expert and strided_ok and draw(_integers(0, size.strided_group_one_in - 1)) == 0
     # One in five multi-dim parameters gathers a non-contiguous copy; shrinking goes to contiguous.
     # The choice is drawn for every parameter so that each one spans the same number of choices,

@@ -661,11 +661,19 @@ def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[
     store = tempfile.NamedTemporaryFile(prefix="repro-store-", delete=False)
     store.close()
     os.unlink(store.name)
+    try:
+        return _run_ranks(rewritten, timeout, peer_wait, store.name)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(store.name)  # the ranks' rendezvous file: a script run a hundred times leaves none
+
+
+def _run_ranks(rewritten: dict, timeout: float, peer_wait: float, store: str) -> list[dict]:
     context = multiprocessing.get_context("fork")
     pipes, procs = {}, {}
     for rank in WORLD:
         reader, writer = context.Pipe(duplex=False)
-        procs[rank] = context.Process(target=on_rank, args=(rank, store.name, rewritten[rank], writer), daemon=True)
+        procs[rank] = context.Process(target=on_rank, args=(rank, store, rewritten[rank], writer), daemon=True)
         procs[rank].start()
         writer.close()  # the rank holds the only writing end: its death closes the pipe
         pipes[rank] = reader
@@ -703,10 +711,6 @@ def run_world(rewritten: dict, timeout: float, peer_wait: float = 15.0) -> list[
         proc.join(timeout=5)
         if proc.is_alive():
             proc.kill()
-    try:
-        os.unlink(store.name)  # the ranks' rendezvous file: a script run a hundred times leaves none
-    except OSError:
-        pass
     return [reports[rank] for rank in sorted(reports)]
 
 

@@ -217,7 +217,7 @@ class IdentityCodes:
                 cast_nodes.add(source.name)
                 source = source.args[0]
             sources[source.name] = entry
-            group = node.kwargs.get("group_name", node.args[-1])
+            group = node.kwargs.get("group_name", node.args[-1])  # the oracle reads its own, as for _degree
             if isinstance(group, str):
                 groups[source.name] = group
         return cls(sources, cast, frozenset(cast_nodes), groups=groups)

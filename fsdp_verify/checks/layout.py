@@ -64,6 +64,11 @@ def _compare(before: IdentityRun, after: IdentityRun, codes: IdentityCodes, watc
     for (rank, name), inputs in sorted(before.items()):
         if (rank, name) not in after:
             continue
+        if len(inputs) != len(after[(rank, name)]):  # slot by slot would judge only the inputs both hold
+            param = watched[name]
+            return [Finding(NAME, f"rank {rank}: consumer {name!r} of {param} reads {len(after[(rank, name)])} "
+                                  f"inputs where the original reads {len(inputs)}", nodes=(name,), rank=rank,
+                            details={"param": param, "differs": "arity"}, rule="consumer_arity")]
         for slot, (x, y) in enumerate(zip(inputs, after[(rank, name)])):
             if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
                 continue

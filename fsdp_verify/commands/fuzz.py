@@ -132,8 +132,8 @@ def run(args: argparse.Namespace) -> int:
                                                  require_fusion=args.require_fusion))
     from fsdp_verify.model import classes
     bugs = [f for f in result.failures if classes.of(f).is_bug]
-    vacuous = args.require_fusion and result.vacuous and not result.interrupted
-    code = 1 if bugs or result.harness_errors or vacuous else 130 if result.interrupted else 0
+    code = 1 if bugs or result.harness_errors or result.fails_fusion(args.require_fusion) else \
+        130 if result.interrupted else 0
     if result.interrupted:  # reports are written: skip the slow interpreter teardown (torch, z3)
         sys.stdout.flush()
         sys.stderr.flush()

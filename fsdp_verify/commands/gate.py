@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                                    total=args.examples + len(entries) + len(stored)) as progress:
             result = run_gate(baseline, candidate, [e for _, e in entries], args.examples, args.seed,
                               options.case_deadline(args), progress=progress.update, stored=stored, real=real,
-                              candidate_spec=args.candidate, notes=notes)
+                              candidate_spec=args.candidate, notes=notes, on_total=progress.set_total)
     finally:
         if real is not None:
             real.close()

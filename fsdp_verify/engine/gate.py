@@ -27,14 +27,16 @@ from fsdp_verify.report.tally import KINDS, effect_of
 from fsdp_verify.targets.base import Target
 
 
-def generated_cases(examples: int, seed_value: int) -> list[Case]:
-    """A fixed list of generated cases (same seed, same cases); none for ``examples`` 0."""
+def generated_cases(examples: int, seed_value: int, repeats: Optional[list[int]] = None) -> list[Case]:
+    """A fixed list of generated cases (same seed, same cases); none for ``examples`` 0. A case
+    drawn again is kept once; ``repeats`` (a one-item list) counts the draws that repeated one."""
     from fsdp_verify.strategies import cases
     drawn: list[Case] = []
     if examples <= 0:
         return drawn
 
     seen: set[str] = set()
+    repeated = repeats if repeats is not None else [0]
 
     @settings(max_examples=examples, database=None, phases=[Phase.generate], deadline=None,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -44,9 +46,11 @@ def generated_cases(examples: int, seed_value: int) -> list[Case]:
         # Hypothesis draws some cases twice (one in six of 150: choices a case does not read); a
         # case judged twice costs both targets' time and lists its violation twice
         key = json.dumps(case.to_json(), sort_keys=True, default=str)
-        if key not in seen:
-            seen.add(key)
-            drawn.append(case)
+        if key in seen:
+            repeated[0] += 1
+            return
+        seen.add(key)
+        drawn.append(case)
 
     collect()
     return drawn
@@ -134,7 +138,7 @@ class CaseNote:
     kind: str = ""  # a failure's class (``FailureClass`` value) where it is not a violation
     shared: bool = False  # a violation the baseline shows on the same case, with the same bug signature
     why: tuple[str, ...] = ()  # the class's reasons
-    signature: tuple[str, ...] = ()  # a violation's bug signature: cases of one bug are listed as one
+    signature: Optional[Signature] = None  # a violation's bug signature: cases of one bug are listed as one
 
 
 @dataclass
@@ -202,9 +206,9 @@ class GateResult:
     def bugs(self) -> list[list[CaseNote]]:
         """The violations by bug signature, in order of first case: one bug met on many cases is
         one entry (a report of 26 violations held 4 bugs)."""
-        groups: dict[tuple, list[CaseNote]] = {}
+        groups: dict[object, list[CaseNote]] = {}
         for note in self.violations:
-            groups.setdefault(note.signature or (note.number,), []).append(note)
+            groups.setdefault(note.signature or note.number, []).append(note)
         return list(groups.values())
 
     def _bug_lines(self) -> list[str]:
@@ -333,14 +337,18 @@ def _cell(text: str, limit: int = 240) -> str:
 def run_gate(baseline: Target, candidate: Target, entries: list[Entry], examples: int,
              seed_value: int, deadline: float | None = None,
              progress: Optional[Callable[[int, int], None]] = None, stored: Sequence[Case] = (),
-             real=None, candidate_spec: Optional[str] = None, notes: Sequence[str] = ()) -> GateResult:
+             real=None, candidate_spec: Optional[str] = None, notes: Sequence[str] = (),
+             on_total: Optional[Callable[[int], None]] = None) -> GateResult:
     """Run every case through both targets (each as it receives it; a case a target cannot be
     judged on is not run against it, and counted); ``progress`` hears (cases done, violations)
     after every case. ``stored`` are cases from an example database. With ``real`` (a ``RealRanks`` session)
     the candidate also runs on real ranks (as ``candidate_spec``)."""
-    generated = generated_cases(examples, seed_value)
+    counted = [0]
+    generated = generated_cases(examples, seed_value, counted)
     cases = generated + [entry.case for entry in entries] + list(stored)
-    repeats = examples - len(generated) if examples > 0 else 0
+    repeats = counted[0]
+    if on_total is not None:
+        on_total(len(cases))
     result = GateResult(baseline.name, candidate.name, len(cases), len(generated), seed_value, len(entries), len(stored),
                         notes=[*notes, *([f"note: {repeats} of {examples} generated draws repeated a case: each case "
                                           f"is judged once"] if repeats else [])])
@@ -387,7 +395,7 @@ def _compare_effects(result: GateResult, number: int, base_ctx, cand_ctx) -> Non
     base, cand = effect_of(base_ctx.metrics), effect_of(cand_ctx.metrics)
     result.effect["baseline"].update(base)
     result.effect["candidate"].update(cand)
-    if base["fused"] and not cand["fused"]:
+    if base["fused"] and cand["rewritten"] and not cand["fused"]:  # a candidate that raised left nothing as it was
         result.left_alone.append(number)
 
 
@@ -416,7 +424,7 @@ def _judge(result: GateResult, candidate: Target, number: int, case: Case, findi
             bug = signature(errors, passed_over)
             result.violations.append(CaseNote(number, case.label, first.checker, first.rule, first.message,
                                               shared=baseline_bug is not None and bug == baseline_bug,
-                                              signature=tuple(bug.to_json())))
+                                              signature=bug))
     elif any(f.severity == INVALID for f in findings):
         first = next(f for f in findings if f.severity == INVALID)
         result.invalid.append(CaseNote(number, case.label, first.checker, first.rule, first.message))

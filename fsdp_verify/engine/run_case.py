@@ -216,12 +216,12 @@ def check_run(ctx: CheckContext, only: tuple[str, ...] | None = None) -> list[Fi
     if ctx.run.error is not None:
         with stages.timed(cpu, stages.checker("planner")):
             return _target_failure(ctx)
-    with stages.timed(cpu, Stage.REPORTING):
-        ctx.metrics["effect"] = ctx.run.effect()  # before any checker: one hands the rewrite back to the target
     with stages.timed(cpu, stages.checker("annotation")):
         misannotated = _misannotated(ctx)
     if misannotated:
-        return misannotated
+        return misannotated  # invalid input: what the rewrite did is not counted
+    with stages.timed(cpu, Stage.REPORTING):
+        ctx.metrics["effect"] = ctx.run.effect()  # before any checker: one hands the rewrite back to the target
     findings: list[Finding] = []
     chosen = registered() if only is not None else default_checkers()
     for name, checker in chosen.items():
@@ -399,7 +399,7 @@ def close_children() -> None:
         child.close()
 
 
-atexit.register(close_children)  # replay, gate and show end without a campaign's close: no file stays
+atexit.register(close_children)  # replay, gate and show end without a campaign's close: no child stays
 
 
 def children_started() -> int:

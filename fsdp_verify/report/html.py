@@ -138,7 +138,7 @@ def campaign_html(result: Result, target: str, drawings: Optional[dict[str, Draw
     vacuous = vacuous_lines(result, require_fusion)
     return _ENV.get_template("report.html.j2").render(
         title=title or f"fsdp-verify fuzz {target}", kind="fuzz",
-        verdict="FAIL" if result.failures or (vacuous and require_fusion) else "pass",
+        verdict="FAIL" if result.failures or result.fails_fusion(require_fusion) else "pass",
         interrupted=result.interrupted, figures=figures, classes=sorted(classes.items()),
         checker_bars=_checker_bars(result), coverage_bars=_coverage_bars(result),
         proofs=[(key.replace("_", " "), result.proofs[key]) for key in PROOFS],
@@ -179,8 +179,13 @@ def gate_html(result: Any) -> str:
                *((f"cases the {role} fused", f"{result.effect[role]['fused']} of {result.effect[role]['rewritten']}")
                  for role in ("baseline", "candidate")),
                ("cases the baseline fused, the candidate left alone", len(result.left_alone))]
-    rows = [Row(f"case {n.number} ({n.label})", "violation (the baseline too)" if n.shared else "violation",
-                n.checker, n.rule, n.message) for n in result.violations]
+    rows = []
+    for notes in result.bugs():  # one row per bug, as the text and Markdown reports list them
+        first, shared = notes[0], sum(n.shared for n in notes)
+        cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+        rows.append(Row(f"case{'s' if len(notes) > 1 else ''} {cases} ({first.label})",
+                        f"violation (the baseline too on {shared})" if shared else "violation",
+                        first.checker, first.rule, first.message))
     rows += [Row(f"case {n.number} ({n.label})", n.kind, n.checker, n.rule, "; ".join(n.why)) for n in result.excused]
     rows += [Row(f"case {n.number} ({n.label})", "invalid", n.checker, n.rule, n.message) for n in result.invalid]
     rows += [Row(f"case {n.number} ({n.label})", "plans differ", message="; ".join(

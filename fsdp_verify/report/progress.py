@@ -74,6 +74,12 @@ class Progress:
             return max(0.0, (self.total - self.done) / rate)
         return None
 
+    def set_total(self, total: int) -> None:
+        """The count the work turned out to have (a gate's generated cases, repeats dropped)."""
+        self.total = total
+        if self._bar is not None:
+            self._bar.total = total
+
     def update(self, done: int, failures: int, steps: int = 0) -> None:
         """Record the counts so far (``steps``: shrink steps, shown once there are any, so a long
         shrink is seen to move); draws the live line or, when due, prints a plain line."""

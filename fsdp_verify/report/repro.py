@@ -281,8 +281,8 @@ def gathered_shards(spec: GraphSpec) -> tuple[str, ...]:
         node = nodes[name]
         if name in params:
             found.append(name)
-        elif _moves(node):
-            stack.extend(ref.name for arg in node.args for ref in _refs(arg))
+        elif _moves(node) and node.args:  # the moved operand (a list for cat), never a shape template
+            stack.extend(ref.name for ref in _refs(node.args[0]))
     return tuple(sorted(found, key=list(nodes).index))
 
 

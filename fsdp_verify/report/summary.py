@@ -35,26 +35,28 @@ def effect_line(result: Result) -> str:
     bucketing pass, whatever its checks said."""
     effect = result.effect
     if not effect["rewritten"]:
-        return "rewrites        none judged (every case's target raised or was refused)"
+        return ("rewrites        none judged (every case's target raised or was refused)" if result.examples else
+                "rewrites        none judged (no case ran)")
     kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
                       for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
     return (f"rewrites        fused launches in {effect['fused']} of the {effect['rewritten']} cases it rewrote "
-            f"({effect['fusable']} held two or more launches of one kind on one group; {effect['changed']} "
-            f"changed at all)"
+            f"({effect['fusable']} held two or more launches of one kind on one group; the graphs of "
+            f"{effect['changed']} changed at all)"
             + (f", added launches in {effect['grew']}" if effect["grew"] else "")
             + (f"; launches summed over ranks: {kinds}" if kinds else "; no launches"))
 
 
 def vacuous_lines(result: Result, required: bool = False) -> list[str]:
-    """The loud line of a run whose target fused nothing where it could have."""
+    """The loud line of a run whose target fused nothing where it could have (a failure only under
+    ``--require-fusion``, and never for a run stopped early)."""
     if not result.vacuous:
         return []
     changed = result.effect["changed"]
-    what = ("it left every graph as it was, so every check passed on the original graphs" if not changed else
-            f"it changed {changed} graphs without fusing (a scheduling pass?), so no check judged a bucket")
-    return [f"{'FAIL' if required else 'WARNING'}: the target fused no launch in any of the "
-            f"{result.effect['fusable']} cases that held launches a pass could fuse: {what}; this run proved "
-            f"nothing of its bucketing (a pass that never matches, on another overload or behind a switch that "
+    what = ("it left every graph as it was" if not changed else
+            f"it changed the graphs of {changed} cases without fusing (a scheduling pass?)")
+    return [f"{'FAIL' if result.fails_fusion(required) else 'WARNING'}: the target fused no launch in any of the "
+            f"{result.effect['fusable']} cases that held two launches of one kind on one group: {what}, so no "
+            f"check judged a bucket of it (a pass that never matches, on another overload or behind a switch that "
             f"is off, passes every check" + ("" if required else "; --require-fusion fails such a run") + ")"]
 
 
@@ -301,8 +303,9 @@ def junit_xml(result: Result, target: str, require_fusion: bool = False) -> str:
     known = len(result.known_sightings)
     vacuous = vacuous_lines(result, require_fusion)
     suite = ET.Element("testsuite", name=f"fsdp-verify fuzz {target}", tests=str(1 + len(result.failures) + known),
-                       failures=str(len(bugs) + bool(vacuous and require_fusion)),
-                       skipped=str(len(result.failures) - len(bugs) + known + bool(vacuous and not require_fusion)),
+                       failures=str(len(bugs) + result.fails_fusion(require_fusion)),
+                       skipped=str(len(result.failures) - len(bugs) + known
+                                   + bool(vacuous and not result.fails_fusion(require_fusion))),
                        time=f"{result.seconds:.3f}")
     campaign = ET.SubElement(suite, "testcase", classname="fsdp_verify.fuzz", name="campaign",
                              time=f"{result.seconds:.3f}")
@@ -332,7 +335,8 @@ def junit_xml(result: Result, target: str, require_fusion: bool = False) -> str:
     for name, value in ranks_properties(result):
         ET.SubElement(properties, "property", name=name, value=str(value))
     if vacuous:  # the campaign proved nothing of the bucketing: never a plain pass
-        ET.SubElement(campaign, "failure" if require_fusion else "skipped", message=vacuous[0][:500])
+        ET.SubElement(campaign, "failure" if result.fails_fusion(require_fusion) else "skipped",
+                      message=vacuous[0][:500])
     ET.SubElement(campaign, "system-out").text = "\n".join(
         [f"{result.examples} examples", effect_line(result), isolation_line(result), *skipped_lines(result),
          *ranks_lines(result)])

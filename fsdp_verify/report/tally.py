@@ -72,9 +72,15 @@ class Result:
 
     @property
     def vacuous(self) -> bool:
-        """Every judged case that held launches a pass could fuse was left unfused: each check
-        passed on graphs the target did not bucket, so the run proved nothing of its bucketing."""
-        return self.effect["fusable"] > 0 and self.effect["fused"] == 0
+        """No judged case was fused, though at least ``MIN_FUSABLE`` held two launches of one kind on
+        one group: the checks judged no bucket, so the run proved nothing of the target's bucketing.
+        Such a pair may be one the spec forbids fusing (across phases, a dependency between them), so
+        a few of them are no evidence: a short run or a rule hunt on a correct pass is not vacuous."""
+        return self.effect["fusable"] >= MIN_FUSABLE and self.effect["fused"] == 0
+
+    def fails_fusion(self, required: bool) -> bool:
+        """``--require-fusion``'s verdict: a vacuous run fails it, unless it was stopped early."""
+        return required and self.vacuous and not self.interrupted
 
     def merge(self, other: "Result") -> None:
         self.examples += other.examples
@@ -176,6 +182,7 @@ def proofs_of(metrics: dict) -> Counter:
 # (changed: a scheduling pass changes graphs it fuses nothing in), and launches of each kind summed
 # over ranks, before and after.
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+MIN_FUSABLE = 20  # cases holding a fusable-looking pair before a run that fused none is called vacuous
 EFFECT = ("rewritten", "fusable", "fused", "grew", "changed",
           *(f"{when}:{kind}" for when in ("before", "after") for kind in KINDS))
 

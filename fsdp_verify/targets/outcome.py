@@ -50,10 +50,11 @@ class TargetRun:
                 "changed": changed}
 
 
-def _calls(graph: fx.Graph) -> list[tuple[str, str]]:
-    """A graph's nodes as (op, target), in order: a rewrite that moved, added or removed any node
-    (a scheduling pass that fuses nothing) differs here from its original."""
-    return [(node.op, str(node.target)) for node in graph.nodes]
+def _calls(graph: fx.Graph) -> list[tuple[str, str, str, str, str]]:
+    """A graph's nodes as (op, target, name, arguments), in order: a rewrite that moved, added,
+    removed or rewired any node (a scheduling pass that fuses nothing) differs here from its
+    original (an argument node is written as its name)."""
+    return [(node.op, str(node.target), node.name, repr(node.args), repr(node.kwargs)) for node in graph.nodes]
 
 
 class PlanRecord:

@@ -135,9 +135,9 @@ def test_a_childs_output_is_kept_per_case_and_attached_to_a_target_crash(capfd, 
     assert "chatty" not in capfd.readouterr().err + capfd.readouterr().out
     # the file is unlinked from the start: a process that ends without closing it (a test runner's
     # worker, a killed campaign) left one empty file in /tmp per child, 150 in a day of test runs
-    import glob
-    import tempfile
-    assert not glob.glob(f"{tempfile.gettempdir()}/fsdp-verify-target-output-*")
+    import os
+    from fsdp_verify.engine.run_case import _children
+    assert _children and all(os.fstat(child.output).st_nlink == 0 for _, child in _children.values())
     close_children()
     monkeypatch.setenv(SHOW_OUTPUT_ENV, "1")
     shown, _ = check_all(target, two_block_case(), deadline=DEADLINE)

@@ -224,3 +224,15 @@ def reads_one_scatter_twice(gm: fx.GraphModule) -> None:
         output = next(n for n in gm.graph.nodes if n.op == "output")
         output.args = fx.map_arg(output.args, lambda node: pair[0] if node is pair[1] else node)
         gm.recompile()
+
+
+def sinks_waits(gm: fx.GraphModule) -> None:
+    """A scheduling pass that fuses nothing: each wait moves down to just before its first user
+    (more overlap), the way inductor's ``sink_waits`` schedules."""
+    graph = gm.graph
+    order = {node: index for index, node in enumerate(graph.nodes)}
+    for wait in [n for n in graph.nodes if n.target is WAIT]:
+        users = sorted(wait.users, key=order.__getitem__)
+        if users and order[users[0]] > order[wait] + 1:
+            users[0].prepend(wait)
+    gm.recompile()

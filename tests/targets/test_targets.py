@@ -125,6 +125,21 @@ def test_a_run_says_what_its_rewrite_did_to_the_collectives(monkeypatch):
     idle = run_target(never, never.normalise(case)).effect()
     assert idle["fusable"] and idle["after"] == idle["before"] and not idle["changed"] and fused["changed"]
     assert effect_of({"effect": idle})["fused"] == 0 and effect_of({}) == {}  # a raise has no effect
+    moved = get_target("fx-pass:helpers.torch_passes:sinks_waits")
+    scheduled = run_target(moved, moved.normalise(case)).effect()
+    assert scheduled["changed"] and scheduled["after"] == scheduled["before"]  # a scheduler: no fusion
     module = run_target(get_target("reference"), case).originals[0]
     assert launch_counts(module.graph) == {Kind.ALL_GATHER: 6, Kind.REDUCE_SCATTER: 4, Kind.ALL_REDUCE: 0}
     assert fusable(module.graph)
+
+
+def test_a_coalesced_launch_counts_once():
+    import torch
+    from torch import fx
+    from fsdp_verify.graph.collectives import Kind, fusable, launch_counts
+    graph = fx.Graph()
+    a, b = graph.placeholder("a"), graph.placeholder("b")
+    fused = graph.call_function(torch.ops._c10d_functional.all_gather_into_tensor_coalesced.default, ([a, b], 2, "g"))
+    graph.call_function(torch.ops._c10d_functional.wait_tensor.default, (fused,))
+    graph.output(fused)
+    assert launch_counts(graph)[Kind.ALL_GATHER] == 1 and not fusable(graph)

@@ -265,6 +265,10 @@ MUTANTS: dict[str, Mutant] = {m.name.split(":", 1)[1]: m for m in (
     # held one input fewer there, and layout compared only the inputs both held.
     Mutant("output_reads_one_member_twice", "the graph's output reads a fused reduce-scatter's first member in "
            "its second one's place", ("layout",), damage=rewrite_bugs.output_reads_one_member_twice),
+    # A consumer whose inputs number otherwise than in the original: compared slot by slot, only the
+    # inputs both held were judged.
+    Mutant("output_drops_a_member", "the graph's output leaves out a fused reduce-scatter's last member",
+           ("layout",), damage=rewrite_bugs.output_drops_a_member),
     Mutant("copy_out_before_wait", "AG copy-out reads the launch before its wait", ("dependencies",),
            damage=rewrite_bugs.copy_out_reads_launch),
     Mutant("avg_twice", "the fused RS divides by the degree twice", ("numerics", "layout"),

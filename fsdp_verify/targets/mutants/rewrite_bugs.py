@@ -148,6 +148,17 @@ def output_reads_one_member_twice(module: fx.GraphModule, rank: int) -> None:
             return
 
 
+def output_drops_a_member(module: fx.GraphModule, rank: int) -> None:
+    """The graph's output leaves out a fused reduce-scatter's last member it reads."""
+    output = next(n for n in module.graph.nodes if n.op == "output")
+    for launch in fused_launches(module, RS):
+        members = [n for n in output.all_input_nodes if _reaches(n, launch)]
+        if members and isinstance(output.args[0], (list, tuple)):
+            kept = [arg for arg in output.args[0] if arg is not members[-1]]
+            output.args = (type(output.args[0])(kept),)
+            return
+
+
 def rs_swaps_at_code_span(module: fx.GraphModule, rank: int) -> None:
     """A fused reduce-scatter's copy-out swaps elements of a member that lie one code span apart
     (a tiling error at that stride): identity codes repeat with that period, so the shared run
