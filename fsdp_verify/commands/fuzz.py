@@ -18,7 +18,7 @@ def add_parser(sub: argparse._SubParsersAction, shown: argparse.ArgumentParser) 
     fuzz = sub.add_parser("fuzz", parents=[shown], help="fuzz a target; shrunk failures are saved to the corpus")
     fuzz.add_argument("--target", default="reference", help="target name or module:callable (default reference)")
     fuzz.add_argument("--budget", default="60s", type=options.budget,
-                      help="wall clock (90s, 5m, 1h) or an example count (500); default 60s")
+                      help="wall clock (90s, 5m, 1h) or an example count (500: each worker's, with --workers); default 60s")
     fuzz.add_argument("--workers", type=options.positive_int, default=1, help="worker processes (they share --db)")
     fuzz.add_argument("--seed", type=int, default=0, help="seed of the example stream (each worker derives its own)")
     fuzz.add_argument("--profile", choices=names.PROFILES, default="dev", help="Hypothesis settings profile")
