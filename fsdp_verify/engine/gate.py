@@ -23,7 +23,7 @@ from fsdp_verify.engine.signature import Signature, primary, signature
 from fsdp_verify.engine.triage import classify, excused_alone, receives
 from fsdp_verify.model.classes import FailureClass
 from fsdp_verify.corpus.files import Entry
-from fsdp_verify.report.tally import KINDS, effect_of
+from fsdp_verify.report.tally import effect_of, launches_text
 from fsdp_verify.targets.base import Target
 
 
@@ -197,7 +197,7 @@ class GateResult:
             return []
         lines = [f"rewrites on the cases both ran: baseline fused launches in {base['fused']} of {base['rewritten']}, "
                  f"candidate in {cand['fused']} of {cand['rewritten']}; launches after the rewrite, summed over "
-                 f"ranks: baseline {_launches(base)}, candidate {_launches(cand)}"]
+                 f"ranks: baseline {launches_text(base) or 'none'}, candidate {launches_text(cand) or 'none'}"]
         if self.left_alone:
             lines.append(f"cases the baseline fused and the candidate left as they were: {len(self.left_alone)} "
                          f"(cases {', '.join(map(str, self.left_alone[:20]))}{', ...' if len(self.left_alone) > 20 else ''})")
@@ -211,11 +211,16 @@ class GateResult:
             groups.setdefault(note.signature or note.number, []).append(note)
         return list(groups.values())
 
+    @staticmethod
+    def cases_of(notes: list[CaseNote]) -> str:
+        """One bug's case numbers, the first twelve: ``74, 75, 76``."""
+        return ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+
     def _bug_lines(self) -> list[str]:
         lines = []
         for notes in self.bugs()[:20]:
             first, shared = notes[0], sum(n.shared for n in notes)
-            cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+            cases = self.cases_of(notes)
             lines.append(f"  [{first.checker}/{first.rule}] on {len(notes)} case{'s' if len(notes) > 1 else ''} "
                          f"({cases}){f'; the baseline too on {shared}' if shared else ''}: "
                          f"case {first.number} ({first.label[:80]}): {first.message[:240]}")
@@ -285,7 +290,7 @@ class GateResult:
                       "| --- | --- | --- | --- |"]
             for notes in self.bugs()[:50]:
                 first, shared = notes[0], sum(n.shared for n in notes)
-                cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+                cases = self.cases_of(notes)
                 lines.append(f"| {cases} | {first.checker} | `{first.rule}` | {_cell(first.message[:240])}"
                              f"{f' (the baseline too on {shared})' if shared else ''} |")
             lines.append("")
@@ -320,11 +325,6 @@ class GateResult:
         if self.real:
             lines += [self.real, ""]
         return "\n".join(lines)
-
-
-def _launches(effect: Counter) -> str:
-    return ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
-                     for kind in KINDS if effect["before:" + kind] or effect["after:" + kind]) or "none"
 
 
 def _cell(text: str, limit: int = 240) -> str:

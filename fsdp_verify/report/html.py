@@ -182,7 +182,7 @@ def gate_html(result: Any) -> str:
     rows = []
     for notes in result.bugs():  # one row per bug, as the text and Markdown reports list them
         first, shared = notes[0], sum(n.shared for n in notes)
-        cases = ", ".join(str(n.number) for n in notes[:12]) + (", ..." if len(notes) > 12 else "")
+        cases = result.cases_of(notes)
         rows.append(Row(f"case{'s' if len(notes) > 1 else ''} {cases} ({first.label})",
                         f"violation (the baseline too on {shared})" if shared else "violation",
                         first.checker, first.rule, first.message))

@@ -32,7 +32,7 @@ from fsdp_verify.execute.simulated import rank_seed
 from fsdp_verify.graph import collectives, ops
 from fsdp_verify.graph.spec import (CASTS, GraphSpec, NodeSpec, ParamSpec, gradient_waits, padded_casts, padded_result, phase_of,
                                     traced_value, unpadded)
-from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque
+from fsdp_verify.graph.values import DTYPE_NAMES, MEMORY_FORMAT_NAMES, NodeRef, Opaque, node_refs
 from fsdp_verify.model.case import Case
 from fsdp_verify.targets import generators, post_grad
 from fsdp_verify.targets.base import Target
@@ -272,7 +272,7 @@ def gathered_shards(spec: GraphSpec) -> tuple[str, ...]:
     found: list[str] = []
     seen: set[str] = set()
     stack = [ref.name for node in spec.nodes if collectives.kind(node.target) is collectives.Kind.ALL_GATHER
-             and collectives.is_launch(node.target) and node.args for ref in _refs(node.args[0])]
+             and collectives.is_launch(node.target) and node.args for ref in node_refs(node.args[0])]
     while stack:
         name = stack.pop()
         if name in seen or name not in nodes:
@@ -282,17 +282,8 @@ def gathered_shards(spec: GraphSpec) -> tuple[str, ...]:
         if name in params:
             found.append(name)
         elif _moves(node) and node.args:  # the moved operand (a list for cat), never a shape template
-            stack.extend(ref.name for ref in _refs(node.args[0]))
+            stack.extend(ref.name for ref in node_refs(node.args[0]))
     return tuple(sorted(found, key=list(nodes).index))
-
-
-def _refs(value: Any) -> list[NodeRef]:
-    """The node references in an argument (a list of them for a coalesced or concatenating op)."""
-    if isinstance(value, NodeRef):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [ref for item in value for ref in _refs(item)]
-    return []
 
 
 def _module_source(module: Any) -> str:

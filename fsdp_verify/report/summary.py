@@ -9,7 +9,7 @@ from pathlib import Path
 from fsdp_verify.checks.exchange import DIVERGENT_EVERY
 from fsdp_verify.targets.debug_logs import DEBUG_EVERY
 from fsdp_verify.model import classes
-from fsdp_verify.report.tally import EFFECT, KINDS, PROOFS, Result
+from fsdp_verify.report.tally import EFFECT, PROOFS, Result, launches_text
 from fsdp_verify.reference.planner import SKIP_REASONS, SPLIT_REASONS
 
 EXPECTED = {"skip": SKIP_REASONS, "split": tuple(r for r in SPLIT_REASONS if r != "incompatible_key"),
@@ -37,8 +37,7 @@ def effect_line(result: Result) -> str:
     if not effect["rewritten"]:
         return ("rewrites        none judged (every case's target raised or was refused)" if result.examples else
                 "rewrites        none judged (no case ran)")
-    kinds = ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
-                      for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
+    kinds = launches_text(effect)
     return (f"rewrites        fused launches in {effect['fused']} of the {effect['rewritten']} cases it rewrote "
             f"({effect['fusable']} held two or more launches of one kind on one group; the graphs of "
             f"{effect['changed']} changed at all)"

@@ -6,6 +6,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
+from fsdp_verify.graph.collectives import BUCKETED
 from fsdp_verify.model.classes import FailureClass
 
 
@@ -181,10 +182,17 @@ def proofs_of(metrics: dict) -> Counter:
 # (fused) or more (grew), those whose rewrite differs from its original in any node or its order
 # (changed: a scheduling pass changes graphs it fuses nothing in), and launches of each kind summed
 # over ranks, before and after.
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+KINDS = tuple(kind.value for kind in BUCKETED)
 MIN_FUSABLE = 20  # cases holding a fusable-looking pair before a run that fused none is called vacuous
 EFFECT = ("rewritten", "fusable", "fused", "grew", "changed",
           *(f"{when}:{kind}" for when in ("before", "after") for kind in KINDS))
+
+
+def launches_text(effect: Counter) -> str:
+    """``all-gather 41 -> 36, reduce-scatter 31 -> 26``: each kind's launches before and after
+    (summed ``EFFECT`` counts), kinds with none left out; '' when there are none."""
+    return ", ".join(f"{kind.replace('_', '-')} {effect['before:' + kind]:,} -> {effect['after:' + kind]:,}"
+                     for kind in KINDS if effect["before:" + kind] or effect["after:" + kind])
 
 
 def effect_of(metrics: dict) -> Counter:
